@@ -1,0 +1,126 @@
+//! Embeddings: the `Embedder` trait and the built-in offline embedder.
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+/// Turns texts into vectors of a fixed dimension. Vectors are L2-normalised so that the
+/// dot product is the cosine similarity.
+#[async_trait]
+pub trait Embedder: Send + Sync + 'static {
+    /// A stable name, stored beside the vectors so that two models' vectors never mix.
+    fn name(&self) -> &str;
+    fn dimension(&self) -> usize;
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// A deterministic, offline embedder: signed feature hashing of lower-cased words (weight 1)
+/// and of each word's character trigrams (weight 0.5), L2-normalised. It needs no model and
+/// gives the same vector for the same text on every machine and in every release, so search
+/// works on a fresh machine. It captures shared vocabulary, not meaning.
+#[derive(Debug, Clone)]
+pub struct HashingEmbedder {
+    dimension: usize,
+}
+
+impl HashingEmbedder {
+    pub const DEFAULT_DIMENSION: usize = 256;
+
+    pub fn new(dimension: usize) -> Self {
+        assert!(dimension > 0, "embedding dimension must be positive");
+        HashingEmbedder { dimension }
+    }
+
+    pub fn embed_one(&self, text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; self.dimension];
+        let mut add = |feature: &[u8], weight: f32| {
+            let h = fnv1a(feature);
+            let slot = (h % self.dimension as u64) as usize;
+            let sign = if (h >> 63) & 1 == 1 { -1.0 } else { 1.0 };
+            v[slot] += sign * weight;
+        };
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
+            let word = word.to_lowercase();
+            add(word.as_bytes(), 1.0);
+            let padded: Vec<char> = format!("^{word}$").chars().collect();
+            for tri in padded.windows(3) {
+                let s: String = tri.iter().collect();
+                add(s.as_bytes(), 0.5);
+            }
+        }
+        normalize(&mut v);
+        v
+    }
+}
+
+impl Default for HashingEmbedder {
+    fn default() -> Self {
+        HashingEmbedder::new(Self::DEFAULT_DIMENSION)
+    }
+}
+
+#[async_trait]
+impl Embedder for HashingEmbedder {
+    fn name(&self) -> &str {
+        "kbq-hashing-v1"
+    }
+    fn dimension(&self) -> usize {
+        self.dimension
+    }
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        Ok(texts.iter().map(|t| self.embed_one(t)).collect())
+    }
+}
+
+/// 64-bit FNV-1a: stable across platforms and releases, unlike std's hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// Cosine similarity of two L2-normalised vectors.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_text_same_vector_and_unit_length() {
+        let e = HashingEmbedder::default();
+        let a = e.embed_one("Alan Turing designed the ACE");
+        assert_eq!(a, e.embed_one("Alan Turing designed the ACE"));
+        assert!((cosine(&a, &a) - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn shared_words_are_closer_than_unrelated_text() {
+        let e = HashingEmbedder::default();
+        let q = e.embed_one("Turing machine");
+        let near = e.embed_one("The Turing machine is a model of computation");
+        let far = e.embed_one("Grace Hopper wrote the first compiler for COBOL");
+        assert!(cosine(&q, &near) > cosine(&q, &far));
+    }
+
+    #[test]
+    fn empty_text_is_the_zero_vector() {
+        let e = HashingEmbedder::new(8);
+        assert_eq!(e.embed_one(" ,. "), vec![0.0; 8]);
+    }
+}

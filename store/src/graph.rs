@@ -1,0 +1,445 @@
+//! Graph traversal: the breadth-first [`Walk`] both read paths share, and the in-memory
+//! [`GraphIndex`] that serves it without a database round trip.
+//!
+//! The walk's rules, which the index path and the SurrealDB path both follow:
+//! - breadth-first from the start entity (depth 0, always the first entity returned);
+//! - a node's candidate edges are taken in canonical order: neighbour name (byte order), then
+//!   relationship type, then outgoing before incoming, so answers never depend on insertion order;
+//! - every entity is visited once, so cycles end; `limit` counts the start entity;
+//! - when `limit` entities are held and the walk meets one more, it stops and sets `truncated`;
+//! - `relationships` are the edges examined from an expanded entity whose other end is returned,
+//!   each once, in the order first seen.
+
+use std::hash::Hash;
+use std::ops::Range;
+use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
+
+/// Which edges a walk may follow from an entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Incoming edges: from target to source.
+    In,
+    /// Outgoing edges: from source to target.
+    Out,
+    /// Either way.
+    Both,
+}
+
+impl Direction {
+    pub fn follows_out(self) -> bool {
+        matches!(self, Direction::Out | Direction::Both)
+    }
+    pub fn follows_in(self) -> bool {
+        matches!(self, Direction::In | Direction::Both)
+    }
+}
+
+/// What to walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraversalQuery {
+    pub start: String,
+    /// Follow only these relationship types; `None` follows all.
+    pub relationship_types: Option<Vec<String>>,
+    pub direction: Direction,
+    /// Hops from the start entity.
+    pub depth: u32,
+    /// Most entities returned, the start entity included.
+    pub limit: usize,
+}
+
+/// An entity the walk reached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reached {
+    pub entity: EntityRef,
+    /// Hops from the start entity (0 for the start entity itself).
+    pub depth: u32,
+    /// The type of the edge that first reached this entity; `None` for the start entity.
+    pub via: Option<Arc<str>>,
+}
+
+/// The answer of a walk. An unknown start entity gives an empty answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Traversal {
+    pub entities: Vec<Reached>,
+    pub relationships: Vec<RelationshipRef>,
+    /// True when `limit` stopped the walk before it met every reachable entity.
+    pub truncated: bool,
+}
+
+/// The breadth-first walk, generic over how nodes (`K`) and edges (`E`) are named, so the
+/// index path (integers) and the SurrealDB path (names and record keys) share every rule.
+pub(crate) struct Walk<K, E> {
+    limit: usize,
+    max_depth: u32,
+    /// Reached nodes in order: key, depth, the edge that reached it.
+    pub(crate) slots: Vec<(K, u32, Option<E>)>,
+    index_of: FxHashMap<K, usize>,
+    pub(crate) edges: Vec<E>,
+    seen_edges: FxHashSet<E>,
+    level_start: usize,
+    new_depth: u32,
+    pub(crate) truncated: bool,
+}
+
+impl<K: Hash + Eq + Clone, E: Hash + Eq + Clone> Walk<K, E> {
+    pub(crate) fn new(start: K, limit: usize, max_depth: u32) -> Self {
+        let mut index_of = FxHashMap::default();
+        index_of.insert(start.clone(), 0);
+        Walk {
+            limit: limit.max(1),
+            max_depth,
+            slots: vec![(start, 0, None)],
+            index_of,
+            edges: Vec::new(),
+            seen_edges: FxHashSet::default(),
+            level_start: 0,
+            new_depth: 0,
+            truncated: false,
+        }
+    }
+
+    /// The slots to expand next (all nodes of the deepest level so far), or `None` when the
+    /// walk is over.
+    pub(crate) fn next_level(&mut self) -> Option<Range<usize>> {
+        if self.truncated || self.new_depth >= self.max_depth {
+            return None;
+        }
+        let level = self.level_start..self.slots.len();
+        if level.is_empty() {
+            return None;
+        }
+        self.level_start = self.slots.len();
+        self.new_depth += 1;
+        Some(level)
+    }
+
+    /// Offers an edge from an expanded node to `neighbour`. Returns false when the walk must
+    /// stop (limit reached and a new entity met).
+    pub(crate) fn offer(&mut self, neighbour: &K, edge: &E) -> bool {
+        if self.index_of.contains_key(neighbour) {
+            if self.seen_edges.insert(edge.clone()) {
+                self.edges.push(edge.clone());
+            }
+            return true;
+        }
+        if self.slots.len() >= self.limit {
+            self.truncated = true;
+            return false;
+        }
+        self.index_of.insert(neighbour.clone(), self.slots.len());
+        self.slots
+            .push((neighbour.clone(), self.new_depth, Some(edge.clone())));
+        self.seen_edges.insert(edge.clone());
+        self.edges.push(edge.clone());
+        true
+    }
+}
+
+/// Ordering of candidate edges: neighbour name, relationship type, outgoing first.
+pub(crate) fn candidate_order(a: (&str, &str, bool), b: (&str, &str, bool)) -> std::cmp::Ordering {
+    a.0.cmp(b.0)
+        .then_with(|| a.1.cmp(b.1))
+        .then_with(|| b.2.cmp(&a.2))
+}
+
+/// Ranks a search hit: 0 exact, 1 prefix, 2 elsewhere (all case-insensitive); `None` if no hit.
+pub fn search_rank(name_lower: &str, query_lower: &str) -> Option<u8> {
+    if name_lower == query_lower {
+        Some(0)
+    } else if name_lower.starts_with(query_lower) {
+        Some(1)
+    } else if name_lower.contains(query_lower) {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+/// Sorts search hits by rank, then name, and keeps `limit`.
+pub fn rank_hits(mut hits: Vec<(u8, EntityRef)>, limit: usize) -> Vec<EntityRef> {
+    hits.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    hits.truncate(limit);
+    hits.into_iter().map(|(_, e)| e).collect()
+}
+
+/// Lower-cases a name the way search compares names (Unicode lower case).
+pub fn fold_case(s: &str) -> String {
+    s.to_lowercase()
+}
+
+struct Node {
+    entity: EntityRef,
+    lower: Box<str>,
+    /// Outgoing edge ids, sorted by (target name, type).
+    out: Vec<u32>,
+    /// Incoming edge ids, sorted by (source name, type).
+    inc: Vec<u32>,
+}
+
+struct Edge {
+    src: u32,
+    dst: u32,
+    ty: u32,
+    rel: RelationshipRef,
+}
+
+/// The whole graph in memory: names to nodes, typed and sorted in/out edge lists. SurrealDB
+/// stays the source of truth; the knowledge base writes there first and then here.
+#[derive(Default)]
+pub struct GraphIndex {
+    ids: FxHashMap<Arc<str>, u32>,
+    nodes: Vec<Node>,
+    edges: Vec<Edge>,
+    edge_ids: FxHashMap<(u32, u32, u32), u32>,
+    types: Vec<Arc<str>>,
+    type_ids: FxHashMap<Arc<str>, u32>,
+}
+
+impl GraphIndex {
+    /// Builds an index from whole tables, sorting each adjacency list once.
+    pub fn build(entities: Vec<Entity>, relationships: Vec<Relationship>) -> Self {
+        let mut index = GraphIndex::default();
+        for e in entities {
+            index.put_entity(e);
+        }
+        for r in relationships {
+            index.put_edge_unsorted(r);
+        }
+        let nodes = &index.nodes;
+        let edges = &index.edges;
+        let types = &index.types;
+        let mut sorted: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let mut out = n.out.clone();
+            out.sort_by(|a, b| {
+                let (a, b) = (&edges[*a as usize], &edges[*b as usize]);
+                (&*nodes[a.dst as usize].entity.name, &*types[a.ty as usize])
+                    .cmp(&(&*nodes[b.dst as usize].entity.name, &*types[b.ty as usize]))
+            });
+            let mut inc = n.inc.clone();
+            inc.sort_by(|a, b| {
+                let (a, b) = (&edges[*a as usize], &edges[*b as usize]);
+                (&*nodes[a.src as usize].entity.name, &*types[a.ty as usize])
+                    .cmp(&(&*nodes[b.src as usize].entity.name, &*types[b.ty as usize]))
+            });
+            sorted.push((out, inc));
+        }
+        for (n, (out, inc)) in index.nodes.iter_mut().zip(sorted) {
+            n.out = out;
+            n.inc = inc;
+        }
+        index
+    }
+
+    pub fn entity_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn relationship_count(&self) -> usize {
+        self.edges.len()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.ids.contains_key(name)
+    }
+
+    pub fn entity(&self, name: &str) -> Option<EntityRef> {
+        self.ids
+            .get(name)
+            .map(|&i| self.nodes[i as usize].entity.clone())
+    }
+
+    /// Inserts or replaces an entity (its edges stay).
+    pub fn upsert_entity(&mut self, entity: Entity) {
+        self.put_entity(entity);
+    }
+
+    /// Inserts or replaces a relationship. Both ends must already be in the index; returns
+    /// false (and changes nothing) when one is missing.
+    pub fn upsert_relationship(&mut self, rel: Relationship) -> bool {
+        let (Some(&src), Some(&dst)) = (
+            self.ids.get(&*rel.source_name),
+            self.ids.get(&*rel.target_name),
+        ) else {
+            return false;
+        };
+        let ty = self.intern(&rel.relationship_type);
+        if let Some(&e) = self.edge_ids.get(&(src, dst, ty)) {
+            self.edges[e as usize].rel = Arc::new(rel);
+            return true;
+        }
+        let e = self.edges.len() as u32;
+        self.edges.push(Edge {
+            src,
+            dst,
+            ty,
+            rel: Arc::new(rel),
+        });
+        self.edge_ids.insert((src, dst, ty), e);
+        let pos = self.nodes[src as usize]
+            .out
+            .partition_point(|x| self.out_key(*x) < (self.name_of(dst), &*self.types[ty as usize]));
+        self.nodes[src as usize].out.insert(pos, e);
+        let pos = self.nodes[dst as usize]
+            .inc
+            .partition_point(|x| self.in_key(*x) < (self.name_of(src), &*self.types[ty as usize]));
+        self.nodes[dst as usize].inc.insert(pos, e);
+        true
+    }
+
+    /// Case-insensitive substring search over names, ranked exact, prefix, other.
+    pub fn search(&self, query: &str, entity_type: Option<&str>, limit: usize) -> Vec<EntityRef> {
+        let q = fold_case(query);
+        let hits = self
+            .nodes
+            .iter()
+            .filter(|n| entity_type.is_none_or(|t| n.entity.entity_type == t))
+            .filter_map(|n| search_rank(&n.lower, &q).map(|r| (r, n.entity.clone())))
+            .collect();
+        rank_hits(hits, limit)
+    }
+
+    /// Walks the graph from `query.start`.
+    pub fn traverse(&self, query: &TraversalQuery) -> Traversal {
+        let Some(&start) = self.ids.get(query.start.as_str()) else {
+            return Traversal::default();
+        };
+        let allowed: Option<FxHashSet<u32>> = query.relationship_types.as_ref().map(|ts| {
+            ts.iter()
+                .filter_map(|t| self.type_ids.get(t.as_str()).copied())
+                .collect()
+        });
+        let allows = |ty: u32| allowed.as_ref().is_none_or(|a| a.contains(&ty));
+        let mut walk: Walk<u32, u32> = Walk::new(start, query.limit, query.depth);
+        'walk: while let Some(level) = walk.next_level() {
+            for slot in level {
+                let u = walk.slots[slot].0;
+                let node = &self.nodes[u as usize];
+                let out: &[u32] = if query.direction.follows_out() {
+                    &node.out
+                } else {
+                    &[]
+                };
+                let inc: &[u32] = if query.direction.follows_in() {
+                    &node.inc
+                } else {
+                    &[]
+                };
+                let (mut i, mut j) = (0, 0);
+                // Merge the two sorted lists into canonical order.
+                while i < out.len() || j < inc.len() {
+                    let take_out = if i == out.len() {
+                        false
+                    } else if j == inc.len() {
+                        true
+                    } else {
+                        let (on, ot) = self.out_key(out[i]);
+                        let (inn, it) = self.in_key(inc[j]);
+                        candidate_order((on, ot, true), (inn, it, false)).is_le()
+                    };
+                    let (e, v) = if take_out {
+                        i += 1;
+                        (out[i - 1], self.edges[out[i - 1] as usize].dst)
+                    } else {
+                        j += 1;
+                        (inc[j - 1], self.edges[inc[j - 1] as usize].src)
+                    };
+                    if allows(self.edges[e as usize].ty) && !walk.offer(&v, &e) {
+                        break 'walk;
+                    }
+                }
+            }
+        }
+        Traversal {
+            entities: walk
+                .slots
+                .iter()
+                .map(|(n, depth, via)| Reached {
+                    entity: self.nodes[*n as usize].entity.clone(),
+                    depth: *depth,
+                    via: via.map(|e| self.types[self.edges[e as usize].ty as usize].clone()),
+                })
+                .collect(),
+            relationships: walk
+                .edges
+                .iter()
+                .map(|e| self.edges[*e as usize].rel.clone())
+                .collect(),
+            truncated: walk.truncated,
+        }
+    }
+
+    fn name_of(&self, node: u32) -> &str {
+        &self.nodes[node as usize].entity.name
+    }
+
+    fn out_key(&self, edge: u32) -> (&str, &str) {
+        let e = &self.edges[edge as usize];
+        (self.name_of(e.dst), &self.types[e.ty as usize])
+    }
+
+    fn in_key(&self, edge: u32) -> (&str, &str) {
+        let e = &self.edges[edge as usize];
+        (self.name_of(e.src), &self.types[e.ty as usize])
+    }
+
+    fn intern(&mut self, ty: &str) -> u32 {
+        if let Some(&t) = self.type_ids.get(ty) {
+            return t;
+        }
+        let t = self.types.len() as u32;
+        let ty: Arc<str> = ty.into();
+        self.types.push(ty.clone());
+        self.type_ids.insert(ty, t);
+        t
+    }
+
+    fn put_entity(&mut self, mut entity: Entity) {
+        entity.id = keys::entity_id(&entity.name);
+        let lower = fold_case(&entity.name).into_boxed_str();
+        if let Some(&i) = self.ids.get(entity.name.as_str()) {
+            let node = &mut self.nodes[i as usize];
+            node.entity = Arc::new(entity);
+            node.lower = lower;
+            return;
+        }
+        let i = self.nodes.len() as u32;
+        let name: Arc<str> = entity.name.as_str().into();
+        self.nodes.push(Node {
+            entity: Arc::new(entity),
+            lower,
+            out: Vec::new(),
+            inc: Vec::new(),
+        });
+        self.ids.insert(name, i);
+    }
+
+    fn put_edge_unsorted(&mut self, rel: Relationship) {
+        let (Some(&src), Some(&dst)) = (
+            self.ids.get(&*rel.source_name),
+            self.ids.get(&*rel.target_name),
+        ) else {
+            return;
+        };
+        let ty = self.intern(&rel.relationship_type);
+        if let Some(&e) = self.edge_ids.get(&(src, dst, ty)) {
+            self.edges[e as usize].rel = Arc::new(rel);
+            return;
+        }
+        let e = self.edges.len() as u32;
+        self.edges.push(Edge {
+            src,
+            dst,
+            ty,
+            rel: Arc::new(rel),
+        });
+        self.edge_ids.insert((src, dst, ty), e);
+        self.nodes[src as usize].out.push(e);
+        self.nodes[dst as usize].inc.push(e);
+    }
+}

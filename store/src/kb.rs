@@ -1,0 +1,756 @@
+//! [`KnowledgeBase`]: the one door to SurrealDB. It owns the connection, defines the schema,
+//! writes records in batches and keeps the in-memory graph index current on every write.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
+use serde_json::Value as Json;
+use surrealdb::Surreal;
+use surrealdb::engine::any::Any;
+use surrealdb::opt::auth::Root;
+use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+
+use crate::embed::Embedder;
+use crate::error::{Result, StoreError};
+use crate::graph::{
+    self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
+};
+use crate::model::{
+    Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
+};
+
+/// How to reach the database and how to serve reads.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `mem://`, `surrealkv://PATH` or `ws://HOST:PORT`.
+    pub url: String,
+    pub namespace: String,
+    pub database: String,
+    /// Root credentials for a remote server; embedded engines need none.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Serve graph reads from the in-memory index (true) or from SurrealDB queries (false).
+    pub graph_index: bool,
+    /// Longest wait for one query.
+    pub query_timeout: Duration,
+    /// Longest wait for a connection attempt.
+    pub connect_timeout: Duration,
+}
+
+impl StoreConfig {
+    /// An embedded in-memory store with the index on: what tests and quick runs use.
+    pub fn memory() -> Self {
+        StoreConfig {
+            url: "mem://".into(),
+            namespace: "kbq".into(),
+            database: "kb".into(),
+            username: None,
+            password: None,
+            graph_index: true,
+            query_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// How many records go into one INSERT.
+pub const WRITE_BATCH: usize = 1000;
+
+/// Counts of each table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    pub entities: u64,
+    pub relationships: u64,
+    pub documents: u64,
+}
+
+/// A document with its similarity to a query vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoredDocument {
+    pub document: Document,
+    pub similarity: f32,
+}
+
+struct Connected {
+    db: Surreal<Any>,
+}
+
+pub struct KnowledgeBase {
+    config: StoreConfig,
+    embedder: Arc<dyn Embedder>,
+    conn: RwLock<Option<Arc<Connected>>>,
+    connecting: tokio::sync::Mutex<Option<Instant>>,
+    index: Option<RwLock<GraphIndex>>,
+}
+
+/// After a failed connection attempt, requests fail fast for this long instead of each
+/// waiting out its own attempt.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+impl KnowledgeBase {
+    /// Creates the knowledge base and tries to connect once. An unreachable database is not an
+    /// error here: requests answer `Unavailable` until a later attempt succeeds.
+    pub async fn open(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
+        let kb = Arc::new(KnowledgeBase {
+            index: config
+                .graph_index
+                .then(|| RwLock::new(GraphIndex::default())),
+            config,
+            embedder,
+            conn: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(None),
+        });
+        if let Err(e) = kb.connection().await {
+            tracing::warn!(error = %e, url = %kb.config.url, "knowledge base not reachable yet");
+        }
+        kb
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
+    }
+
+    /// True when graph reads are served from the in-memory index.
+    pub fn uses_index(&self) -> bool {
+        self.index.is_some()
+    }
+
+    async fn connection(&self) -> Result<Arc<Connected>> {
+        if let Some(c) = self.conn.read().clone() {
+            return Ok(c);
+        }
+        let mut last_failure = self.connecting.lock().await;
+        if let Some(c) = self.conn.read().clone() {
+            return Ok(c);
+        }
+        if last_failure.is_some_and(|t| t.elapsed() < RECONNECT_PAUSE) {
+            return Err(StoreError::Unavailable("not connected".into()));
+        }
+        match tokio::time::timeout(self.config.connect_timeout, self.connect()).await {
+            Ok(Ok(c)) => {
+                let c = Arc::new(c);
+                *self.conn.write() = Some(c.clone());
+                *last_failure = None;
+                Ok(c)
+            }
+            Ok(Err(e)) => {
+                *last_failure = Some(Instant::now());
+                Err(e)
+            }
+            Err(_) => {
+                *last_failure = Some(Instant::now());
+                Err(StoreError::Unavailable(format!(
+                    "no connection to {} within {:?}",
+                    self.config.url, self.config.connect_timeout
+                )))
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Connected> {
+        let unavailable = |e: surrealdb::Error| StoreError::Unavailable(e.to_string());
+        let db = surrealdb::engine::any::connect(self.config.url.as_str())
+            .await
+            .map_err(unavailable)?;
+        if let (Some(username), Some(password)) = (&self.config.username, &self.config.password) {
+            db.signin(Root {
+                username: username.clone(),
+                password: password.clone(),
+            })
+            .await
+            .map_err(unavailable)?;
+        }
+        db.use_ns(self.config.namespace.as_str())
+            .use_db(self.config.database.as_str())
+            .await
+            .map_err(unavailable)?;
+        let c = Connected { db };
+        self.define_schema(&c).await?;
+        if let Some(index) = &self.index {
+            let entities: Vec<Entity> = self
+                .run_on(
+                    &c,
+                    "SELECT name, entity_type, properties, '' AS id FROM type::table($t)",
+                    obj([("t", table::ENTITY.into_value())]),
+                )
+                .await?;
+            let rels: Vec<Relationship> = self
+                .run_on(
+                    &c,
+                    "SELECT source_name, target_name, relationship_type, properties FROM type::table($t)",
+                    obj([("t", table::RELATES.into_value())]),
+                )
+                .await?;
+            let started = Instant::now();
+            let built = GraphIndex::build(entities, rels);
+            tracing::info!(
+                entities = built.entity_count(),
+                relationships = built.relationship_count(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "graph index built"
+            );
+            *index.write() = built;
+        }
+        Ok(c)
+    }
+
+    async fn define_schema(&self, c: &Connected) -> Result<()> {
+        // The dimension is ours (from the embedder), never user input.
+        let dim = self.embedder.dimension();
+        let schema = format!(
+            "DEFINE TABLE IF NOT EXISTS entity SCHEMALESS;
+             DEFINE FIELD IF NOT EXISTS name ON entity TYPE string;
+             DEFINE FIELD IF NOT EXISTS name_lower ON entity TYPE string;
+             DEFINE FIELD IF NOT EXISTS entity_type ON entity TYPE string;
+             DEFINE INDEX IF NOT EXISTS entity_name ON entity FIELDS name UNIQUE;
+             DEFINE INDEX IF NOT EXISTS entity_type_idx ON entity FIELDS entity_type;
+             DEFINE TABLE IF NOT EXISTS relates TYPE RELATION IN entity OUT entity SCHEMALESS;
+             DEFINE FIELD IF NOT EXISTS relationship_type ON relates TYPE string;
+             DEFINE INDEX IF NOT EXISTS relates_source ON relates FIELDS source_name;
+             DEFINE INDEX IF NOT EXISTS relates_target ON relates FIELDS target_name;
+             DEFINE TABLE IF NOT EXISTS document SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS document_entity ON document FIELDS entity_name;
+             DEFINE ANALYZER IF NOT EXISTS kbq_text TOKENIZERS class FILTERS lowercase, ascii;
+             DEFINE INDEX IF NOT EXISTS document_title_text ON document FIELDS title FULLTEXT ANALYZER kbq_text BM25;
+             DEFINE INDEX IF NOT EXISTS document_content_text ON document FIELDS content FULLTEXT ANALYZER kbq_text BM25;
+             DEFINE INDEX IF NOT EXISTS document_embedding ON document FIELDS embedding HNSW DIMENSION {dim} DIST COSINE TYPE F32;
+             DEFINE TABLE IF NOT EXISTS kbq_meta SCHEMALESS;"
+        );
+        self.exec_on(c, &schema, Object::new()).await?;
+        // Vectors of two embedders must never mix in one index.
+        let found: Vec<Json> = self
+            .run_on(
+                c,
+                "SELECT name, dimension FROM kbq_meta:embedder",
+                Object::new(),
+            )
+            .await?;
+        let want = serde_json::json!({"name": self.embedder.name(), "dimension": dim});
+        match found.first() {
+            None => {
+                self.exec_on(
+                    c,
+                    "UPSERT kbq_meta:embedder CONTENT { name: $name, dimension: $dimension }",
+                    obj([
+                        ("name", self.embedder.name().into_value()),
+                        ("dimension", (dim as i64).into_value()),
+                    ]),
+                )
+                .await
+            }
+            Some(have) if *have == want => Ok(()),
+            Some(have) => Err(StoreError::Query(format!(
+                "the store's documents were embedded with {have}, but kbq is configured with {want}"
+            ))),
+        }
+    }
+
+    async fn exec_on(&self, c: &Connected, sql: &str, vars: Object) -> Result<()> {
+        let resp = self.send(c, sql, vars).await?;
+        resp.check()
+            .map(|_| ())
+            .map_err(|e| StoreError::Query(e.to_string()))
+    }
+
+    async fn run_on<T: DeserializeOwned>(
+        &self,
+        c: &Connected,
+        sql: &str,
+        vars: Object,
+    ) -> Result<Vec<T>> {
+        let mut resp = self.send(c, sql, vars).await?;
+        let last = resp.num_statements().saturating_sub(1);
+        let rows: Vec<Json> = resp
+            .take(last)
+            .map_err(|e| StoreError::Query(e.to_string()))?;
+        rows.into_iter()
+            .map(|r| {
+                serde_json::from_value(r)
+                    .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
+            })
+            .collect()
+    }
+
+    async fn send(
+        &self,
+        c: &Connected,
+        sql: &str,
+        vars: Object,
+    ) -> Result<surrealdb::IndexedResults> {
+        match tokio::time::timeout(self.config.query_timeout, c.db.query(sql).bind(vars)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {:?}",
+                self.config.query_timeout
+            ))),
+        }
+    }
+
+    async fn run<T: DeserializeOwned>(&self, sql: &str, vars: Object) -> Result<Vec<T>> {
+        let c = self.connection().await?;
+        self.run_on(&c, sql, vars).await
+    }
+
+    async fn exec(&self, sql: &str, vars: Object) -> Result<()> {
+        let c = self.connection().await?;
+        self.exec_on(&c, sql, vars).await
+    }
+
+    /// Answers when the database answers a trivial query.
+    pub async fn ping(&self) -> Result<()> {
+        let c = self.connection().await?;
+        match tokio::time::timeout(self.config.query_timeout, c.db.health()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Unavailable("health check timed out".into())),
+        }
+    }
+
+    pub async fn counts(&self) -> Result<Counts> {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            entities: u64,
+            relationships: u64,
+            documents: u64,
+        }
+        let rows: Vec<Row> = self
+            .run(
+                "RETURN [{ entities: count(SELECT VALUE id FROM entity), relationships: count(SELECT VALUE id FROM relates), documents: count(SELECT VALUE id FROM document) }]",
+                Object::new(),
+            )
+            .await?;
+        let r = rows.into_iter().next().unwrap_or(Row {
+            entities: 0,
+            relationships: 0,
+            documents: 0,
+        });
+        Ok(Counts {
+            entities: r.entities,
+            relationships: r.relationships,
+            documents: r.documents,
+        })
+    }
+
+    // ---- writes -------------------------------------------------------------------------
+
+    /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
+    pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
+        for chunk in entities.chunks(WRITE_BATCH) {
+            let rows: Vec<Value> = chunk
+                .iter()
+                .map(|e| {
+                    row([
+                        (
+                            "id",
+                            RecordId::new(table::ENTITY, keys::entity(&e.name)).into_value(),
+                        ),
+                        ("name", e.name.clone().into_value()),
+                        ("name_lower", graph::fold_case(&e.name).into_value()),
+                        ("entity_type", e.entity_type.clone().into_value()),
+                        ("properties", json(Json::Object(e.properties.clone()))),
+                    ])
+                })
+                .collect();
+            self.exec(
+                "INSERT INTO entity $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE",
+                obj([("rows", rows.into_value())]),
+            )
+            .await?;
+            if let Some(index) = &self.index {
+                let mut index = index.write();
+                for e in chunk {
+                    index.upsert_entity(e.clone().into_entity());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts or updates relationships by (source, target, type). Both ends must exist.
+    pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
+        for chunk in rels.chunks(WRITE_BATCH) {
+            let rows: Vec<Value> = chunk
+                .iter()
+                .map(|r| {
+                    let key =
+                        keys::relationship(&r.source_name, &r.target_name, &r.relationship_type);
+                    row([
+                        ("id", RecordId::new(table::RELATES, key).into_value()),
+                        (
+                            "in",
+                            RecordId::new(table::ENTITY, keys::entity(&r.source_name)).into_value(),
+                        ),
+                        (
+                            "out",
+                            RecordId::new(table::ENTITY, keys::entity(&r.target_name)).into_value(),
+                        ),
+                        ("source_name", r.source_name.clone().into_value()),
+                        ("target_name", r.target_name.clone().into_value()),
+                        (
+                            "relationship_type",
+                            r.relationship_type.clone().into_value(),
+                        ),
+                        ("properties", json(Json::Object(r.properties.clone()))),
+                    ])
+                })
+                .collect();
+            self.exec(
+                "INSERT RELATION INTO relates $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE",
+                obj([("rows", rows.into_value())]),
+            )
+            .await?;
+            if let Some(index) = &self.index {
+                let mut index = index.write();
+                for r in chunk {
+                    index.upsert_relationship(r.clone().into_relationship());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts or updates documents by (source, source_id), embedding each.
+    pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
+        for chunk in docs.chunks(WRITE_BATCH) {
+            let texts: Vec<String> = chunk.iter().map(NewDocument::embedding_text).collect();
+            let vectors = self.embedder.embed(&texts).await?;
+            let rows: Vec<Value> = chunk
+                .iter()
+                .zip(vectors)
+                .map(|(d, v)| {
+                    let entity = match &d.entity_name {
+                        Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
+                        None => Value::None,
+                    };
+                    row([
+                        (
+                            "id",
+                            RecordId::new(table::DOCUMENT, keys::document(&d.source, &d.source_id))
+                                .into_value(),
+                        ),
+                        ("title", d.title.clone().into_value()),
+                        ("content", d.content.clone().into_value()),
+                        ("source", d.source.clone().into_value()),
+                        ("source_id", d.source_id.clone().into_value()),
+                        ("content_type", d.content_type.clone().into_value()),
+                        ("url", d.url.clone().map_or(Value::Null, Value::String)),
+                        (
+                            "entity_name",
+                            d.entity_name.clone().map_or(Value::Null, Value::String),
+                        ),
+                        ("entity", entity),
+                        ("embedding", vector(v)),
+                    ])
+                })
+                .collect();
+            self.exec(
+                "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
+                obj([("rows", rows.into_value())]),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The names among `names` that are not entities of the store.
+    pub async fn missing_entities(&self, names: &[String]) -> Result<Vec<String>> {
+        if let Some(index) = &self.index {
+            self.connection().await?;
+            let index = index.read();
+            return Ok(names
+                .iter()
+                .filter(|n| !index.contains(n))
+                .cloned()
+                .collect());
+        }
+        let mut missing = Vec::new();
+        for chunk in names.chunks(WRITE_BATCH) {
+            let found: Vec<String> = self
+                .run(
+                    "SELECT VALUE name FROM $ids",
+                    obj([("ids", entity_ids(chunk))]),
+                )
+                .await?;
+            let found: std::collections::HashSet<&str> = found.iter().map(String::as_str).collect();
+            missing.extend(
+                chunk
+                    .iter()
+                    .filter(|n| !found.contains(n.as_str()))
+                    .cloned(),
+            );
+        }
+        Ok(missing)
+    }
+
+    // ---- graph reads --------------------------------------------------------------------
+
+    /// One entity by exact name.
+    pub async fn entity(&self, name: &str) -> Result<Option<EntityRef>> {
+        if let Some(index) = &self.index {
+            self.connection().await?;
+            return Ok(index.read().entity(name));
+        }
+        let rows: Vec<Entity> = self
+            .run(
+                "SELECT name, entity_type, properties, '' AS id FROM $ids",
+                obj([("ids", entity_ids(&[name.to_string()]))]),
+            )
+            .await?;
+        Ok(rows.into_iter().next().map(with_id))
+    }
+
+    /// Entities whose name contains `query`, case-insensitively; exact, then prefix, then other.
+    pub async fn search_entities(
+        &self,
+        query: &str,
+        entity_type: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<EntityRef>> {
+        if let Some(index) = &self.index {
+            self.connection().await?;
+            return Ok(index.read().search(query, entity_type, limit));
+        }
+        let q = graph::fold_case(query);
+        let rows: Vec<Entity> = self
+            .run(
+                "SELECT name, entity_type, properties, '' AS id FROM entity WHERE string::contains(name_lower, $q) AND ($type = NONE OR entity_type = $type)",
+                obj([
+                    ("q", q.clone().into_value()),
+                    ("type", entity_type.map_or(Value::None, |t| Value::String(t.to_string()))),
+                ]),
+            )
+            .await?;
+        let hits = rows
+            .into_iter()
+            .filter_map(|e| {
+                let rank = graph::search_rank(&graph::fold_case(&e.name), &q)?;
+                Some((rank, with_id(e)))
+            })
+            .collect();
+        Ok(graph::rank_hits(hits, limit))
+    }
+
+    /// Walks the graph from `query.start`: from the index when it is on, else one SurrealDB
+    /// graph query per level. Both give the same answer.
+    pub async fn traverse(&self, query: &TraversalQuery) -> Result<Traversal> {
+        if let Some(index) = &self.index {
+            self.connection().await?;
+            return Ok(index.read().traverse(query));
+        }
+        self.traverse_in_db(query).await
+    }
+
+    /// The SurrealDB read path of [`traverse`](Self::traverse), public so that tests and
+    /// benchmarks can compare the two paths on one store.
+    pub async fn traverse_in_db(&self, query: &TraversalQuery) -> Result<Traversal> {
+        #[derive(serde::Deserialize)]
+        struct Level {
+            name: String,
+            #[serde(default)]
+            outs: Vec<Relationship>,
+            #[serde(default)]
+            ins: Vec<Relationship>,
+        }
+        if self.entity_in_db(&query.start).await?.is_none() {
+            return Ok(Traversal::default());
+        }
+        let types = query.relationship_types.clone();
+        let mut walk: Walk<String, String> =
+            Walk::new(query.start.clone(), query.limit, query.depth);
+        let mut rels: HashMap<String, Relationship> = HashMap::new();
+        'walk: while let Some(level) = walk.next_level() {
+            let names: Vec<String> = walk.slots[level].iter().map(|s| s.0.clone()).collect();
+            let sql = match query.direction {
+                Direction::Out => {
+                    "SELECT name, ->relates.{source_name, target_name, relationship_type, properties} AS outs FROM $ids"
+                }
+                Direction::In => {
+                    "SELECT name, <-relates.{source_name, target_name, relationship_type, properties} AS ins FROM $ids"
+                }
+                Direction::Both => {
+                    "SELECT name, ->relates.{source_name, target_name, relationship_type, properties} AS outs, <-relates.{source_name, target_name, relationship_type, properties} AS ins FROM $ids"
+                }
+            };
+            let rows: Vec<Level> = self.run(sql, obj([("ids", entity_ids(&names))])).await?;
+            let mut by_name: HashMap<String, Level> =
+                rows.into_iter().map(|l| (l.name.clone(), l)).collect();
+            for name in &names {
+                let Some(level) = by_name.remove(name) else {
+                    continue;
+                };
+                let mut candidates: Vec<(String, bool, Relationship)> = Vec::new();
+                for r in level.outs {
+                    candidates.push((r.target_name.clone(), true, r));
+                }
+                for r in level.ins {
+                    candidates.push((r.source_name.clone(), false, r));
+                }
+                candidates.retain(|(_, _, r)| {
+                    types
+                        .as_ref()
+                        .is_none_or(|t| t.contains(&r.relationship_type))
+                });
+                candidates.sort_by(|a, b| {
+                    candidate_order(
+                        (&a.0, &a.2.relationship_type, a.1),
+                        (&b.0, &b.2.relationship_type, b.1),
+                    )
+                });
+                for (neighbour, _, r) in candidates {
+                    let key =
+                        keys::relationship(&r.source_name, &r.target_name, &r.relationship_type);
+                    let go_on = walk.offer(&neighbour, &key);
+                    rels.entry(key).or_insert(r);
+                    if !go_on {
+                        break 'walk;
+                    }
+                }
+            }
+        }
+        let names: Vec<String> = walk.slots.iter().map(|s| s.0.clone()).collect();
+        let mut entities: HashMap<String, Entity> = HashMap::new();
+        for chunk in names.chunks(WRITE_BATCH) {
+            let rows: Vec<Entity> = self
+                .run(
+                    "SELECT name, entity_type, properties, '' AS id FROM $ids",
+                    obj([("ids", entity_ids(chunk))]),
+                )
+                .await?;
+            entities.extend(rows.into_iter().map(|e| (e.name.clone(), e)));
+        }
+        let mut reached = Vec::with_capacity(walk.slots.len());
+        for (name, depth, via) in &walk.slots {
+            // An entity deleted while the walk ran is left out rather than invented.
+            let Some(e) = entities.remove(name) else {
+                continue;
+            };
+            reached.push(Reached {
+                entity: with_id(e),
+                depth: *depth,
+                via: via
+                    .as_ref()
+                    .and_then(|k| rels.get(k))
+                    .map(|r| Arc::from(r.relationship_type.as_str())),
+            });
+        }
+        Ok(Traversal {
+            entities: reached,
+            relationships: walk
+                .edges
+                .iter()
+                .filter_map(|k| rels.get(k).cloned().map(Arc::new))
+                .collect(),
+            truncated: walk.truncated,
+        })
+    }
+
+    async fn entity_in_db(&self, name: &str) -> Result<Option<Entity>> {
+        let rows: Vec<Entity> = self
+            .run(
+                "SELECT name, entity_type, properties, '' AS id FROM $ids",
+                obj([("ids", entity_ids(&[name.to_string()]))]),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    // ---- documents ----------------------------------------------------------------------
+
+    /// Documents linked to any of `entity_names`, each with its cosine similarity to `text`.
+    pub async fn documents_of(
+        &self,
+        entity_names: &[String],
+        text: &str,
+    ) -> Result<Vec<ScoredDocument>> {
+        #[derive(serde::Deserialize)]
+        struct Row {
+            id: String,
+            title: String,
+            content: String,
+            source: String,
+            source_id: String,
+            content_type: String,
+            url: Option<String>,
+            entity_name: Option<String>,
+            similarity: Option<f64>,
+        }
+        if entity_names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self
+            .embedder
+            .embed(&[text.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        let rows: Vec<Row> = self
+            .run(
+                "SELECT meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name, vector::similarity::cosine(embedding, $q) AS similarity FROM document WHERE entity_name IN $names",
+                obj([
+                    ("names", json(serde_json::json!(entity_names))),
+                    ("q", vector(q)),
+                ]),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ScoredDocument {
+                document: Document {
+                    id: format!("{}:{}", table::DOCUMENT, r.id),
+                    title: r.title,
+                    content: r.content,
+                    source: r.source,
+                    source_id: r.source_id,
+                    content_type: r.content_type,
+                    url: r.url,
+                    entity_name: r.entity_name,
+                },
+                similarity: r.similarity.unwrap_or(0.0) as f32,
+            })
+            .collect())
+    }
+}
+
+fn with_id(mut e: Entity) -> EntityRef {
+    e.id = keys::entity_id(&e.name);
+    Arc::new(e)
+}
+
+fn entity_ids(names: &[String]) -> Value {
+    names
+        .iter()
+        .map(|n| RecordId::new(table::ENTITY, keys::entity(n)))
+        .collect::<Vec<_>>()
+        .into_value()
+}
+
+fn vector(v: Vec<f32>) -> Value {
+    v.into_iter()
+        .map(f64::from)
+        .collect::<Vec<f64>>()
+        .into_value()
+}
+
+fn json(v: Json) -> Value {
+    v.into_value()
+}
+
+fn row<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(obj(fields))
+}
+
+fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
+    let mut o = Object::new();
+    for (k, v) in fields {
+        o.insert(k, v);
+    }
+    o
+}

@@ -1,0 +1,27 @@
+//! kbq's knowledge base on SurrealDB: the records, the schema, every query, embeddings and the
+//! in-memory graph index. Nothing outside this crate writes SurrealQL.
+//!
+//! # Layout
+//! - [`model`]: entities, relationships, documents, the import record, and derived record keys.
+//! - [`kb`]: [`KnowledgeBase`], the connection, schema, batched upserts and the read paths.
+//! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
+//! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
+//! - [`import`]: the NDJSON import format, with line-numbered failures.
+//! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
+//! - [`error`]: [`StoreError`].
+
+pub mod embed;
+pub mod error;
+pub mod generate;
+pub mod graph;
+pub mod import;
+pub mod kb;
+pub mod model;
+
+pub use embed::{Embedder, HashingEmbedder};
+pub use error::{Result, StoreError};
+pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalQuery};
+pub use kb::{Counts, KnowledgeBase, ScoredDocument, StoreConfig};
+pub use model::{
+    Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,
+};

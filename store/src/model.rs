@@ -1,0 +1,245 @@
+//! The knowledge base's records, named as in the v1 API contract.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Result, StoreError};
+
+/// Table names. Every query takes its table from here.
+pub mod table {
+    pub const ENTITY: &str = "entity";
+    pub const RELATES: &str = "relates";
+    pub const DOCUMENT: &str = "document";
+    pub const META: &str = "kbq_meta";
+}
+
+/// Longest entity name, relationship type or entity type accepted (in bytes).
+pub const MAX_NAME_BYTES: usize = 512;
+/// Longest document content accepted (in bytes).
+pub const MAX_CONTENT_BYTES: usize = 1 << 20;
+
+/// A node of the graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entity {
+    pub id: String,
+    pub name: String,
+    pub entity_type: String,
+    pub properties: Map<String, Value>,
+}
+
+/// A directed, typed edge between two entities, named by its ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Relationship {
+    pub source_name: String,
+    pub target_name: String,
+    pub relationship_type: String,
+    pub properties: Map<String, Value>,
+}
+
+/// A searchable document, optionally linked to the entity it describes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    pub id: String,
+    pub title: String,
+    pub content: String,
+    pub source: String,
+    pub source_id: String,
+    pub content_type: String,
+    pub url: Option<String>,
+    pub entity_name: Option<String>,
+}
+
+/// An entity as written by a client or an import file (no id: the id follows from the name).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewEntity {
+    pub name: String,
+    pub entity_type: String,
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+}
+
+/// A relationship as written by a client or an import file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewRelationship {
+    pub source_name: String,
+    pub target_name: String,
+    pub relationship_type: String,
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+}
+
+/// A document as written by a client or an import file (no id: it follows from source and source_id).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewDocument {
+    pub title: String,
+    pub content: String,
+    pub source: String,
+    pub source_id: String,
+    pub content_type: String,
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub entity_name: Option<String>,
+}
+
+/// One line of the NDJSON import format; `kind` selects the record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    Entity(NewEntity),
+    Relationship(NewRelationship),
+    Document(NewDocument),
+}
+
+/// Record keys are derived from what makes a record unique, so every write is an
+/// idempotent upsert and a relationship can be written without looking its ends up.
+pub mod keys {
+    use super::*;
+
+    fn digest(kind: &str, parts: &[&str]) -> String {
+        let mut h = Sha256::new();
+        h.update(kind.as_bytes());
+        for p in parts {
+            h.update([0u8]);
+            h.update(p.as_bytes());
+        }
+        // 128 bits, hex, with a letter in front so SurrealDB prints the id unquoted.
+        let d = h.finalize();
+        let mut key = String::with_capacity(33);
+        key.push(kind.as_bytes()[0] as char);
+        for b in &d[..16] {
+            key.push_str(&format!("{b:02x}"));
+        }
+        key
+    }
+
+    pub fn entity(name: &str) -> String {
+        digest("e", &[name])
+    }
+    pub fn relationship(source: &str, target: &str, relationship_type: &str) -> String {
+        digest("r", &[source, target, relationship_type])
+    }
+    pub fn document(source: &str, source_id: &str) -> String {
+        digest("d", &[source, source_id])
+    }
+    /// The public id of an entity: `entity:<key>`.
+    pub fn entity_id(name: &str) -> String {
+        format!("{}:{}", table::ENTITY, entity(name))
+    }
+    pub fn document_id(source: &str, source_id: &str) -> String {
+        format!("{}:{}", table::DOCUMENT, document(source, source_id))
+    }
+}
+
+fn check_name(field: &str, value: &str) -> Result<()> {
+    if value.trim().is_empty() {
+        return Err(StoreError::invalid(field, "must not be empty"));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(StoreError::invalid(
+            field,
+            format!("must be at most {MAX_NAME_BYTES} bytes"),
+        ));
+    }
+    if value.chars().any(|c| c.is_control()) {
+        return Err(StoreError::invalid(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+impl NewEntity {
+    pub fn validate(&self) -> Result<()> {
+        check_name("name", &self.name)?;
+        check_name("entity_type", &self.entity_type)
+    }
+    pub fn into_entity(self) -> Entity {
+        Entity {
+            id: keys::entity_id(&self.name),
+            name: self.name,
+            entity_type: self.entity_type,
+            properties: self.properties,
+        }
+    }
+}
+
+impl NewRelationship {
+    pub fn validate(&self) -> Result<()> {
+        check_name("source_name", &self.source_name)?;
+        check_name("target_name", &self.target_name)?;
+        check_name("relationship_type", &self.relationship_type)
+    }
+    pub fn into_relationship(self) -> Relationship {
+        Relationship {
+            source_name: self.source_name,
+            target_name: self.target_name,
+            relationship_type: self.relationship_type,
+            properties: self.properties,
+        }
+    }
+}
+
+impl NewDocument {
+    pub fn validate(&self) -> Result<()> {
+        check_name("source", &self.source)?;
+        check_name("source_id", &self.source_id)?;
+        check_name("content_type", &self.content_type)?;
+        if self.title.len() > MAX_NAME_BYTES * 4 {
+            return Err(StoreError::invalid(
+                "title",
+                format!("must be at most {} bytes", MAX_NAME_BYTES * 4),
+            ));
+        }
+        if self.content.trim().is_empty() {
+            return Err(StoreError::invalid("content", "must not be empty"));
+        }
+        if self.content.len() > MAX_CONTENT_BYTES {
+            return Err(StoreError::invalid(
+                "content",
+                format!("must be at most {MAX_CONTENT_BYTES} bytes"),
+            ));
+        }
+        if let Some(name) = &self.entity_name {
+            check_name("entity_name", name)?;
+        }
+        Ok(())
+    }
+    pub fn into_document(self) -> Document {
+        Document {
+            id: keys::document_id(&self.source, &self.source_id),
+            title: self.title,
+            content: self.content,
+            source: self.source,
+            source_id: self.source_id,
+            content_type: self.content_type,
+            url: self.url,
+            entity_name: self.entity_name,
+        }
+    }
+    /// The text that is embedded for similarity search.
+    pub fn embedding_text(&self) -> String {
+        format!("{}\n{}", self.title, self.content)
+    }
+}
+
+impl Record {
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Record::Entity(e) => e.validate(),
+            Record::Relationship(r) => r.validate(),
+            Record::Document(d) => d.validate(),
+        }
+    }
+}
+
+/// Shared handles: the graph index and traversal results hand these out without copying.
+pub type EntityRef = Arc<Entity>;
+pub type RelationshipRef = Arc<Relationship>;

@@ -1,0 +1,306 @@
+//! The knowledge base against a real embedded SurrealDB.
+
+use std::sync::Arc;
+
+use kbq_store::generate::{self, Spec};
+use kbq_store::import::{self, Silent};
+use kbq_store::{Direction, HashingEmbedder, KnowledgeBase, Record, StoreConfig, TraversalQuery};
+
+const SMALL: &str = r#"{"kind":"entity","name":"Ada","entity_type":"person","properties":{"born":1815}}
+{"kind":"entity","name":"Babbage","entity_type":"person","properties":{}}
+{"kind":"entity","name":"Engine","entity_type":"machine","properties":{}}
+{"kind":"entity","name":"London","entity_type":"place","properties":{}}
+{"kind":"entity","name":"Zed","entity_type":"person","properties":{}}
+{"kind":"relationship","source_name":"Ada","target_name":"Babbage","relationship_type":"knows","properties":{}}
+{"kind":"relationship","source_name":"Babbage","target_name":"Ada","relationship_type":"knows","properties":{}}
+{"kind":"relationship","source_name":"Babbage","target_name":"Engine","relationship_type":"designed","properties":{"year":1837}}
+{"kind":"relationship","source_name":"Engine","target_name":"London","relationship_type":"located_in","properties":{}}
+{"kind":"relationship","source_name":"London","target_name":"Ada","relationship_type":"home_of","properties":{}}
+{"kind":"relationship","source_name":"Zed","target_name":"Ada","relationship_type":"knows","properties":{}}
+{"kind":"document","title":"Ada Lovelace","content":"Ada wrote notes on the engine.","source":"t","source_id":"ada","content_type":"text/plain","url":null,"entity_name":"Ada"}
+{"kind":"document","title":"The Engine","content":"A mechanical computer designed by Babbage.","source":"t","source_id":"engine","content_type":"text/plain","url":"https://example.org/engine","entity_name":"Engine"}
+"#;
+
+async fn open(index: bool) -> Arc<KnowledgeBase> {
+    let config = StoreConfig {
+        graph_index: index,
+        ..StoreConfig::memory()
+    };
+    KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await
+}
+
+fn q(start: &str, direction: Direction, depth: u32, limit: usize) -> TraversalQuery {
+    TraversalQuery {
+        start: start.into(),
+        relationship_types: None,
+        direction,
+        depth,
+        limit,
+    }
+}
+
+fn names(t: &kbq_store::Traversal) -> Vec<(String, u32)> {
+    t.entities
+        .iter()
+        .map(|r| (r.entity.name.clone(), r.depth))
+        .collect()
+}
+
+#[tokio::test]
+async fn small_graph_has_known_answers_on_both_paths() {
+    for index in [true, false] {
+        let kb = open(index).await;
+        let report = import::import(&kb, SMALL.as_bytes(), &Silent)
+            .await
+            .unwrap();
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        assert_eq!(
+            (report.entities, report.relationships, report.documents),
+            (5, 6, 2)
+        );
+
+        let t = kb.traverse(&q("Ada", Direction::Out, 1, 50)).await.unwrap();
+        assert_eq!(names(&t), vec![("Ada".into(), 0), ("Babbage".into(), 1)]);
+        assert_eq!(t.relationships.len(), 1);
+
+        // Out, depth 3: Ada -> Babbage -> Engine -> London (-> Ada closes the cycle).
+        let t = kb.traverse(&q("Ada", Direction::Out, 3, 50)).await.unwrap();
+        assert_eq!(
+            names(&t),
+            vec![
+                ("Ada".into(), 0),
+                ("Babbage".into(), 1),
+                ("Engine".into(), 2),
+                ("London".into(), 3)
+            ]
+        );
+        assert!(!t.truncated);
+        // The back edge Babbage -> Ada is an examined edge between returned entities.
+        let rels: Vec<(String, String)> = t
+            .relationships
+            .iter()
+            .map(|r| (r.source_name.clone(), r.target_name.clone()))
+            .collect();
+        assert_eq!(
+            rels,
+            vec![
+                ("Ada".into(), "Babbage".into()),
+                ("Babbage".into(), "Ada".into()),
+                ("Babbage".into(), "Engine".into()),
+                ("Engine".into(), "London".into()),
+            ]
+        );
+
+        // In, depth 1: Babbage (knows), London (home_of), Zed (knows): sorted by name.
+        let t = kb.traverse(&q("Ada", Direction::In, 1, 50)).await.unwrap();
+        assert_eq!(
+            names(&t),
+            vec![
+                ("Ada".into(), 0),
+                ("Babbage".into(), 1),
+                ("London".into(), 1),
+                ("Zed".into(), 1)
+            ]
+        );
+        assert_eq!(t.entities[2].via.as_deref(), Some("home_of"));
+
+        // Limit counts the start entity, and marks truncation.
+        let t = kb.traverse(&q("Ada", Direction::Both, 2, 2)).await.unwrap();
+        assert_eq!(names(&t), vec![("Ada".into(), 0), ("Babbage".into(), 1)]);
+        assert!(t.truncated);
+
+        // Relationship type filter.
+        let mut only = q("Babbage", Direction::Both, 5, 50);
+        only.relationship_types = Some(vec!["designed".into(), "located_in".into()]);
+        let t = kb.traverse(&only).await.unwrap();
+        assert_eq!(
+            names(&t),
+            vec![
+                ("Babbage".into(), 0),
+                ("Engine".into(), 1),
+                ("London".into(), 2)
+            ]
+        );
+
+        // Unknown start: empty answer, not an error.
+        let t = kb
+            .traverse(&q("Nobody", Direction::Both, 2, 50))
+            .await
+            .unwrap();
+        assert!(t.entities.is_empty() && t.relationships.is_empty());
+
+        // Search ranks exact, prefix, other.
+        let hits = kb.search_entities("a", None, 10).await.unwrap();
+        let hit_names: Vec<&str> = hits.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(hit_names, vec!["Ada", "Babbage"]);
+        let hits = kb.search_entities("ADA", Some("person"), 10).await.unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].properties["born"], 1815);
+        assert!(
+            kb.search_entities("a", Some("machine"), 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+
+        let e = kb.entity("Engine").await.unwrap().unwrap();
+        assert_eq!(e.entity_type, "machine");
+        assert!(e.id.starts_with("entity:"));
+        assert!(kb.entity("engine").await.unwrap().is_none());
+
+        let docs = kb
+            .documents_of(&["Ada".into(), "Engine".into()], "Ada")
+            .await
+            .unwrap();
+        assert_eq!(docs.len(), 2);
+        let ada = docs
+            .iter()
+            .find(|d| d.document.entity_name.as_deref() == Some("Ada"))
+            .unwrap();
+        let engine = docs
+            .iter()
+            .find(|d| d.document.entity_name.as_deref() == Some("Engine"))
+            .unwrap();
+        assert!(ada.similarity > engine.similarity);
+        assert_eq!(
+            engine.document.url.as_deref(),
+            Some("https://example.org/engine")
+        );
+        assert!(engine.document.id.starts_with("document:"));
+    }
+}
+
+#[tokio::test]
+async fn index_and_database_paths_agree_on_a_generated_graph() {
+    let kb = open(true).await;
+    let records = generate::generate(Spec {
+        entities: 600,
+        relationships: 2000,
+        document_ratio: 0.0,
+        seed: 7,
+    });
+    let records: Vec<(usize, Record)> = records.into_iter().enumerate().collect();
+    let report = import::import_records(&kb, records, &Silent).await.unwrap();
+    assert!(report.failures.is_empty());
+    let mut rng = generate::Rng::new(11);
+    let mut compared = 0;
+    for _ in 0..40 {
+        let start = generate::entity_name(rng.below(600));
+        for direction in [Direction::In, Direction::Out, Direction::Both] {
+            for (depth, limit) in [(1, 50), (2, 50), (3, 20), (5, 200)] {
+                let mut query = q(&start, direction, depth, limit);
+                if rng.below(3) == 0 {
+                    query.relationship_types = Some(vec!["knows".into(), "cites".into()]);
+                }
+                let fast = kb.traverse(&query).await.unwrap();
+                let slow = kb.traverse_in_db(&query).await.unwrap();
+                assert_eq!(fast, slow, "paths disagree on {query:?}");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 480);
+}
+
+#[tokio::test]
+async fn importing_twice_changes_nothing_and_failures_carry_line_numbers() {
+    let kb = open(true).await;
+    let first = import::import(&kb, SMALL.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    let counts = kb.counts().await.unwrap();
+    let second = import::import(&kb, SMALL.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert_eq!(first, second);
+    assert_eq!(kb.counts().await.unwrap(), counts);
+    assert_eq!(
+        (counts.entities, counts.relationships, counts.documents),
+        (5, 6, 2)
+    );
+
+    let bad = "{\"kind\":\"entity\",\"name\":\"Ok\",\"entity_type\":\"t\"}\n\
+               not json\n\
+               \n\
+               {\"kind\":\"planet\",\"name\":\"x\"}\n\
+               {\"kind\":\"entity\",\"name\":\"\",\"entity_type\":\"t\"}\n\
+               {\"kind\":\"relationship\",\"source_name\":\"Ok\",\"target_name\":\"Ghost\",\"relationship_type\":\"r\"}\n\
+               {\"kind\":\"relationship\",\"source_name\":\"Ok\",\"target_name\":\"Ada\",\"relationship_type\":\"r\"}\n\
+               {\"kind\":\"entity\",\"name\":5,\"entity_type\":\"t\"}\n";
+    let report = import::import(&kb, bad.as_bytes(), &Silent).await.unwrap();
+    let lines: Vec<usize> = report.failures.iter().map(|f| f.line).collect();
+    assert_eq!(lines, vec![2, 4, 5, 6, 8], "{:?}", report.failures);
+    assert!(report.failures[1].reason.contains("unknown kind `planet`"));
+    assert!(report.failures[2].reason.contains("name"));
+    assert!(report.failures[3].reason.contains("Ghost"));
+    assert_eq!((report.entities, report.relationships), (1, 1));
+    assert!(kb.entity("Ok").await.unwrap().is_some());
+    let t = kb.traverse(&q("Ok", Direction::Out, 1, 10)).await.unwrap();
+    assert_eq!(names(&t), vec![("Ok".into(), 0), ("Ada".into(), 1)]);
+}
+
+#[tokio::test]
+async fn injection_looking_names_are_plain_data() {
+    let kb = open(false).await;
+    let evil = "x'; DELETE entity; --";
+    let line = format!(
+        "{{\"kind\":\"entity\",\"name\":{},\"entity_type\":\"t\"}}\n{{\"kind\":\"entity\",\"name\":\"REMOVE TABLE entity\",\"entity_type\":\"t\"}}\n",
+        serde_json::to_string(evil).unwrap()
+    );
+    import::import(&kb, line.as_bytes(), &Silent).await.unwrap();
+    assert_eq!(kb.entity(evil).await.unwrap().unwrap().name, evil);
+    assert_eq!(
+        kb.search_entities("'; delete", None, 5)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(kb.counts().await.unwrap().entities, 2);
+}
+
+#[tokio::test]
+async fn surrealkv_store_persists_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("surrealkv://{}", dir.path().join("kb").display());
+    let config = StoreConfig {
+        url,
+        ..StoreConfig::memory()
+    };
+    {
+        let kb = KnowledgeBase::open(config.clone(), Arc::new(HashingEmbedder::default())).await;
+        import::import(&kb, SMALL.as_bytes(), &Silent)
+            .await
+            .unwrap();
+    }
+    let kb = KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await;
+    // The first instance lets go of its files in the background after it is dropped.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let counts = loop {
+        match kb.counts().await {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() > deadline => panic!("store did not reopen: {e}"),
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    };
+    assert_eq!(counts.entities, 5);
+    // The index is rebuilt from the database at start.
+    let t = kb.traverse(&q("Ada", Direction::Out, 3, 50)).await.unwrap();
+    assert_eq!(t.entities.len(), 4);
+}
+
+#[tokio::test]
+async fn unreachable_remote_store_is_unavailable_not_fatal() {
+    let config = StoreConfig {
+        url: "ws://127.0.0.1:9".into(),
+        connect_timeout: std::time::Duration::from_secs(2),
+        ..StoreConfig::memory()
+    };
+    let kb = KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await;
+    let err = kb.entity("Ada").await.unwrap_err();
+    assert!(
+        matches!(err, kbq_store::StoreError::Unavailable(_)),
+        "{err:?}"
+    );
+    assert!(kb.ping().await.is_err());
+}
