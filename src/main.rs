@@ -1,1 +1,264 @@
-fn main() {}
+//! The `kbq` command: `serve` (default), `import`, `keys new`.
+
+use std::io::{BufReader, IsTerminal};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use kbq::config::{Config, LogFormat};
+use kbq::server::{self, Options};
+use kbq_store::import::{self, Phase, Progress};
+use kbq_store::{HashingEmbedder, KnowledgeBase};
+
+#[derive(Parser)]
+#[command(
+    name = "kbq",
+    version,
+    about = "Knowledge base query service and agent runtime"
+)]
+struct Cli {
+    /// A TOML config file (also KBQ_CONFIG).
+    #[arg(long, global = true, env = "KBQ_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve {
+        /// Listen address, e.g. 0.0.0.0:8080 (overrides server.listen).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Store URL: mem://, surrealkv://PATH, ws://HOST:PORT (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        /// Do not load the demo knowledge base into an empty store.
+        #[arg(long)]
+        no_demo: bool,
+    },
+    /// Import an NDJSON file (`-` for standard input) into the store.
+    Import {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        file: PathBuf,
+    },
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Print a fresh random key and the SHA-256 to put in config.
+    New,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::Keys {
+        command: KeysCommand::New,
+    }) = &cli.command
+    {
+        let key = kbq::auth::new_key();
+        println!(
+            "key:    {key}\nsha256: {}",
+            hex::encode(kbq::auth::hash(&key))
+        );
+        println!(
+            "\nAdd to config:\n[[auth.keys]]\nname = \"my-client\"\nsha256 = \"{}\"",
+            hex::encode(kbq::auth::hash(&key))
+        );
+        return ExitCode::SUCCESS;
+    }
+    let mut config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kbq: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match cli.command.unwrap_or(Command::Serve {
+        listen: None,
+        store: None,
+        no_demo: false,
+    }) {
+        Command::Serve {
+            listen,
+            store,
+            no_demo,
+        } => {
+            config.server.listen = listen.unwrap_or(config.server.listen);
+            config.store.url = store.unwrap_or(config.store.url);
+            config.store.load_demo &= !no_demo;
+            if let Err(e) = config.validate() {
+                eprintln!("kbq: {e}");
+                return ExitCode::from(2);
+            }
+            init_logs(&config);
+            runtime.block_on(serve(config))
+        }
+        Command::Import { store, file } => {
+            config.store.url = store.unwrap_or(config.store.url);
+            if let Err(e) = config.validate() {
+                eprintln!("kbq: {e}");
+                return ExitCode::from(2);
+            }
+            init_logs(&config);
+            runtime.block_on(import_file(config, file))
+        }
+        Command::Keys { .. } => unreachable!("handled above"),
+    }
+}
+
+fn init_logs(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn serve(config: Config) -> ExitCode {
+    let plaintext_keys = std::env::var("KBQ_API_KEYS")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let server = match server::start(
+        config,
+        Options {
+            plaintext_keys,
+            ..Options::default()
+        },
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kbq: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    server.run_until(shutdown_signal()).await;
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Shows one bar per import phase, with counts and rate.
+struct Bars {
+    bar: parking_lot::Mutex<Option<ProgressBar>>,
+}
+
+impl Progress for Bars {
+    fn start(&self, phase: Phase, total: u64) {
+        let name = match phase {
+            Phase::Entities => "entities",
+            Phase::Relationships => "relationships",
+            Phase::Documents => "documents",
+        };
+        let bar = ProgressBar::new(total).with_prefix(name);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>13} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        if let Some(old) = self.bar.lock().replace(bar) {
+            old.finish();
+        }
+    }
+    fn advance(&self, done: u64) {
+        if let Some(bar) = &*self.bar.lock() {
+            bar.inc(done);
+        }
+    }
+}
+
+async fn import_file(config: Config, file: PathBuf) -> ExitCode {
+    let kb = KnowledgeBase::open(config.store_config(), Arc::new(HashingEmbedder::default())).await;
+    if let Err(e) = kb.ping().await {
+        eprintln!(
+            "kbq: cannot open the store {}: {e} (is a kbq server using it? import through the server's store URL instead)",
+            config.store.url
+        );
+        return ExitCode::from(2);
+    }
+    let started = std::time::Instant::now();
+    let bars = Bars {
+        bar: parking_lot::Mutex::new(None),
+    };
+    let result = if file.as_os_str() == "-" {
+        import::import(&kb, std::io::stdin().lock(), &bars).await
+    } else {
+        match std::fs::File::open(&file) {
+            Ok(f) => import::import(&kb, BufReader::new(f), &bars).await,
+            Err(e) => {
+                eprintln!("kbq: cannot read {}: {e}", file.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    if let Some(bar) = bars.bar.lock().take() {
+        bar.finish();
+    }
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kbq: import stopped: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for f in &report.failures {
+        eprintln!("line {}: {}", f.line, f.reason);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let summary = format!(
+        "imported {} entities, {} relationships, {} documents from {} records in {secs:.1}s; {} failed",
+        report.entities,
+        report.relationships,
+        report.documents,
+        report.records,
+        report.failures.len()
+    );
+    if std::io::stderr().is_terminal() {
+        eprintln!("{summary}")
+    } else {
+        println!("{summary}")
+    }
+    if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

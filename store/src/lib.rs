@@ -7,6 +7,7 @@
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
+//! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: [`StoreError`].
 
@@ -17,6 +18,7 @@ pub mod graph;
 pub mod import;
 pub mod kb;
 pub mod model;
+pub mod related;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
@@ -25,3 +27,4 @@ pub use kb::{Counts, KnowledgeBase, ScoredDocument, StoreConfig};
 pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,
 };
+pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSHIP};

@@ -304,3 +304,78 @@ async fn unreachable_remote_store_is_unavailable_not_fatal() {
     );
     assert!(kb.ping().await.is_err());
 }
+
+#[tokio::test]
+async fn graph_documents_resolve_self_and_related_entities() {
+    use kbq_store::{DocumentsQuery, SELF_RELATIONSHIP};
+    let kb = open(true).await;
+    import::import(&kb, SMALL.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    let query = DocumentsQuery {
+        start: "Babbage".into(),
+        entity_type: None,
+        relationship_types: None,
+        max_depth: 2,
+        limit: 20,
+        resolve_documents: true,
+    };
+    let found = kb.graph_documents(&query).await.unwrap();
+    // Babbage has no document of its own; Ada (knows, depth 1) and Engine (designed, depth 1) do.
+    assert_eq!(
+        found.related_entities,
+        vec!["Ada", "Engine", "London", "Zed"]
+    );
+    assert_eq!(found.results.len(), 2);
+    assert!(
+        found
+            .results
+            .iter()
+            .all(|d| d.relationship != SELF_RELATIONSHIP)
+    );
+    assert!(found.results[0].score >= found.results[1].score);
+
+    let own = kb
+        .graph_documents(&DocumentsQuery {
+            start: "Ada".into(),
+            ..query.clone()
+        })
+        .await
+        .unwrap();
+    let first = &own.results[0];
+    assert_eq!(
+        (first.relationship.as_str(), first.related_entity.as_deref()),
+        (SELF_RELATIONSHIP, None)
+    );
+    assert!(
+        first.score > 0.7,
+        "own document scores proximity 1: {}",
+        first.score
+    );
+
+    let typed = kb
+        .graph_documents(&DocumentsQuery {
+            entity_type: Some("machine".into()),
+            ..query.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(typed.related_entities, vec!["Engine"]);
+    assert_eq!(typed.results.len(), 1);
+
+    let names_only = kb
+        .graph_documents(&DocumentsQuery {
+            resolve_documents: false,
+            ..query.clone()
+        })
+        .await
+        .unwrap();
+    assert!(names_only.results.is_empty());
+    assert_eq!(names_only.related_entities.len(), 4);
+
+    let limited = kb
+        .graph_documents(&DocumentsQuery { limit: 1, ..query })
+        .await
+        .unwrap();
+    assert_eq!(limited.results.len(), 1);
+}

@@ -1,0 +1,208 @@
+//! The graph workers: a ractor factory of [`GraphWorker`]s that answer the four graph
+//! operations from the knowledge base, and [`GraphPool`], the handle the HTTP edge calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kbq_store::{
+    DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, Traversal, TraversalQuery,
+};
+use parking_lot::RwLock;
+use ractor::factory::{
+    Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
+    worker_builder,
+};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+
+/// What the graph workers do. Each variant answers through its reply port.
+#[derive(Debug)]
+pub enum GraphRequest {
+    /// Walk the graph from an entity.
+    Traverse(TraversalQuery, RpcReplyPort<Result<Traversal, StoreError>>),
+    /// Find entities whose names contain a string.
+    Search {
+        query: String,
+        entity_type: Option<String>,
+        limit: usize,
+        reply: RpcReplyPort<Result<Vec<EntityRef>, StoreError>>,
+    },
+    /// Fetch one entity by exact name.
+    Entity(String, RpcReplyPort<Result<Option<EntityRef>, StoreError>>),
+    /// Walk, then resolve the entities reached to documents.
+    Documents(
+        DocumentsQuery,
+        RpcReplyPort<Result<GraphDocuments, StoreError>>,
+    ),
+    /// Panic inside the worker: only for tests of supervision.
+    #[cfg(feature = "fault-injection")]
+    Panic,
+}
+
+/// Why a graph call did not produce an answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GraphError {
+    /// The store answered with an error.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No worker answered in time.
+    #[error("the graph workers did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The worker stopped (crashed) before answering; it has been replaced.
+    #[error("the graph worker stopped before answering")]
+    WorkerLost,
+    /// The pool is not running (shutting down, or being restarted).
+    #[error("the graph workers are not running: {0}")]
+    NotRunning(String),
+}
+
+/// One worker of the pool. Stateless apart from its handle on the knowledge base.
+pub struct GraphWorker;
+
+impl Worker for GraphWorker {
+    type Key = ();
+    type Message = GraphRequest;
+    type Arguments = Arc<KnowledgeBase>;
+    type State = Arc<KnowledgeBase>;
+
+    async fn pre_start(
+        &self,
+        _wid: WorkerId,
+        _factory: &ActorRef<FactoryMessage<(), GraphRequest>>,
+        kb: Arc<KnowledgeBase>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(kb)
+    }
+
+    async fn handle(
+        &self,
+        _wid: WorkerId,
+        _factory: &ActorRef<FactoryMessage<(), GraphRequest>>,
+        Job { key, msg, .. }: Job<(), GraphRequest>,
+        kb: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A caller that gave up has dropped its port; sending then fails, which is fine.
+        match msg {
+            GraphRequest::Traverse(q, reply) => {
+                let _ = reply.send(kb.traverse(&q).await);
+            }
+            GraphRequest::Search {
+                query,
+                entity_type,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(
+                    kb.search_entities(&query, entity_type.as_deref(), limit)
+                        .await,
+                );
+            }
+            GraphRequest::Entity(name, reply) => {
+                let _ = reply.send(kb.entity(&name).await);
+            }
+            GraphRequest::Documents(q, reply) => {
+                let _ = reply.send(kb.graph_documents(&q).await);
+            }
+            #[cfg(feature = "fault-injection")]
+            GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
+        }
+        Ok(key)
+    }
+}
+
+pub(crate) type GraphFactory = Factory<
+    (),
+    GraphRequest,
+    Arc<KnowledgeBase>,
+    GraphWorker,
+    routing::QueuerRouting<(), GraphRequest>,
+    queues::DefaultQueue<(), GraphRequest>,
+>;
+
+/// Spawns the graph factory linked to `supervisor`.
+pub(crate) async fn spawn_factory(
+    kb: Arc<KnowledgeBase>,
+    workers: usize,
+    supervisor: ActorCell,
+) -> Result<FactoryRef<(), GraphRequest>, SpawnErr> {
+    let args = FactoryArguments::builder()
+        .worker_builder(Box::new(worker_builder(move |_wid| {
+            (GraphWorker, kb.clone())
+        })))
+        .queue(Default::default())
+        .router(Default::default())
+        .num_initial_workers(workers)
+        .build();
+    let (factory, _) = Actor::spawn_linked(None, GraphFactory::default(), args, supervisor).await?;
+    Ok(factory)
+}
+
+/// The handle the edge uses: every call has a timeout, and the handle follows the factory
+/// across restarts by the root supervisor.
+#[derive(Clone)]
+pub struct GraphPool {
+    pub(crate) factory: Arc<RwLock<FactoryRef<(), GraphRequest>>>,
+    timeout: Duration,
+}
+
+impl GraphPool {
+    pub(crate) fn new(
+        factory: Arc<RwLock<FactoryRef<(), GraphRequest>>>,
+        timeout: Duration,
+    ) -> Self {
+        GraphPool { factory, timeout }
+    }
+
+    pub async fn traverse(&self, query: TraversalQuery) -> Result<Traversal, GraphError> {
+        self.call(|reply| GraphRequest::Traverse(query, reply))
+            .await
+    }
+
+    pub async fn search(
+        &self,
+        query: String,
+        entity_type: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<EntityRef>, GraphError> {
+        self.call(|reply| GraphRequest::Search {
+            query,
+            entity_type,
+            limit,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn entity(&self, name: String) -> Result<Option<EntityRef>, GraphError> {
+        self.call(|reply| GraphRequest::Entity(name, reply)).await
+    }
+
+    pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
+        self.call(|reply| GraphRequest::Documents(query, reply))
+            .await
+    }
+
+    /// Makes one worker panic. Only for tests of supervision.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_panic(&self) {
+        let _ = self.factory.read().dispatch((), GraphRequest::Panic);
+    }
+
+    /// The current factory, e.g. to kill it in a test of supervision.
+    pub fn factory(&self) -> FactoryRef<(), GraphRequest> {
+        self.factory.read().clone()
+    }
+
+    async fn call<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
+    ) -> Result<T, GraphError> {
+        let factory = self.factory();
+        match factory.call_job((), build, Some(self.timeout)).await {
+            Ok(CallResult::Success(answer)) => Ok(answer?),
+            Ok(CallResult::Timeout) => Err(GraphError::Timeout(self.timeout)),
+            Ok(CallResult::SenderError) => Err(GraphError::WorkerLost),
+            Err(e) => Err(GraphError::NotRunning(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! API keys: `Authorization: Bearer KEY` or `X-API-Key: KEY` on every API route. kbq keeps
+//! only SHA-256 hashes and compares them in constant time.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, web};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::KeyEntry;
+use crate::error::{ApiError, ErrorCode};
+
+/// The name of the key a request was made with, in the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyName(pub Arc<str>);
+
+struct Key {
+    name: Arc<str>,
+    hash: [u8; 32],
+}
+
+/// The keys kbq accepts.
+pub struct Keys {
+    keys: Vec<Key>,
+}
+
+/// A key kbq made on first start because none was configured.
+pub struct GeneratedKey {
+    pub key: String,
+    pub path: std::path::PathBuf,
+    /// True when it was made now (and so should be printed once), false when read back.
+    pub new: bool,
+}
+
+pub fn hash(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// A fresh random key: `kbq_` and 64 hex digits (256 bits).
+pub fn new_key() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("kbq_{}", hex::encode(bytes))
+}
+
+const GENERATED_KEY_FILE: &str = "api-key";
+
+impl Keys {
+    /// Keys from config hashes and from plaintext development keys (`KBQ_API_KEYS`).
+    pub fn new(entries: &[KeyEntry], plaintext: &[String]) -> Keys {
+        let mut keys: Vec<Key> = entries
+            .iter()
+            .map(|e| {
+                let mut hash = [0u8; 32];
+                // Config validation has checked the hex already.
+                hex::decode_to_slice(&e.sha256, &mut hash).unwrap_or_default();
+                Key {
+                    name: e.name.as_str().into(),
+                    hash,
+                }
+            })
+            .collect();
+        for (i, k) in plaintext.iter().enumerate() {
+            keys.push(Key {
+                name: format!("env-{i}").into(),
+                hash: hash(k),
+            });
+        }
+        Keys { keys }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// When no key is configured, reads the key kept in `data_dir`, or makes and keeps one,
+    /// so that a first run is usable and never open.
+    pub fn ensure_one(&mut self, data_dir: &Path) -> std::io::Result<Option<GeneratedKey>> {
+        if !self.keys.is_empty() {
+            return Ok(None);
+        }
+        let path = data_dir.join(GENERATED_KEY_FILE);
+        let (key, new) = match std::fs::read_to_string(&path) {
+            Ok(k) if !k.trim().is_empty() => (k.trim().to_string(), false),
+            _ => {
+                std::fs::create_dir_all(data_dir)?;
+                let key = new_key();
+                write_private(&path, &key)?;
+                (key, true)
+            }
+        };
+        self.keys.push(Key {
+            name: "generated".into(),
+            hash: hash(&key),
+        });
+        Ok(Some(GeneratedKey { key, path, new }))
+    }
+
+    /// The name of the matching key. Every configured hash is compared, in constant time.
+    pub fn verify(&self, presented: &str) -> Option<Arc<str>> {
+        let h = hash(presented);
+        let mut found = None;
+        for k in &self.keys {
+            if bool::from(k.hash.ct_eq(&h)) {
+                found = Some(k.name.clone());
+            }
+        }
+        found
+    }
+}
+
+fn write_private(path: &Path, key: &str) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        f.write_all(key.as_bytes())?;
+        f.write_all(b"\n")
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::write(path, format!("{key}\n"))
+    }
+}
+
+/// The key a request carries, from either header.
+fn presented_key(req: &ServiceRequest) -> Option<&str> {
+    let headers = req.headers();
+    if let Some(v) = headers
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        let (scheme, rest) = v.trim().split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim());
+    }
+    headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+/// Middleware: 401 `INVALID_API_KEY` unless the request carries a known key.
+pub async fn require_key(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let keys = req.app_data::<web::Data<Keys>>().cloned();
+    let name = match (keys, presented_key(&req)) {
+        (Some(keys), Some(k)) if !k.is_empty() => keys.verify(k),
+        _ => None,
+    };
+    let Some(name) = name else {
+        let message = if presented_key(&req).is_some() {
+            "the API key is not valid"
+        } else {
+            "an API key is required: send Authorization: Bearer KEY or X-API-Key: KEY"
+        };
+        return Ok(req
+            .error_response(ApiError::new(ErrorCode::InvalidApiKey, message))
+            .map_into_right_body());
+    };
+    req.extensions_mut().insert(KeyName(name));
+    Ok(next.call(req).await?.map_into_left_body())
+}

@@ -1,0 +1,384 @@
+//! Configuration: built-in defaults, then a TOML file (`--config PATH` or `KBQ_CONFIG`), then
+//! environment variables `KBQ_SECTION__KEY`. [`Config::validate`] names the key and the rule
+//! of any bad value, and start-up stops on it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use chrono::{Months, NaiveDate};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where kbq keeps its own files (the generated API key).
+    pub data_dir: PathBuf,
+    pub server: ServerConfig,
+    pub store: StoreSection,
+    pub graph: GraphSection,
+    pub auth: AuthSection,
+    /// API versions by path prefix (`v1`, ...).
+    pub versions: BTreeMap<String, VersionSection>,
+    pub log: LogSection,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    /// Largest request body accepted; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+    /// How long in-flight requests may finish after a stop signal.
+    pub shutdown_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// `mem://`, `surrealkv://PATH`, `ws://HOST:PORT` or `wss://HOST:PORT`.
+    pub url: String,
+    pub namespace: String,
+    pub database: String,
+    /// Root user and password for a remote server.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// Serve graph reads from the in-memory index (else from SurrealDB queries).
+    pub graph_index: bool,
+    pub query_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    /// Load the bundled demo knowledge base when the store has no entities.
+    pub load_demo: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GraphSection {
+    /// Graph worker actors in the pool.
+    pub workers: usize,
+    /// Longest wait of a request for a graph worker's answer.
+    pub call_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    pub keys: Vec<KeyEntry>,
+}
+
+/// A configured API key: a name (for logs) and the SHA-256 of the key, in hex.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEntry {
+    pub name: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum VersionStatus {
+    Current,
+    Stable,
+    Deprecated,
+    Sunset,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VersionSection {
+    pub status: VersionStatus,
+    /// `YYYY-MM-DD`.
+    pub released: String,
+    /// From this date (00:00 UTC) responses carry the deprecation headers.
+    #[serde(default)]
+    pub deprecated_at: Option<String>,
+    /// From this date (00:00 UTC) every request under the version gets 410.
+    #[serde(default)]
+    pub sunset_at: Option<String>,
+    #[serde(default)]
+    pub migration_guide: Option<String>,
+    /// The version that replaces this one, e.g. `v2`.
+    #[serde(default)]
+    pub successor: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// A tracing filter, e.g. `info` or `kbq=debug,info`. `RUST_LOG` overrides it.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut versions = BTreeMap::new();
+        versions.insert(
+            "v1".to_string(),
+            VersionSection {
+                status: VersionStatus::Current,
+                released: "2026-01-16".into(),
+                deprecated_at: None,
+                sunset_at: None,
+                migration_guide: None,
+                successor: None,
+            },
+        );
+        Config {
+            data_dir: PathBuf::from("data"),
+            server: ServerConfig::default(),
+            store: StoreSection::default(),
+            graph: GraphSection::default(),
+            auth: AuthSection::default(),
+            versions,
+            log: LogSection::default(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 1 << 20,
+            workers: 0,
+            shutdown_timeout_secs: 30,
+        }
+    }
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        StoreSection {
+            url: "surrealkv://data/kb".into(),
+            namespace: "kbq".into(),
+            database: "kb".into(),
+            username: None,
+            password: None,
+            graph_index: true,
+            query_timeout_ms: 10_000,
+            connect_timeout_ms: 5_000,
+            load_demo: true,
+        }
+    }
+}
+
+impl Default for GraphSection {
+    fn default() -> Self {
+        GraphSection {
+            workers: 4,
+            call_timeout_ms: 15_000,
+        }
+    }
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming the key and the rule.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Loads defaults, then `file` (if given), then `KBQ_*` variables, and validates.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(ConfigError(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        figment = figment.merge(
+            Env::prefixed("KBQ_")
+                .split("__")
+                .filter(|k| k != "config" && k != "api_keys"),
+        );
+        let config: Config = figment.extract().map_err(|e| {
+            let errors: Vec<String> = e.into_iter().map(|e| e.to_string()).collect();
+            ConfigError(errors.join("; "))
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule that types alone do not.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, rule: &str| Err(ConfigError(format!("{key} {rule}")));
+        if self.server.listen.parse::<std::net::SocketAddr>().is_err() {
+            return bad("server.listen", "must be an address like 127.0.0.1:8080");
+        }
+        if !(1024..=(256 << 20)).contains(&self.server.max_body_bytes) {
+            return bad(
+                "server.max_body_bytes",
+                "must be between 1024 and 268435456",
+            );
+        }
+        if self.server.workers > 256 {
+            return bad("server.workers", "must be between 0 (one per core) and 256");
+        }
+        let url = &self.store.url;
+        if !["mem://", "surrealkv://", "ws://", "wss://"]
+            .iter()
+            .any(|s| url.starts_with(s))
+        {
+            return bad(
+                "store.url",
+                "must start with mem://, surrealkv://, ws:// or wss://",
+            );
+        }
+        if url.starts_with("surrealkv://") && url.len() == "surrealkv://".len() {
+            return bad("store.url", "needs a path after surrealkv://");
+        }
+        if self.store.namespace.is_empty() || self.store.database.is_empty() {
+            return bad("store.namespace and store.database", "must not be empty");
+        }
+        if self.store.username.is_some() != self.store.password.is_some() {
+            return bad(
+                "store.username and store.password",
+                "must be given together",
+            );
+        }
+        for (key, ms) in [
+            ("store.query_timeout_ms", self.store.query_timeout_ms),
+            ("store.connect_timeout_ms", self.store.connect_timeout_ms),
+            ("graph.call_timeout_ms", self.graph.call_timeout_ms),
+        ] {
+            if !(1..=600_000).contains(&ms) {
+                return bad(key, "must be between 1 and 600000");
+            }
+        }
+        if !(1..=256).contains(&self.graph.workers) {
+            return bad("graph.workers", "must be between 1 and 256");
+        }
+        for (i, k) in self.auth.keys.iter().enumerate() {
+            if k.name.trim().is_empty() {
+                return bad(&format!("auth.keys[{i}].name"), "must not be empty");
+            }
+            if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return bad(
+                    &format!("auth.keys[{i}].sha256"),
+                    "must be 64 hex digits (see `kbq keys new`)",
+                );
+            }
+        }
+        for (name, v) in &self.versions {
+            let ok_name = name.len() > 1
+                && name.starts_with('v')
+                && name[1..].bytes().all(|b| b.is_ascii_digit());
+            if !ok_name {
+                return bad(
+                    &format!("versions.{name}"),
+                    "must be named v<major>, e.g. v1",
+                );
+            }
+            let date = |field: &str, value: &str| -> Result<NaiveDate, ConfigError> {
+                NaiveDate::parse_from_str(value, "%Y-%m-%d").map_err(|_| {
+                    ConfigError(format!("versions.{name}.{field} must be a date YYYY-MM-DD"))
+                })
+            };
+            let released = date("released", &v.released)?;
+            let deprecated = v
+                .deprecated_at
+                .as_deref()
+                .map(|d| date("deprecated_at", d))
+                .transpose()?;
+            let sunset = v
+                .sunset_at
+                .as_deref()
+                .map(|d| date("sunset_at", d))
+                .transpose()?;
+            if deprecated.is_some_and(|d| d < released) {
+                return bad(
+                    &format!("versions.{name}.deprecated_at"),
+                    "must not be before released",
+                );
+            }
+            if let Some(sunset) = sunset {
+                let Some(deprecated) = deprecated else {
+                    return bad(
+                        &format!("versions.{name}.sunset_at"),
+                        "needs deprecated_at (a version is deprecated before it is sunset)",
+                    );
+                };
+                if sunset < deprecated + Months::new(6) {
+                    return bad(
+                        &format!("versions.{name}.sunset_at"),
+                        "must be at least 6 months after deprecated_at (the deprecation support period)",
+                    );
+                }
+            }
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            return bad(
+                "log.level",
+                "must be a tracing filter such as info or kbq=debug,info",
+            );
+        }
+        Ok(())
+    }
+
+    pub fn store_config(&self) -> kbq_store::StoreConfig {
+        kbq_store::StoreConfig {
+            url: self.store.url.clone(),
+            namespace: self.store.namespace.clone(),
+            database: self.store.database.clone(),
+            username: self.store.username.clone(),
+            password: self.store.password.clone(),
+            graph_index: self.store.graph_index,
+            query_timeout: Duration::from_millis(self.store.query_timeout_ms),
+            connect_timeout: Duration::from_millis(self.store.connect_timeout_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut c = Config::default();
+        c.graph.workers = 0;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("graph.workers")
+        );
+        let mut c = Config::default();
+        c.store.url = "postgres://x".into();
+        assert!(c.validate().unwrap_err().to_string().contains("store.url"));
+        let mut c = Config::default();
+        let v1 = c.versions.get_mut("v1").unwrap();
+        v1.deprecated_at = Some("2026-06-01".into());
+        v1.sunset_at = Some("2026-09-01".into());
+        assert!(c.validate().unwrap_err().to_string().contains("6 months"));
+    }
+}

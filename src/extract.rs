@@ -1,0 +1,134 @@
+//! [`ValidJson`]: a JSON body extractor whose errors name the field at fault.
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpRequest, web};
+use futures::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A request body parsed as JSON into `T`. Bodies over `server.max_body_bytes` get 413; bodies
+/// that are not JSON, or do not fit `T`, get 400 `invalid_request` naming the field.
+pub struct ValidJson<T>(pub T);
+
+impl<T: DeserializeOwned + 'static> FromRequest for ValidJson<T> {
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let bytes = web::Bytes::from_request(req, payload);
+        Box::pin(async move {
+            let bytes = bytes.await?;
+            parse(&bytes).map(ValidJson).map_err(Into::into)
+        })
+    }
+}
+
+/// Parses JSON into `T`, naming the field at fault on failure.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::invalid(
+            "body",
+            "the request body must be a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(describe)?;
+    de.end().map_err(|e| {
+        ApiError::invalid(
+            "body",
+            format!("the request body is not valid JSON: {}", plain(&e)),
+        )
+    })?;
+    Ok(value)
+}
+
+fn describe(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let message = plain(&inner);
+    if matches!(
+        inner.classify(),
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof
+    ) {
+        return ApiError::invalid(
+            "body",
+            format!("the request body is not valid JSON: {message}"),
+        );
+    }
+    let named = |prefix: &str| {
+        message
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.split('`').nth(1))
+            .map(str::to_owned)
+    };
+    let field = if path == "." || path.is_empty() {
+        named("missing field ")
+            .or_else(|| named("unknown field "))
+            .unwrap_or_else(|| "body".into())
+    } else {
+        path
+    };
+    let message = if message.starts_with("missing field") {
+        format!("{field} is required")
+    } else if message.starts_with("unknown field") {
+        format!(
+            "{field} is not a field of this request: {}",
+            message.split_once(", ").map_or("", |(_, rest)| rest)
+        )
+    } else {
+        format!("{field}: {}", friendly(&message))
+    };
+    ApiError::invalid(field, message)
+}
+
+/// serde_json's message without its " at line L column C" tail.
+fn plain(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+fn friendly(message: &str) -> String {
+    message
+        .replace("expected i64", "expected an integer")
+        .replace("expected u64", "expected a non-negative integer")
+        .replace("expected f64", "expected a number")
+        .replace("a sequence", "an array")
+        .replace("expected a map", "expected an object")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct R {
+        name: String,
+        depth: Option<i64>,
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse::<R>(br#"{"name":"a","depth":"x"}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("depth"));
+        assert!(e.message.contains("expected an integer"), "{}", e.message);
+        let e = parse::<R>(br#"{"depth":1}"#).unwrap_err();
+        assert_eq!(
+            (e.field.as_deref(), e.message.as_str()),
+            (Some("name"), "name is required")
+        );
+        let e = parse::<R>(br#"{"name":"a","dpeth":1}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("dpeth"));
+        let e = parse::<R>(br#"{"name":"a""#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("body"));
+        let e = parse::<R>(b"").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("body"));
+        let e = parse::<R>(br#"{"name":"a"} x"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("body"));
+    }
+}

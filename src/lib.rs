@@ -1,0 +1,23 @@
+//! kbq: a knowledge base query service and actor-based agent runtime. This crate is the HTTP
+//! edge; the work happens in `kbq-actors`, over the knowledge base in `kbq-store`.
+//!
+//! # Layout
+//! - [`config`]: layered configuration (defaults, TOML file, `KBQ_*` variables) and its rules.
+//! - [`server`]: assembles the knowledge base, the actor runtime and the actix-web server.
+//! - [`routes`]: one module per resource group, each with its handlers and `configure`.
+//! - [`extract`]: the JSON body extractor whose errors name the field at fault.
+//! - [`error`]: the public error-code table and the one error body.
+//! - [`auth`]: API keys (hashed, compared in constant time) and the key middleware.
+//! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
+//! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
+//! - [`demo`]: the bundled demo knowledge base.
+
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod extract;
+pub mod middleware;
+pub mod routes;
+pub mod server;
+pub mod versions;

@@ -1,0 +1,106 @@
+//! Cross-cutting middleware: the request id with its tracing span, and the rewrite of any error
+//! response that did not come from kbq's handlers into kbq's one error body.
+
+use std::time::Instant;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, ResponseError};
+use tracing::Instrument;
+
+use crate::error::{ApiError, ErrorCode};
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The request's id, in its extensions.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// A caller's id is kept when it is short printable ASCII; otherwise kbq makes a uuid.
+fn accepted_id(v: &HeaderValue) -> Option<String> {
+    let s = v.to_str().ok()?;
+    let ok = !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic());
+    ok.then(|| s.to_string())
+}
+
+/// Middleware: gives each request an id, a span carrying it, a completion log line, and the
+/// `X-Request-Id` response header.
+pub async fn request_id(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let id = req
+        .headers()
+        .get(REQUEST_ID)
+        .and_then(accepted_id)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.path());
+    let started = Instant::now();
+    let result = next.call(req).instrument(span.clone()).await;
+    let mut res = match result {
+        Ok(res) => res.map_into_boxed_body(),
+        Err(e) => return Err(e),
+    };
+    let status = res.status().as_u16();
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "request done"
+        );
+    });
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        res.headers_mut().insert(REQUEST_ID, v);
+    }
+    Ok(res)
+}
+
+/// Middleware: any error (a handler's, an extractor's, actix's 404/405/413) leaves as kbq's
+/// error body with a code from the table.
+pub async fn error_bodies(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    // kbq's own middleware answers errors as responses, and actix turns handler and extractor
+    // errors into responses too; an `Err` here can only come from actix itself.
+    let res = match next.call(req).await {
+        Ok(res) => res,
+        Err(e) if e.as_error::<ApiError>().is_some() => return Err(e),
+        Err(e) => {
+            return Err(from_status(e.as_response_error().status_code(), &e.to_string()).into());
+        }
+    };
+    let status = res.status();
+    let is_json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if status.as_u16() < 400 || is_json {
+        return Ok(res.map_into_boxed_body());
+    }
+    let (req, res) = res.into_parts();
+    let message = match (status.as_u16(), res.error()) {
+        (404, _) => format!("no route for {} {}", req.method(), req.path()),
+        (405, _) => format!("{} is not allowed on {}", req.method(), req.path()),
+        (_, Some(e)) => e.to_string(),
+        _ => status.canonical_reason().unwrap_or("error").to_string(),
+    };
+    Ok(ServiceResponse::new(
+        req,
+        from_status(status, &message).error_response(),
+    ))
+}
+
+fn from_status(status: actix_web::http::StatusCode, message: &str) -> ApiError {
+    let code = ErrorCode::for_status(status);
+    let message = if code == ErrorCode::PayloadTooLarge {
+        "the request body is larger than the limit (server.max_body_bytes)".to_string()
+    } else {
+        message.to_string()
+    };
+    ApiError::new(code, message)
+}

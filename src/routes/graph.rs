@@ -1,0 +1,296 @@
+//! The four graph endpoints under `/data/v1/query/graph`, answered by the graph workers.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use kbq_actors::GraphPool;
+use kbq_store::model::MAX_NAME_BYTES;
+use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalQuery};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::extract::ValidJson;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
+        .service(web::resource("/query/graph/search").route(web::post().to(search)))
+        .service(web::resource("/query/graph/documents").route(web::post().to(documents)))
+        .service(
+            web::resource("/query/graph/entity/{entity_name:.*}").route(web::get().to(entity)),
+        );
+}
+
+// ---- request rules ------------------------------------------------------------------------
+
+/// An integer field with a default and an inclusive range.
+fn ranged(
+    field: &str,
+    value: Option<i64>,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        Some(_) => Err(ApiError::invalid(
+            field,
+            format!("{field} must be between {min} and {max}"),
+        )),
+    }
+}
+
+fn name(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.trim().is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must not be empty"),
+        ));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must be at most {MAX_NAME_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Most relationship types one request may name.
+const MAX_RELATIONSHIP_TYPES: usize = 64;
+
+fn relationship_types(value: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(types) = value else { return Ok(None) };
+    let field = "relationship_types";
+    if types.is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            "relationship_types must not be empty; omit it to follow every type",
+        ));
+    }
+    if types.len() > MAX_RELATIONSHIP_TYPES {
+        return Err(ApiError::invalid(
+            field,
+            format!("relationship_types may name at most {MAX_RELATIONSHIP_TYPES} types"),
+        ));
+    }
+    for t in &types {
+        name(field, t)?;
+    }
+    Ok(Some(types))
+}
+
+fn entity_type(value: Option<String>) -> Result<Option<String>, ApiError> {
+    if let Some(t) = &value {
+        name("entity_type", t)?;
+    }
+    Ok(value)
+}
+
+// ---- traverse -----------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraversalRequest {
+    pub entity_name: String,
+    pub relationship_types: Option<Vec<String>>,
+    pub direction: Option<String>,
+    pub depth: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EntityAtDepth<'a> {
+    #[serde(flatten)]
+    pub entity: &'a Entity,
+    /// Hops from the start entity (0 for the start entity).
+    pub depth: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TraversalResponse<'a> {
+    pub entity_name: &'a str,
+    pub entities_found: Vec<EntityAtDepth<'a>>,
+    pub relationships: Vec<&'a Relationship>,
+    pub total_entities: usize,
+    pub total_relationships: usize,
+    /// True when `limit` stopped the walk before it met every reachable entity.
+    pub truncated: bool,
+}
+
+async fn traverse(
+    graph: web::Data<GraphPool>,
+    ValidJson(req): ValidJson<TraversalRequest>,
+) -> Result<HttpResponse, ApiError> {
+    name("entity_name", &req.entity_name)?;
+    let direction = match req.direction.as_deref() {
+        None | Some("both") => Direction::Both,
+        Some("in") => Direction::In,
+        Some("out") => Direction::Out,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "direction",
+                "direction must be one of in, out, both",
+            ));
+        }
+    };
+    let query = TraversalQuery {
+        relationship_types: relationship_types(req.relationship_types)?,
+        direction,
+        depth: ranged("depth", req.depth, 2, 1, 5)? as u32,
+        limit: ranged("limit", req.limit, 50, 1, 200)? as usize,
+        start: req.entity_name,
+    };
+    let walk = graph.traverse(query.clone()).await?;
+    let body = TraversalResponse {
+        entity_name: &query.start,
+        entities_found: walk
+            .entities
+            .iter()
+            .map(|r| EntityAtDepth {
+                entity: &r.entity,
+                depth: r.depth,
+            })
+            .collect(),
+        relationships: walk.relationships.iter().map(|r| &**r).collect(),
+        total_entities: walk.entities.len(),
+        total_relationships: walk.relationships.len(),
+        truncated: walk.truncated,
+    };
+    Ok(HttpResponse::Ok().json(body))
+}
+
+// ---- search -------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    pub query: String,
+    pub entity_type: Option<String>,
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SearchResponse<'a> {
+    pub query: &'a str,
+    pub entity_type: Option<&'a str>,
+    pub results: Vec<&'a Entity>,
+    pub total: usize,
+}
+
+async fn search(
+    graph: web::Data<GraphPool>,
+    ValidJson(req): ValidJson<SearchRequest>,
+) -> Result<HttpResponse, ApiError> {
+    name("query", &req.query)?;
+    let entity_type = entity_type(req.entity_type)?;
+    let limit = ranged("limit", req.limit, 20, 1, 100)? as usize;
+    let hits = graph
+        .search(req.query.clone(), entity_type.clone(), limit)
+        .await?;
+    Ok(HttpResponse::Ok().json(SearchResponse {
+        query: &req.query,
+        entity_type: entity_type.as_deref(),
+        results: hits.iter().map(|e| &**e).collect(),
+        total: hits.len(),
+    }))
+}
+
+// ---- entity by name -----------------------------------------------------------------------
+
+/// The raw path segment after `/entity/`, percent-decoded in full (so `%2F` is a slash in the
+/// name, not a separator).
+fn entity_name_of(req: &HttpRequest) -> Result<String, ApiError> {
+    const MARK: &str = "/query/graph/entity/";
+    let path = req.uri().path();
+    let raw = path
+        .find(MARK)
+        .map(|i| &path[i + MARK.len()..])
+        .unwrap_or("");
+    let decoded = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| {
+            ApiError::invalid("entity_name", "entity_name must be percent-encoded UTF-8")
+        })?;
+    name("entity_name", &decoded)?;
+    Ok(decoded.into_owned())
+}
+
+async fn entity(graph: web::Data<GraphPool>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let name = entity_name_of(&req)?;
+    let found = graph.entity(name).await?;
+    Ok(HttpResponse::Ok().json(found))
+}
+
+// ---- documents ----------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentsRequest {
+    pub entity_name: String,
+    pub entity_type: Option<String>,
+    pub relationship_types: Option<Vec<String>>,
+    pub max_depth: Option<i64>,
+    pub limit: Option<i64>,
+    pub resolve_documents: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GraphDocumentResult<'a> {
+    pub id: &'a str,
+    pub title: &'a str,
+    pub content: &'a str,
+    pub source: &'a str,
+    pub source_id: &'a str,
+    pub content_type: &'a str,
+    pub url: Option<&'a str>,
+    pub score: f64,
+    pub relationship: &'a str,
+    pub related_entity: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DocumentsResponse<'a> {
+    pub entity_name: &'a str,
+    pub entity_type: Option<&'a str>,
+    pub results: Vec<GraphDocumentResult<'a>>,
+    pub related_entities: &'a [String],
+    pub total: usize,
+}
+
+async fn documents(
+    graph: web::Data<GraphPool>,
+    ValidJson(req): ValidJson<DocumentsRequest>,
+) -> Result<HttpResponse, ApiError> {
+    name("entity_name", &req.entity_name)?;
+    let query = DocumentsQuery {
+        entity_type: entity_type(req.entity_type)?,
+        relationship_types: relationship_types(req.relationship_types)?,
+        max_depth: ranged("max_depth", req.max_depth, 2, 1, 5)? as u32,
+        limit: ranged("limit", req.limit, 20, 1, 100)? as usize,
+        resolve_documents: req.resolve_documents.unwrap_or(true),
+        start: req.entity_name,
+    };
+    let found = graph.documents(query.clone()).await?;
+    let results: Vec<GraphDocumentResult> = found
+        .results
+        .iter()
+        .map(|r| GraphDocumentResult {
+            id: &r.document.id,
+            title: &r.document.title,
+            content: &r.document.content,
+            source: &r.document.source,
+            source_id: &r.document.source_id,
+            content_type: &r.document.content_type,
+            url: r.document.url.as_deref(),
+            score: r.score,
+            relationship: &r.relationship,
+            related_entity: r.related_entity.as_deref(),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(DocumentsResponse {
+        entity_name: &query.start,
+        entity_type: query.entity_type.as_deref(),
+        total: results.len(),
+        results,
+        related_entities: &found.related_entities,
+    }))
+}

@@ -1,0 +1,27 @@
+//! Mounts every route. One file per resource group, each with its own `configure`.
+
+pub mod graph;
+pub mod probes;
+
+use actix_web::middleware::from_fn;
+use actix_web::web;
+
+use crate::auth::require_key;
+use crate::error::{ApiError, ErrorCode};
+
+/// All routes: probes at the root, the graph API under `/data/v1`.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.configure(probes::configure).service(
+        web::scope("/data/v1")
+            .wrap(from_fn(require_key))
+            .configure(graph::configure),
+    );
+}
+
+/// Anything no route matched.
+pub async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        format!("no route for {} {}", req.method(), req.path()),
+    ))
+}

@@ -1,0 +1,146 @@
+//! Assembles and starts kbq: knowledge base, actor runtime, keys, versions, and the actix-web
+//! server. Tests start it on `127.0.0.1:0` and stop it through [`Server::stop`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::middleware::from_fn;
+use actix_web::{App, HttpServer, web};
+use anyhow::Context;
+use kbq_actors::{GraphPool, Runtime, RuntimeConfig};
+use kbq_store::{HashingEmbedder, KnowledgeBase};
+
+use crate::auth::Keys;
+use crate::config::Config;
+use crate::versions::{Clock, SystemClock, Versions};
+use crate::{demo, middleware, routes, versions};
+
+/// What the caller of [`start`] chooses beyond the config.
+pub struct Options {
+    pub clock: Arc<dyn Clock>,
+    /// Plaintext development keys (`KBQ_API_KEYS`).
+    pub plaintext_keys: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            clock: Arc::new(SystemClock),
+            plaintext_keys: Vec::new(),
+        }
+    }
+}
+
+/// A running kbq.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub kb: Arc<KnowledgeBase>,
+    pub graph: GraphPool,
+    handle: ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    runtime: Runtime,
+}
+
+impl Server {
+    /// The actor runtime, e.g. to read its restart count.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Stops accepting, lets in-flight requests finish (when `graceful`), stops the actors.
+    pub async fn stop(self, graceful: bool) {
+        self.handle.stop(graceful).await;
+        let _ = self.task.await;
+        self.runtime.stop().await;
+    }
+
+    /// Runs until `signal` completes, then stops gracefully.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) {
+        signal.await;
+        tracing::info!("stopping: draining in-flight requests");
+        self.stop(true).await;
+    }
+}
+
+pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
+    let kb = KnowledgeBase::open(config.store_config(), Arc::new(HashingEmbedder::default())).await;
+    if config.store.load_demo {
+        match demo::load_if_empty(&kb).await {
+            Ok(Some(report)) => tracing::info!(
+                entities = report.entities,
+                relationships = report.relationships,
+                documents = report.documents,
+                "loaded the demo knowledge base"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "demo knowledge base not loaded"),
+        }
+    }
+    let runtime = Runtime::start(
+        kb.clone(),
+        RuntimeConfig {
+            graph_workers: config.graph.workers,
+            graph_call_timeout: Duration::from_millis(config.graph.call_timeout_ms),
+        },
+    )
+    .await
+    .context("starting the actor runtime")?;
+
+    let mut keys = Keys::new(&config.auth.keys, &options.plaintext_keys);
+    if let Some(generated) = keys
+        .ensure_one(&config.data_dir)
+        .context("keeping the generated API key")?
+    {
+        if generated.new {
+            eprintln!(
+                "\n  No API key was configured, so kbq made one (kept in {}):\n\n    {}\n\n  Send it as: Authorization: Bearer <key>\n",
+                generated.path.display(),
+                generated.key
+            );
+        } else {
+            tracing::info!(path = %generated.path.display(), "using the API key kept in the data directory");
+        }
+    }
+
+    let keys = web::Data::new(keys);
+    let versions = web::Data::new(Versions::new(&config.versions, options.clock.clone()));
+    let graph = web::Data::new(runtime.graph.clone());
+    let kb_data = web::Data::from(kb.clone());
+    let payload = web::PayloadConfig::new(config.server.max_body_bytes);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(keys.clone())
+            .app_data(versions.clone())
+            .app_data(graph.clone())
+            .app_data(kb_data.clone())
+            .app_data(payload.clone())
+            .configure(routes::configure)
+            .default_service(web::to(routes::not_found))
+            .wrap(from_fn(versions::apply_version_policy))
+            .wrap(from_fn(middleware::error_bodies))
+            .wrap(from_fn(middleware::request_id))
+    })
+    .shutdown_timeout(config.server.shutdown_timeout_secs)
+    .disable_signals();
+    if config.server.workers > 0 {
+        server = server.workers(config.server.workers);
+    }
+    let server = server
+        .bind(&config.server.listen)
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    let addr = *server.addrs().first().context("no listening address")?;
+    let server = server.run();
+    let handle = server.handle();
+    let task = tokio::spawn(server);
+    tracing::info!(%addr, store = %config.store.url, "kbq listening");
+    Ok(Server {
+        addr,
+        kb,
+        graph: runtime.graph.clone(),
+        handle,
+        task,
+        runtime,
+    })
+}

@@ -1,0 +1,152 @@
+//! API versions by path prefix (`/v1/...`, `/data/v1/...`), from config. A deprecated version's
+//! responses carry `X-API-Deprecated: true`, `Deprecation` (RFC 9745), `Sunset` (RFC 8594) and
+//! `Link` headers; from its sunset date every request under it gets 410 `version_sunset`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::web;
+use chrono::{DateTime, NaiveDate, Utc};
+
+use crate::config::VersionSection;
+use crate::error::{ApiError, ErrorCode};
+
+/// Where time comes from, so tests can move it.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that stands still until set.
+pub struct ManualClock(parking_lot::Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(at: DateTime<Utc>) -> Arc<Self> {
+        Arc::new(ManualClock(parking_lot::Mutex::new(at)))
+    }
+    pub fn set(&self, at: DateTime<Utc>) {
+        *self.0.lock() = at;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock()
+    }
+}
+
+struct Version {
+    deprecated_at: Option<DateTime<Utc>>,
+    sunset_at: Option<DateTime<Utc>>,
+    link: Option<HeaderValue>,
+}
+
+/// The version table and the clock.
+pub struct Versions {
+    versions: BTreeMap<String, Version>,
+    clock: Arc<dyn Clock>,
+}
+
+fn midnight(date: &str) -> Option<DateTime<Utc>> {
+    let d = NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?;
+    Some(d.and_hms_opt(0, 0, 0)?.and_utc())
+}
+
+impl Versions {
+    /// Builds the table from validated config.
+    pub fn new(config: &BTreeMap<String, VersionSection>, clock: Arc<dyn Clock>) -> Versions {
+        let versions = config
+            .iter()
+            .map(|(name, v)| {
+                let mut links = Vec::new();
+                if let Some(guide) = &v.migration_guide {
+                    links.push(format!(
+                        "<{guide}>; rel=\"deprecation\"; type=\"text/html\""
+                    ));
+                }
+                if let Some(next) = &v.successor {
+                    links.push(format!("</{next}/>; rel=\"successor-version\""));
+                }
+                let link = (!links.is_empty())
+                    .then(|| HeaderValue::from_str(&links.join(", ")).ok())
+                    .flatten();
+                let version = Version {
+                    deprecated_at: v.deprecated_at.as_deref().and_then(midnight),
+                    sunset_at: v.sunset_at.as_deref().and_then(midnight),
+                    link,
+                };
+                (name.clone(), version)
+            })
+            .collect();
+        Versions { versions, clock }
+    }
+
+    /// The version named by a path's prefix, if the path has one.
+    fn of_path<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let rest = path.strip_prefix("/data").unwrap_or(path);
+        let seg = rest.strip_prefix('/')?.split('/').next()?;
+        let is_version =
+            seg.len() > 1 && seg.starts_with('v') && seg[1..].bytes().all(|b| b.is_ascii_digit());
+        is_version.then_some(seg)
+    }
+}
+
+/// Middleware: 410 after sunset; deprecation headers once deprecated.
+pub async fn apply_version_policy(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let Some(versions) = req.app_data::<web::Data<Versions>>().cloned() else {
+        return Ok(next.call(req).await?.map_into_left_body());
+    };
+    let Some((name, version)) = versions
+        .of_path(req.path())
+        .and_then(|n| versions.versions.get(n).map(|v| (n.to_string(), v)))
+    else {
+        return Ok(next.call(req).await?.map_into_left_body());
+    };
+    let now = versions.clock.now();
+    if let Some(sunset) = version.sunset_at.filter(|s| now >= *s) {
+        let message = format!(
+            "API version {name} was sunset on {}; see the migration guide",
+            sunset.format("%Y-%m-%d")
+        );
+        return Ok(req
+            .error_response(ApiError::new(ErrorCode::VersionSunset, message))
+            .map_into_right_body());
+    }
+    let deprecated = version.deprecated_at.filter(|d| now >= *d);
+    let sunset = version.sunset_at;
+    let link = version.link.clone();
+    let mut res = next.call(req).await?;
+    if let Some(deprecated) = deprecated {
+        let h = res.headers_mut();
+        h.insert(
+            HeaderName::from_static("x-api-deprecated"),
+            HeaderValue::from_static("true"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&format!("@{}", deprecated.timestamp())) {
+            h.insert(HeaderName::from_static("deprecation"), v);
+        }
+        if let Some(s) = sunset
+            && let Ok(v) = HeaderValue::from_str(&s.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        {
+            h.insert(HeaderName::from_static("sunset"), v);
+        }
+        if let Some(link) = link {
+            h.insert(actix_web::http::header::LINK, link);
+        }
+    }
+    Ok(res.map_into_left_body())
+}
