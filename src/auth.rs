@@ -170,6 +170,7 @@ pub async fn require_key(
             .error_response(ApiError::new(ErrorCode::InvalidApiKey, message))
             .map_into_right_body());
     };
+    tracing::Span::current().record("key", &*name);
     req.extensions_mut().insert(KeyName(name));
     Ok(next.call(req).await?.map_into_left_body())
 }

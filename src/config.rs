@@ -309,6 +309,19 @@ impl Config {
                 .as_deref()
                 .map(|d| date("sunset_at", d))
                 .transpose()?;
+            // The dates drive behaviour; the status must not contradict them.
+            if v.status == VersionStatus::Deprecated && deprecated.is_none() {
+                return bad(
+                    &format!("versions.{name}.deprecated_at"),
+                    "is required when status is deprecated",
+                );
+            }
+            if v.status == VersionStatus::Sunset && sunset.is_none() {
+                return bad(
+                    &format!("versions.{name}.sunset_at"),
+                    "is required when status is sunset",
+                );
+            }
             if deprecated.is_some_and(|d| d < released) {
                 return bad(
                     &format!("versions.{name}.deprecated_at"),
@@ -362,6 +375,29 @@ mod tests {
         Config::default().validate().unwrap();
     }
 
+    fn from_file(path: &str) -> Config {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file(file))
+            .extract()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_shipped_default_file_is_the_built_in_defaults() {
+        assert_eq!(from_file("config/default.toml"), Config::default());
+    }
+
+    #[test]
+    fn the_shipped_examples_are_valid() {
+        for example in [
+            "config/examples/remote.toml",
+            "config/examples/deprecation.toml",
+        ] {
+            from_file(example).validate().unwrap();
+        }
+    }
+
     #[test]
     fn bad_values_name_their_key() {
         let mut c = Config::default();
@@ -380,5 +416,13 @@ mod tests {
         v1.deprecated_at = Some("2026-06-01".into());
         v1.sunset_at = Some("2026-09-01".into());
         assert!(c.validate().unwrap_err().to_string().contains("6 months"));
+        let mut c = Config::default();
+        c.versions.get_mut("v1").unwrap().status = VersionStatus::Sunset;
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("versions.v1.sunset_at is required")
+        );
     }
 }

@@ -26,11 +26,15 @@ impl<T: DeserializeOwned + 'static> FromRequest for ValidJson<T> {
 
 /// Parses JSON into `T`, naming the field at fault on failure.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Err(ApiError::invalid(
-            "body",
-            "the request body must be a JSON object",
-        ));
+    // serde would also read a struct from a JSON array; kbq's requests are objects only.
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        let not_json = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err();
+        if !not_json || bytes.trim_ascii().is_empty() {
+            return Err(ApiError::invalid(
+                "body",
+                "the request body must be a JSON object",
+            ));
+        }
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(describe)?;

@@ -33,7 +33,7 @@ enum Command {
         /// Listen address, e.g. 0.0.0.0:8080 (overrides server.listen).
         #[arg(long)]
         listen: Option<String>,
-        /// Store URL: mem://, surrealkv://PATH, ws://HOST:PORT (overrides store.url).
+        /// Store URL: mem://, surrealkv://PATH, ws:// or wss://HOST:PORT (overrides store.url).
         #[arg(long)]
         store: Option<String>,
         /// Do not load the demo knowledge base into an empty store.
@@ -209,7 +209,7 @@ async fn import_file(config: Config, file: PathBuf) -> ExitCode {
     let kb = KnowledgeBase::open(config.store_config(), Arc::new(HashingEmbedder::default())).await;
     if let Err(e) = kb.ping().await {
         eprintln!(
-            "kbq: cannot open the store {}: {e} (is a kbq server using it? import through the server's store URL instead)",
+            "kbq: cannot open the store {}: {e} (is a kbq server using this store? an embedded store has one user at a time: stop the server first)",
             config.store.url
         );
         return ExitCode::from(2);

@@ -37,12 +37,27 @@ pub async fn request_id(
         .and_then(accepted_id)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let span = tracing::info_span!("request", request_id = %id, method = %req.method(), path = %req.path());
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %req.method(),
+        path = %req.path(),
+        key = tracing::field::Empty,
+    );
     let started = Instant::now();
     let result = next.call(req).instrument(span.clone()).await;
     let mut res = match result {
         Ok(res) => res.map_into_boxed_body(),
-        Err(e) => return Err(e),
+        Err(e) => {
+            // No request to build a response from: let the error carry the id instead.
+            span.in_scope(|| {
+                tracing::info!(
+                    status = e.as_response_error().status_code().as_u16(),
+                    "request failed"
+                )
+            });
+            return Err(WithRequestId { inner: e, id }.into());
+        }
     };
     let status = res.status().as_u16();
     span.in_scope(|| {
@@ -56,6 +71,32 @@ pub async fn request_id(
         res.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(res)
+}
+
+/// An error that leaves with its request's id.
+#[derive(Debug)]
+struct WithRequestId {
+    inner: actix_web::Error,
+    id: String,
+}
+
+impl std::fmt::Display for WithRequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl ResponseError for WithRequestId {
+    fn status_code(&self) -> actix_web::http::StatusCode {
+        self.inner.as_response_error().status_code()
+    }
+    fn error_response(&self) -> actix_web::HttpResponse {
+        let mut res = self.inner.error_response();
+        if let Ok(v) = HeaderValue::from_str(&self.id) {
+            res.headers_mut().insert(REQUEST_ID, v);
+        }
+        res
+    }
 }
 
 /// Middleware: any error (a handler's, an extractor's, actix's 404/405/413) leaves as kbq's
@@ -89,10 +130,14 @@ pub async fn error_bodies(
         (_, Some(e)) => e.to_string(),
         _ => status.canonical_reason().unwrap_or("error").to_string(),
     };
-    Ok(ServiceResponse::new(
-        req,
-        from_status(status, &message).error_response(),
-    ))
+    // Keep what inner layers said in headers (Allow, deprecation, Retry-After, ...).
+    let mut replaced = from_status(status, &message).error_response();
+    for (name, value) in res.headers() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            replaced.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    Ok(ServiceResponse::new(req, replaced))
 }
 
 fn from_status(status: actix_web::http::StatusCode, message: &str) -> ApiError {

@@ -49,7 +49,31 @@ impl Clock for ManualClock {
 struct Version {
     deprecated_at: Option<DateTime<Utc>>,
     sunset_at: Option<DateTime<Utc>>,
-    link: Option<HeaderValue>,
+    migration_guide: Option<String>,
+    successor: Option<String>,
+}
+
+impl Version {
+    /// `Link` for a request to `path` under version `name`: the migration guide
+    /// (rel="deprecation") and the same path under the successor (rel="successor-version").
+    fn link(&self, name: &str, path: &str) -> Option<HeaderValue> {
+        let mut links = Vec::new();
+        if let Some(guide) = &self.migration_guide {
+            links.push(format!(
+                "<{guide}>; rel=\"deprecation\"; type=\"text/html\""
+            ));
+        }
+        if let Some(next) = &self.successor {
+            let (prefix, rest) = path.split_once(&format!("/{name}")).unwrap_or(("", ""));
+            links.push(format!(
+                "<{prefix}/{next}{rest}>; rel=\"successor-version\""
+            ));
+        }
+        if links.is_empty() {
+            return None;
+        }
+        HeaderValue::from_str(&links.join(", ")).ok()
+    }
 }
 
 /// The version table and the clock.
@@ -69,22 +93,11 @@ impl Versions {
         let versions = config
             .iter()
             .map(|(name, v)| {
-                let mut links = Vec::new();
-                if let Some(guide) = &v.migration_guide {
-                    links.push(format!(
-                        "<{guide}>; rel=\"deprecation\"; type=\"text/html\""
-                    ));
-                }
-                if let Some(next) = &v.successor {
-                    links.push(format!("</{next}/>; rel=\"successor-version\""));
-                }
-                let link = (!links.is_empty())
-                    .then(|| HeaderValue::from_str(&links.join(", ")).ok())
-                    .flatten();
                 let version = Version {
                     deprecated_at: v.deprecated_at.as_deref().and_then(midnight),
                     sunset_at: v.sunset_at.as_deref().and_then(midnight),
-                    link,
+                    migration_guide: v.migration_guide.clone(),
+                    successor: v.successor.clone(),
                 };
                 (name.clone(), version)
             })
@@ -122,13 +135,17 @@ pub async fn apply_version_policy(
             "API version {name} was sunset on {}; see the migration guide",
             sunset.format("%Y-%m-%d")
         );
-        return Ok(req
-            .error_response(ApiError::new(ErrorCode::VersionSunset, message))
-            .map_into_right_body());
+        let link = version.link(&name, req.path());
+        let mut res = req.error_response(ApiError::new(ErrorCode::VersionSunset, message));
+        if let Some(link) = link {
+            res.headers_mut()
+                .insert(actix_web::http::header::LINK, link);
+        }
+        return Ok(res.map_into_right_body());
     }
     let deprecated = version.deprecated_at.filter(|d| now >= *d);
     let sunset = version.sunset_at;
-    let link = version.link.clone();
+    let link = version.link(&name, req.path());
     let mut res = next.call(req).await?;
     if let Some(deprecated) = deprecated {
         let h = res.headers_mut();

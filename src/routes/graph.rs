@@ -2,7 +2,7 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::GraphPool;
-use kbq_store::model::MAX_NAME_BYTES;
+use kbq_store::model::check_name;
 use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalQuery};
 use serde::{Deserialize, Serialize};
 
@@ -39,19 +39,7 @@ fn ranged(
 }
 
 fn name(field: &str, value: &str) -> Result<(), ApiError> {
-    if value.trim().is_empty() {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} must not be empty"),
-        ));
-    }
-    if value.len() > MAX_NAME_BYTES {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} must be at most {MAX_NAME_BYTES} bytes"),
-        ));
-    }
-    Ok(())
+    check_name(field, value).map_err(ApiError::from)
 }
 
 /// Most relationship types one request may name.

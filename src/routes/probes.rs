@@ -8,8 +8,16 @@ use serde_json::json;
 use crate::error::ApiError;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/livez").route(web::get().to(livez)))
-        .service(web::resource("/readyz").route(web::get().to(readyz)));
+    cfg.service(
+        web::resource("/livez")
+            .route(web::get().to(livez))
+            .route(web::head().to(livez)),
+    )
+    .service(
+        web::resource("/readyz")
+            .route(web::get().to(readyz))
+            .route(web::head().to(readyz)),
+    );
 }
 
 /// The process is up and serving HTTP.

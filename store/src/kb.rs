@@ -25,7 +25,7 @@ use crate::model::{
 /// How to reach the database and how to serve reads.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// `mem://`, `surrealkv://PATH` or `ws://HOST:PORT`.
+    /// `mem://`, `surrealkv://PATH`, `ws://HOST:PORT` or `wss://HOST:PORT`.
     pub url: String,
     pub namespace: String,
     pub database: String,
@@ -104,7 +104,7 @@ impl KnowledgeBase {
             connecting: tokio::sync::Mutex::new(None),
         });
         if let Err(e) = kb.connection().await {
-            tracing::warn!(error = %e, url = %kb.config.url, "knowledge base not reachable yet");
+            tracing::warn!(error = %e, url = %kb.config.url, "knowledge base not ready yet");
         }
         kb
     }

@@ -9,7 +9,7 @@
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
-//! - [`error`]: [`StoreError`].
+//! - [`error`]: the error type, [`StoreError`].
 
 pub mod embed;
 pub mod error;

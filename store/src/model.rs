@@ -137,7 +137,8 @@ pub mod keys {
     }
 }
 
-fn check_name(field: &str, value: &str) -> Result<()> {
+/// The rule for names and types: not blank, at most [`MAX_NAME_BYTES`], no control characters.
+pub fn check_name(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(StoreError::invalid(field, "must not be empty"));
     }

@@ -1,1 +1,11 @@
-fn main() {}
+//! Black-box tests of the whole server over real HTTP: each test starts kbq on 127.0.0.1:0
+//! against a fresh embedded store.
+
+mod auth;
+mod errors;
+mod graph;
+mod import_cli;
+mod probes;
+mod supervision;
+mod support;
+mod versions;

@@ -1,0 +1,146 @@
+//! Graph traversal through the in-memory index vs the SurrealDB query path, on one generated
+//! graph in one run, plus the import that builds it.
+//!
+//! `cargo bench -p kbq-store --bench traversal` (release). Scale with BENCH_ENTITIES and
+//! BENCH_RELATIONSHIPS (defaults 100000 and 300000). Prints a Markdown report.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kbq_store::generate::{self, Rng, Spec};
+use kbq_store::import::{self, Phase, Progress};
+use kbq_store::{Direction, HashingEmbedder, KnowledgeBase, Record, StoreConfig, TraversalQuery};
+
+struct Timer(parking_lot::Mutex<Vec<(Phase, Instant, u64)>>);
+
+impl Progress for Timer {
+    fn start(&self, phase: Phase, total: u64) {
+        self.0.lock().push((phase, Instant::now(), total));
+    }
+    fn advance(&self, _: u64) {}
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+struct Stats {
+    mean: Duration,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let n = samples.len();
+    Stats {
+        mean: samples.iter().sum::<Duration>() / n as u32,
+        p50: samples[n / 2],
+        p99: samples[(n * 99 / 100).min(n - 1)],
+    }
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.2} µs", d.as_secs_f64() * 1e6)
+}
+
+#[tokio::main]
+async fn main() {
+    let entities = env("BENCH_ENTITIES", 100_000);
+    let relationships = env("BENCH_RELATIONSHIPS", 300_000);
+    let kb = KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+
+    let records = generate::generate(Spec {
+        entities,
+        relationships,
+        document_ratio: 1.0,
+        seed: 42,
+    });
+    let records: Vec<(usize, Record)> = records.into_iter().enumerate().collect();
+    let timer = Timer(parking_lot::Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let report = import::import_records(&kb, records, &timer)
+        .await
+        .expect("import");
+    let import_total = started.elapsed();
+    assert!(report.failures.is_empty());
+    let phases = timer.0.into_inner();
+    let mut phase_rows = String::new();
+    for (i, (phase, at, total)) in phases.iter().enumerate() {
+        let end = phases.get(i + 1).map_or(started + import_total, |p| p.1);
+        let secs = (end - *at).as_secs_f64();
+        phase_rows.push_str(&format!(
+            "| {phase:?} | {total} | {secs:.1} s | {:.0} records/s |\n",
+            *total as f64 / secs.max(1e-9)
+        ));
+    }
+
+    let mut rng = Rng::new(7);
+    let starts: Vec<String> = (0..2000)
+        .map(|_| generate::entity_name(rng.below(entities)))
+        .collect();
+    let mut rows = String::new();
+    for (depth, limit, db_samples) in [(2u32, 50usize, 300usize), (5, 200, 60)] {
+        let query = |start: &str| TraversalQuery {
+            start: start.to_string(),
+            relationship_types: None,
+            direction: Direction::Both,
+            depth,
+            limit,
+        };
+        // Warm up both paths.
+        for s in starts.iter().take(50) {
+            kb.traverse(&query(s)).await.unwrap();
+            kb.traverse_in_db(&query(s)).await.unwrap();
+        }
+        let mut fast = Vec::with_capacity(starts.len());
+        let mut found = 0usize;
+        for s in &starts {
+            let t = Instant::now();
+            let walk = kb.traverse(&query(s)).await.unwrap();
+            fast.push(t.elapsed());
+            found += walk.entities.len();
+        }
+        let mut slow = Vec::with_capacity(db_samples);
+        for s in starts.iter().take(db_samples) {
+            let t = Instant::now();
+            let walk = kb.traverse_in_db(&query(s)).await.unwrap();
+            slow.push(t.elapsed());
+            assert_eq!(
+                walk,
+                kb.traverse(&query(s)).await.unwrap(),
+                "paths disagree"
+            );
+        }
+        let (f, s) = (stats(fast), stats(slow));
+        rows.push_str(&format!(
+            "| depth {depth} / limit {limit} | {} | {} | {} | {} | {} | {} | {:.0}x | {:.1} |\n",
+            us(f.p50),
+            us(f.p99),
+            us(f.mean),
+            us(s.p50),
+            us(s.p99),
+            us(s.mean),
+            s.mean.as_secs_f64() / f.mean.as_secs_f64(),
+            found as f64 / starts.len() as f64,
+        ));
+    }
+
+    println!("## Graph traversal: in-memory index vs SurrealDB path\n");
+    println!(
+        "Generated graph: {entities} entities, {relationships} relationships, {} documents (seed 42), embedded `mem://` SurrealDB 3.3.5, release build, direction both.\n",
+        report.documents
+    );
+    println!(
+        "| query | index p50 | index p99 | index mean | SurrealDB p50 | SurrealDB p99 | SurrealDB mean | speed-up (mean) | entities per answer |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    print!("{rows}");
+    println!("\n### Import of the same graph\n");
+    println!("Total: {:.1} s.\n", import_total.as_secs_f64());
+    println!("| phase | records | time | rate |\n|---|---|---|---|");
+    print!("{phase_rows}");
+}

@@ -1,0 +1,154 @@
+//! Bad input: one error body shape, a 4xx naming the field, and nothing changed.
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::support::{KEY, TestServer, assert_error, read};
+
+const TRAVERSE: &str = "/data/v1/query/graph";
+
+async fn raw(t: &TestServer, body: &str) -> (u16, serde_json::Value) {
+    let res = t
+        .http
+        .post(t.url(TRAVERSE))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let (s, _, b) = read(res).await;
+    (s.as_u16(), b)
+}
+
+#[tokio::test]
+async fn malformed_or_mistyped_bodies_name_the_field() {
+    let t = TestServer::start().await;
+    for (body, field) in [
+        ("", "body"),
+        ("{", "body"),
+        ("not json", "body"),
+        ("[]", "body"),
+        (r#"["Ada", null, null, null, null]"#, "body"),
+        ("\"Ada\"", "body"),
+        ("null", "body"),
+        ("{}", "entity_name"),
+        (r#"{"entity_name": 5}"#, "entity_name"),
+        (r#"{"entity_name": "Ada", "depth": "2"}"#, "depth"),
+        (r#"{"entity_name": "Ada", "depth": 2.5}"#, "depth"),
+        (r#"{"entity_name": "Ada", "limit": 1e9}"#, "limit"),
+        (
+            r#"{"entity_name": "Ada", "direction": "sideways"}"#,
+            "direction",
+        ),
+        (r#"{"entity_name": "Ada", "direction": 1}"#, "direction"),
+        (
+            r#"{"entity_name": "Ada", "relationship_types": "knows"}"#,
+            "relationship_types",
+        ),
+        (
+            r#"{"entity_name": "Ada", "relationship_types": []}"#,
+            "relationship_types",
+        ),
+        (
+            r#"{"entity_name": "Ada", "relationship_types": [""]}"#,
+            "relationship_types",
+        ),
+        (
+            r#"{"entity_name": "Ada", "relationship_types": [1]}"#,
+            "relationship_types[0]",
+        ),
+        (r#"{"entity_name": "Ada", "dpeth": 2}"#, "dpeth"),
+        (r#"{"entity_name": ""}"#, "entity_name"),
+        (r#"{"entity_name": "   "}"#, "entity_name"),
+        (r#"{"entity_name": "Ada"} trailing"#, "body"),
+    ] {
+        let (status, err) = raw(&t, body).await;
+        assert_eq!(status, 400, "{body}: {err}");
+        assert_error(&err, "invalid_request", Some(field));
+    }
+    let long = "x".repeat(600);
+    let (status, err) = t.post(TRAVERSE, json!({"entity_name": long})).await;
+    assert_eq!(status, 400);
+    assert_error(&err, "invalid_request", Some("entity_name"));
+    let (status, err) = t
+        .post(
+            "/data/v1/query/graph/documents",
+            json!({"entity_name": "Ada", "resolve_documents": "yes"}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_error(&err, "invalid_request", Some("resolve_documents"));
+    assert_eq!(t.server().kb.counts().await.unwrap().entities, 10);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_bodies_unknown_paths_and_wrong_methods_use_the_same_body() {
+    let mut config = crate::support::test_config();
+    config.server.max_body_bytes = 2048;
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let big = format!(r#"{{"entity_name": "{}"}}"#, "a".repeat(4096));
+    let (status, body) = raw(&t, &big).await;
+    assert_eq!(status, 413);
+    assert_error(&body, "payload_too_large", None);
+
+    let (status, _, body) = t.call(Method::GET, "/data/v1/query/nothing", None).await;
+    assert_eq!(status, 404);
+    assert_error(&body, "not_found", None);
+    let (status, _, body) = t.call(Method::GET, "/nothing/at/all", None).await;
+    assert_eq!(status, 404);
+    assert_error(&body, "not_found", None);
+    let (status, _, body) = t.call(Method::GET, TRAVERSE, None).await;
+    assert_eq!(status, 405);
+    assert_error(&body, "method_not_allowed", None);
+    let (status, _, body) = t
+        .call(
+            Method::POST,
+            "/data/v1/query/graph/entity/Ada",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 405);
+    assert_error(&body, "method_not_allowed", None);
+    let res = t.http.head(t.url("/livez")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let (status, _, body) = t.call(Method::DELETE, "/livez", None).await;
+    assert_eq!(status, 405);
+    assert_error(&body, "method_not_allowed", None);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn every_response_carries_a_request_id() {
+    let t = TestServer::start().await;
+    let res = t
+        .http
+        .get(t.url("/livez"))
+        .header("x-request-id", "caller-id-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["x-request-id"], "caller-id-42");
+    let res = t.http.get(t.url("/livez")).send().await.unwrap();
+    let id = res.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert!(uuid::Uuid::parse_str(&id).is_ok(), "{id}");
+    // Errors too, and an unusable caller id is replaced.
+    let res = t
+        .http
+        .get(t.url("/data/v1/query/graph/entity/Ada"))
+        .header("x-request-id", "bad id with spaces")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    assert!(uuid::Uuid::parse_str(res.headers()["x-request-id"].to_str().unwrap()).is_ok());
+    let res = t.http.get(t.url("/nowhere")).send().await.unwrap();
+    assert!(res.headers().contains_key("x-request-id"));
+    t.stop().await;
+}

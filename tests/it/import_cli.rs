@@ -1,0 +1,75 @@
+//! `kbq import`: progress, line-numbered failures, exit codes, idempotency.
+
+use std::process::Command;
+
+fn kbq(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(args)
+        .env_remove("KBQ_CONFIG")
+        .output()
+        .expect("kbq runs")
+}
+
+#[test]
+fn import_reports_failed_lines_writes_the_rest_and_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let file = dir.path().join("in.ndjson");
+    std::fs::write(&file, crate::support::FIXTURE).unwrap();
+    let path = file.to_str().unwrap();
+
+    let first = kbq(&["import", "--store", &store, path]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let out = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        out.contains("imported 10 entities, 7 relationships, 3 documents from 20 records"),
+        "{out}"
+    );
+    let again = kbq(&["import", "--store", &store, path]);
+    assert!(again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stdout)
+            .contains("imported 10 entities, 7 relationships, 3 documents")
+    );
+
+    std::fs::write(
+        &file,
+        "{\"kind\":\"entity\",\"name\":\"New\",\"entity_type\":\"t\"}\n{broken\n{\"kind\":\"relationship\",\"source_name\":\"New\",\"target_name\":\"Nobody\",\"relationship_type\":\"r\"}\n{\"kind\":\"relationship\",\"source_name\":\"New\",\"target_name\":\"Ada\",\"relationship_type\":\"r\"}\n",
+    )
+    .unwrap();
+    let bad = kbq(&["import", "--store", &store, path]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("line 2: invalid JSON"), "{err}");
+    assert!(err.contains("line 3: relationship end `Nobody`"), "{err}");
+    assert!(
+        String::from_utf8_lossy(&bad.stdout)
+            .contains("imported 1 entities, 1 relationships, 0 documents from 4 records in")
+    );
+
+    let missing = kbq(&["import", "--store", &store, "/no/such/file.ndjson"]);
+    assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn bad_configuration_stops_start_up_naming_the_key() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["serve", "--store", "mem://"])
+        .env("KBQ_GRAPH__WORKERS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("graph.workers must be between 1 and 256")
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["serve", "--config", "/no/such.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}

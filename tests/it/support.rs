@@ -1,0 +1,184 @@
+//! Starting a server for a test, and a small client.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kbq::config::Config;
+use kbq::server::{self, Options, Server};
+use kbq::versions::{Clock, SystemClock};
+use kbq_store::import::{self, Silent};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+pub const KEY: &str = "test-key-0123";
+
+/// A small graph with known answers: a two-way `knows` cycle, a longer cycle through London,
+/// names with spaces, slashes, plus signs, quotes and non-ASCII letters.
+pub const FIXTURE: &str = r#"{"kind":"entity","name":"Ada","entity_type":"person","properties":{"born":1815}}
+{"kind":"entity","name":"Babbage","entity_type":"person","properties":{}}
+{"kind":"entity","name":"Engine","entity_type":"machine","properties":{}}
+{"kind":"entity","name":"London","entity_type":"place","properties":{}}
+{"kind":"entity","name":"Zed","entity_type":"person","properties":{}}
+{"kind":"entity","name":"Zürich","entity_type":"place","properties":{}}
+{"kind":"entity","name":"OS/360","entity_type":"software","properties":{}}
+{"kind":"entity","name":"C++","entity_type":"language","properties":{}}
+{"kind":"entity","name":"Grace Hopper","entity_type":"person","properties":{}}
+{"kind":"entity","name":"x'; DELETE entity; --","entity_type":"person","properties":{}}
+{"kind":"relationship","source_name":"Ada","target_name":"Babbage","relationship_type":"knows","properties":{}}
+{"kind":"relationship","source_name":"Babbage","target_name":"Ada","relationship_type":"knows","properties":{}}
+{"kind":"relationship","source_name":"Babbage","target_name":"Engine","relationship_type":"designed","properties":{"year":1837}}
+{"kind":"relationship","source_name":"Engine","target_name":"London","relationship_type":"located_in","properties":{}}
+{"kind":"relationship","source_name":"London","target_name":"Ada","relationship_type":"home_of","properties":{}}
+{"kind":"relationship","source_name":"Zed","target_name":"Ada","relationship_type":"knows","properties":{}}
+{"kind":"relationship","source_name":"Grace Hopper","target_name":"C++","relationship_type":"influenced","properties":{}}
+{"kind":"document","title":"Ada Lovelace","content":"Ada wrote the first published program, for the engine.","source":"t","source_id":"ada","content_type":"text/plain","url":null,"entity_name":"Ada"}
+{"kind":"document","title":"The Engine","content":"A mechanical computer designed by Babbage.","source":"t","source_id":"engine","content_type":"text/plain","url":"https://example.org/engine","entity_name":"Engine"}
+{"kind":"document","title":"London","content":"The city where Ada lived.","source":"t","source_id":"london","content_type":"text/plain","url":null,"entity_name":"London"}
+"#;
+
+/// A config for tests: in-memory store, no demo, one known key, two HTTP workers.
+pub fn test_config() -> Config {
+    let mut c = Config::default();
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.workers = 2;
+    c.store.url = "mem://".into();
+    c.store.load_demo = false;
+    c.data_dir = std::env::temp_dir().join("kbq-tests-unused");
+    c.auth.keys = vec![kbq::config::KeyEntry {
+        name: "test".into(),
+        sha256: hex::encode(kbq::auth::hash(KEY)),
+    }];
+    c
+}
+
+pub struct TestServer {
+    pub server: Option<Server>,
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl TestServer {
+    /// The fixture graph on a fresh in-memory store.
+    pub async fn start() -> TestServer {
+        Self::start_with(test_config(), Arc::new(SystemClock), true).await
+    }
+
+    pub async fn start_with(config: Config, clock: Arc<dyn Clock>, fixture: bool) -> TestServer {
+        config.validate().expect("test config is valid");
+        let server = server::start(
+            config,
+            Options {
+                clock,
+                plaintext_keys: Vec::new(),
+            },
+        )
+        .await
+        .expect("server starts");
+        if fixture {
+            let report = import::import(&server.kb, FIXTURE.as_bytes(), &Silent)
+                .await
+                .expect("fixture imports");
+            assert!(report.failures.is_empty(), "{:?}", report.failures);
+        }
+        let base = format!("http://{}", server.addr);
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        TestServer {
+            server: Some(server),
+            base,
+            http,
+        }
+    }
+
+    pub fn server(&self) -> &Server {
+        self.server.as_ref().expect("running")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A request with the test key as a Bearer token.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(KEY);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        read(req.send().await.expect("request sent")).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let (s, _, b) = self.call(Method::POST, path, Some(body)).await;
+        (s, b)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let (s, _, b) = self.call(Method::GET, path, None).await;
+        (s, b)
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop(true).await;
+        }
+    }
+}
+
+pub async fn read(res: reqwest::Response) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let status = res.status();
+    let headers = res.headers().clone();
+    let text = res.text().await.expect("body");
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    };
+    (status, headers, body)
+}
+
+/// Asserts kbq's error body: exactly `error.code`, `error.message` and, when given, `error.field`.
+pub fn assert_error(body: &Value, code: &str, field: Option<&str>) {
+    let err = body
+        .get("error")
+        .unwrap_or_else(|| panic!("no error object in {body}"));
+    assert_eq!(err["code"], code, "{body}");
+    assert!(
+        err["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert_eq!(err.get("field").and_then(Value::as_str), field, "{body}");
+    let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+    assert_eq!(keys, vec!["error"], "{body}");
+}
+
+/// Polls `check` until it returns true or `limit` passes.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// The names in a list of entities.
+pub fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
