@@ -244,6 +244,10 @@ impl GraphIndex {
         self.edges.len()
     }
 
+    pub fn names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.entity.name.clone()).collect()
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.ids.contains_key(name)
     }

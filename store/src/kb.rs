@@ -84,6 +84,8 @@ pub struct KnowledgeBase {
     conn: RwLock<Option<Arc<Connected>>>,
     connecting: tokio::sync::Mutex<Option<Instant>>,
     index: Option<RwLock<GraphIndex>>,
+    /// Bumped on every entity write through this knowledge base.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -102,6 +104,7 @@ impl KnowledgeBase {
             embedder,
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(None),
+            generation: std::sync::atomic::AtomicU64::new(0),
         });
         if let Err(e) = kb.connection().await {
             tracing::warn!(error = %e, url = %kb.config.url, "knowledge base not ready yet");
@@ -221,6 +224,9 @@ impl KnowledgeBase {
              DEFINE INDEX IF NOT EXISTS document_title_text ON document FIELDS title FULLTEXT ANALYZER kbq_text BM25;
              DEFINE INDEX IF NOT EXISTS document_content_text ON document FIELDS content FULLTEXT ANALYZER kbq_text BM25;
              DEFINE INDEX IF NOT EXISTS document_embedding ON document FIELDS embedding HNSW DIMENSION {dim} DIST COSINE TYPE F32;
+             DEFINE TABLE IF NOT EXISTS memory SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS memory_owner ON memory FIELDS owner;
+             DEFINE INDEX IF NOT EXISTS memory_content_text ON memory FIELDS content FULLTEXT ANALYZER kbq_text BM25;
              DEFINE TABLE IF NOT EXISTS kbq_meta SCHEMALESS;"
         );
         self.exec_on(c, &schema, Object::new()).await?;
@@ -294,7 +300,7 @@ impl KnowledgeBase {
         }
     }
 
-    async fn run<T: DeserializeOwned>(&self, sql: &str, vars: Object) -> Result<Vec<T>> {
+    pub(crate) async fn run<T: DeserializeOwned>(&self, sql: &str, vars: Object) -> Result<Vec<T>> {
         let c = self.connection().await?;
         self.run_on(&c, sql, vars).await
     }
@@ -370,6 +376,8 @@ impl KnowledgeBase {
                     index.upsert_entity(e.clone().into_entity());
                 }
             }
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
         }
         Ok(())
     }
@@ -458,6 +466,22 @@ impl KnowledgeBase {
             .await?;
         }
         Ok(())
+    }
+
+    /// Changes whenever entities are written through this knowledge base, so that a cache of
+    /// [`entity_names`](Self::entity_names) knows when to refresh.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Every entity name.
+    pub async fn entity_names(&self) -> Result<Vec<String>> {
+        if let Some(index) = &self.index {
+            self.connection().await?;
+            return Ok(index.read().names());
+        }
+        self.run("SELECT VALUE name FROM entity", Object::new())
+            .await
     }
 
     /// The names among `names` that are not entities of the store.
@@ -732,7 +756,7 @@ fn entity_ids(names: &[String]) -> Value {
         .into_value()
 }
 
-fn vector(v: Vec<f32>) -> Value {
+pub(crate) fn vector(v: Vec<f32>) -> Value {
     v.into_iter()
         .map(f64::from)
         .collect::<Vec<f64>>()
@@ -747,7 +771,7 @@ fn row<const N: usize>(fields: [(&str, Value); N]) -> Value {
     Value::Object(obj(fields))
 }
 
-fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
+pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
     let mut o = Object::new();
     for (k, v) in fields {
         o.insert(k, v);

@@ -8,6 +8,8 @@
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
+//! - [`search`]: semantic (HNSW KNN) and keyword (BM25) document search.
+//! - [`memory`]: agent memory, owned by an API key and recalled only by it.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
 
@@ -17,14 +19,18 @@ pub mod generate;
 pub mod graph;
 pub mod import;
 pub mod kb;
+pub mod memory;
 pub mod model;
 pub mod related;
+pub mod search;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
 pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalQuery};
 pub use kb::{Counts, KnowledgeBase, ScoredDocument, StoreConfig};
+pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,
 };
 pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSHIP};
+pub use search::DocumentHit;

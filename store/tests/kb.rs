@@ -379,3 +379,136 @@ async fn graph_documents_resolve_self_and_related_entities() {
         .unwrap();
     assert_eq!(limited.results.len(), 1);
 }
+
+#[tokio::test]
+async fn semantic_search_finds_what_exact_search_finds() {
+    let kb = open(true).await;
+    let records = generate::generate(Spec {
+        entities: 300,
+        relationships: 0,
+        document_ratio: 1.0,
+        seed: 3,
+    });
+    import::import_records(&kb, records.into_iter().enumerate().collect(), &Silent)
+        .await
+        .unwrap();
+    let mut agree = 0;
+    let mut total = 0;
+    for q in [
+        "graph vector search",
+        "Entity 000042",
+        "kernel packet thread",
+        "theorem ontology matrix",
+    ] {
+        let fast = kb.semantic_search(q, 10).await.unwrap();
+        let exact = kb.semantic_search_exact(q, 10).await.unwrap();
+        assert_eq!(fast.len(), 10, "{q}");
+        assert!(fast.windows(2).all(|w| w[0].score >= w[1].score));
+        let exact_ids: std::collections::HashSet<_> =
+            exact.iter().map(|h| h.document.id.clone()).collect();
+        agree += fast
+            .iter()
+            .filter(|h| exact_ids.contains(&h.document.id))
+            .count();
+        total += 10;
+    }
+    assert!(
+        agree as f64 / total as f64 >= 0.9,
+        "recall@10 {agree}/{total}"
+    );
+    let fast = kb.semantic_search("lattice kernel", 1).await.unwrap();
+    let exact = kb.semantic_search_exact("lattice kernel", 1).await.unwrap();
+    assert_eq!(fast[0].document.id, exact[0].document.id);
+}
+
+#[tokio::test]
+async fn keyword_search_ranks_by_bm25() {
+    let kb = open(true).await;
+    import::import(&kb, SMALL.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    let hits = kb.keyword_search("mechanical computer", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].document.title, "The Engine");
+    // BM25's IDF is zero for a term in half of a two-document corpus, so only order is checked.
+    let hits = kb.keyword_search("engine", 5).await.unwrap();
+    assert_eq!(hits.len(), 2, "title and content both count");
+    assert!(kb.keyword_search("'; --", 5).await.unwrap().is_empty());
+    assert!(kb.keyword_search("zebra", 5).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn memory_belongs_to_its_owner() {
+    let kb = open(true).await;
+    let m = kb
+        .remember(
+            "alice",
+            "My favourite machine is the Analytical Engine",
+            &["prefs".into()],
+            &["Engine".into()],
+        )
+        .await
+        .unwrap();
+    assert!(m.id.starts_with("memory:"));
+    kb.remember("alice", "The meeting is on Tuesday", &[], &[])
+        .await
+        .unwrap();
+    kb.remember(
+        "bob",
+        "Bob's secret: the engine password is swordfish",
+        &[],
+        &["Engine".into()],
+    )
+    .await
+    .unwrap();
+
+    let v = kb
+        .memory_by_vector("alice", "favourite machine", 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        v[0].memory.content,
+        "My favourite machine is the Analytical Engine"
+    );
+    assert!(v.iter().all(|h| !h.memory.content.contains("swordfish")));
+    let k = kb.memory_by_keyword("alice", "engine", 5).await.unwrap();
+    assert_eq!(k.len(), 1);
+    assert_eq!(k[0].memory.tags, vec!["prefs"]);
+    let g = kb
+        .memory_by_entities("alice", &["Engine".into()], 5)
+        .await
+        .unwrap();
+    assert_eq!(g.len(), 1);
+    assert!(
+        kb.memory_by_keyword("bob", "favourite", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        kb.memory_by_entities("bob", &["Engine".into()], 5)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let stats = kb.memory_stats("alice").await.unwrap();
+    assert_eq!(stats.memories, 2);
+    assert!(stats.oldest.unwrap() <= stats.newest.unwrap());
+    assert_eq!(kb.memory_stats("carol").await.unwrap().memories, 0);
+    assert!(kb.remember("alice", "  ", &[], &[]).await.is_err());
+}
+
+#[tokio::test]
+async fn entity_names_follow_writes() {
+    let kb = open(true).await;
+    let before = kb.generation();
+    import::import(&kb, SMALL.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert!(kb.generation() > before);
+    let mut names = kb.entity_names().await.unwrap();
+    names.sort();
+    assert_eq!(names, vec!["Ada", "Babbage", "Engine", "London", "Zed"]);
+}

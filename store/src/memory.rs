@@ -1,0 +1,196 @@
+//! Agent memory: facts stored by an API key and recalled only by that key. Every query here
+//! filters on the owner; no call can reach another owner's memories.
+
+use serde::{Deserialize, Serialize};
+use surrealdb::types::SurrealValue;
+
+use crate::error::{Result, StoreError};
+use crate::kb::{KnowledgeBase, obj, vector};
+
+/// Longest fact accepted (in bytes).
+pub const MAX_MEMORY_BYTES: usize = 8 * 1024;
+
+/// A stored fact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    pub id: String,
+    pub content: String,
+    pub tags: Vec<String>,
+    /// Entities of the knowledge base the fact mentions.
+    pub entities: Vec<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// A memory found by a search, with the method's own score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryHit {
+    pub memory: Memory,
+    pub score: f64,
+}
+
+/// Population of one owner's memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryStats {
+    pub memories: u64,
+    pub oldest: Option<i64>,
+    pub newest: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct Row {
+    id: String,
+    content: String,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    entities: Vec<String>,
+    created_at: i64,
+    score: Option<f64>,
+}
+
+impl Row {
+    fn into_hit(self) -> MemoryHit {
+        MemoryHit {
+            score: self.score.unwrap_or(0.0),
+            memory: Memory {
+                id: format!("memory:{}", self.id),
+                content: self.content,
+                tags: self.tags,
+                entities: self.entities,
+                created_at: self.created_at,
+            },
+        }
+    }
+}
+
+const FIELDS: &str = "meta::id(id) AS id, content, tags, entities, created_at";
+
+impl KnowledgeBase {
+    /// Stores a fact for `owner`. Returns the stored memory.
+    pub async fn remember(
+        &self,
+        owner: &str,
+        content: &str,
+        tags: &[String],
+        entities: &[String],
+    ) -> Result<Memory> {
+        if content.trim().is_empty() {
+            return Err(StoreError::invalid("content", "must not be empty"));
+        }
+        if content.len() > MAX_MEMORY_BYTES {
+            return Err(StoreError::invalid(
+                "content",
+                format!("must be at most {MAX_MEMORY_BYTES} bytes"),
+            ));
+        }
+        let embedding = self
+            .embedder()
+            .embed(&[content.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        let created_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let rows: Vec<Row> = self
+            .run(
+                &format!(
+                    "CREATE memory CONTENT {{ owner: $owner, content: $content, tags: $tags, entities: $entities, created_at: $created_at, embedding: $embedding }} RETURN {FIELDS}"
+                ),
+                obj([
+                    ("owner", owner.to_string().into_value()),
+                    ("content", content.to_string().into_value()),
+                    ("tags", tags.to_vec().into_value()),
+                    ("entities", entities.to_vec().into_value()),
+                    ("created_at", created_at.into_value()),
+                    ("embedding", vector(embedding)),
+                ]),
+            )
+            .await?;
+        rows.into_iter()
+            .next()
+            .map(|r| r.into_hit().memory)
+            .ok_or_else(|| StoreError::Query("CREATE memory returned nothing".into()))
+    }
+
+    /// `owner`'s memories nearest to `text`.
+    pub async fn memory_by_vector(
+        &self,
+        owner: &str,
+        text: &str,
+        limit: usize,
+    ) -> Result<Vec<MemoryHit>> {
+        let q = self
+            .embedder()
+            .embed(&[text.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default();
+        let rows: Vec<Row> = self
+            .run(
+                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM memory WHERE owner = $owner ORDER BY score DESC LIMIT $limit"),
+                obj([("owner", owner.to_string().into_value()), ("q", vector(q)), ("limit", (limit as i64).into_value())]),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.score.unwrap_or(0.0) > 0.0)
+            .map(Row::into_hit)
+            .collect())
+    }
+
+    /// `owner`'s memories matching the words of `text`, best BM25 first.
+    pub async fn memory_by_keyword(
+        &self,
+        owner: &str,
+        text: &str,
+        limit: usize,
+    ) -> Result<Vec<MemoryHit>> {
+        if !text.chars().any(char::is_alphanumeric) {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Row> = self
+            .run(
+                &format!("SELECT {FIELDS}, search::score(1) AS score FROM memory WHERE owner = $owner AND content @1@ $q ORDER BY score DESC LIMIT $limit"),
+                obj([("owner", owner.to_string().into_value()), ("q", text.to_string().into_value()), ("limit", (limit as i64).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().map(Row::into_hit).collect())
+    }
+
+    /// `owner`'s memories that mention any of `entities`, newest first.
+    pub async fn memory_by_entities(
+        &self,
+        owner: &str,
+        entities: &[String],
+        limit: usize,
+    ) -> Result<Vec<MemoryHit>> {
+        if entities.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Row> = self
+            .run(
+                &format!("SELECT {FIELDS}, 1.0 AS score FROM memory WHERE owner = $owner AND entities CONTAINSANY $entities ORDER BY created_at DESC LIMIT $limit"),
+                obj([("owner", owner.to_string().into_value()), ("entities", entities.to_vec().into_value()), ("limit", (limit as i64).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().map(Row::into_hit).collect())
+    }
+
+    pub async fn memory_stats(&self, owner: &str) -> Result<MemoryStats> {
+        let rows: Vec<MemoryStats> = self
+            .run(
+                "LET $times = (SELECT VALUE created_at FROM memory WHERE owner = $owner);
+                 RETURN [{ memories: array::len($times), oldest: math::min($times), newest: math::max($times) }]",
+                obj([("owner", owner.to_string().into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or(MemoryStats {
+            memories: 0,
+            oldest: None,
+            newest: None,
+        }))
+    }
+}
