@@ -1,0 +1,156 @@
+//! The [`Tool`] trait, the context a call runs in, and argument validation.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kbq_store::{KnowledgeBase, StoreError};
+use serde_json::{Map, Value, json};
+
+use crate::extract::EntityExtractor;
+
+/// What a tool call may use: the knowledge base, the entity extractor, and the caller's
+/// identity, which owns any memory the call touches.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub kb: Arc<KnowledgeBase>,
+    pub extractor: Arc<EntityExtractor>,
+    /// The API key's stable id. Memory is stored under it and recalled only with it.
+    pub owner: String,
+}
+
+/// Why a call produced no result. Both become an error result the model sees.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    #[error("the tool failed: {0}")]
+    Failed(String),
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Invalid { field, reason } => {
+                ToolError::InvalidArguments(format!("{field} {reason}"))
+            }
+            StoreError::Unavailable(m) | StoreError::Query(m) => ToolError::Failed(m),
+        }
+    }
+}
+
+impl ToolError {
+    /// The result object a model sees for a failed call.
+    pub fn to_result(&self) -> Value {
+        let kind = match self {
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::UnknownTool(_) => "unknown_tool",
+            ToolError::Failed(_) => "failed",
+        };
+        json!({"error": self.to_string(), "error_type": kind})
+    }
+}
+
+/// A built-in tool an agent can call.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// JSON Schema of the arguments (an object schema).
+    fn parameters(&self) -> Value;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError>;
+}
+
+/// The OpenAI function-tool definition of a tool.
+pub fn openai_definition(tool: &dyn Tool) -> Value {
+    json!({
+        "type": "function",
+        "function": {"name": tool.name(), "description": tool.description(), "parameters": tool.parameters()}
+    })
+}
+
+/// Validated access to a call's arguments; rejects fields the schema does not name.
+pub struct Args<'a> {
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Args<'a> {
+    pub fn new(args: &'a Value, known: &[&str]) -> Result<Self, ToolError> {
+        let map = args
+            .as_object()
+            .ok_or_else(|| ToolError::InvalidArguments("arguments must be a JSON object".into()))?;
+        if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(ToolError::InvalidArguments(format!(
+                "unknown argument `{k}` (expected {})",
+                known.join(", ")
+            )));
+        }
+        Ok(Args { map })
+    }
+
+    /// A required, non-blank string of at most `max` characters.
+    pub fn string(&self, name: &str, max: usize) -> Result<String, ToolError> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => {
+                Err(ToolError::InvalidArguments(format!("`{name}` is required")))
+            }
+            Some(Value::String(s)) if s.trim().is_empty() => Err(ToolError::InvalidArguments(
+                format!("`{name}` must not be empty"),
+            )),
+            Some(Value::String(s)) if s.chars().count() > max => Err(ToolError::InvalidArguments(
+                format!("`{name}` must be at most {max} characters"),
+            )),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(ToolError::InvalidArguments(format!(
+                "`{name}` must be a string"
+            ))),
+        }
+    }
+
+    /// An optional integer in `min..=max`, else `default`.
+    pub fn int(&self, name: &str, default: i64, min: i64, max: i64) -> Result<i64, ToolError> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => match v
+                .as_i64()
+                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            {
+                Some(i) if (min..=max).contains(&i) => Ok(i),
+                _ => Err(ToolError::InvalidArguments(format!(
+                    "`{name}` must be an integer from {min} to {max}"
+                ))),
+            },
+        }
+    }
+
+    /// An optional list of at most `max` non-blank strings.
+    pub fn strings(&self, name: &str, max: usize) -> Result<Option<Vec<String>>, ToolError> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) if items.len() <= max => items
+                .iter()
+                .map(|v| match v.as_str() {
+                    Some(s) if !s.trim().is_empty() && s.len() <= 200 => Ok(s.to_string()),
+                    _ => Err(ToolError::InvalidArguments(format!(
+                        "`{name}` must hold non-empty strings"
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(ToolError::InvalidArguments(format!(
+                "`{name}` must be an array of at most {max} strings"
+            ))),
+        }
+    }
+}
+
+/// The first `max` characters of a text, cut at a word where possible.
+pub fn snippet(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max).collect();
+    let cut = cut.rsplit_once(' ').map_or(cut.as_str(), |(head, _)| head);
+    format!("{cut}…")
+}
