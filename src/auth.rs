@@ -15,13 +15,26 @@ use subtle::ConstantTimeEq;
 use crate::config::KeyEntry;
 use crate::error::{ApiError, ErrorCode};
 
-/// The name of the key a request was made with, in the request's extensions.
+/// The key a request was made with, in the request's extensions: its configured name (for
+/// logs) and a stable id derived from its hash, which owns the key's memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyName(pub Arc<str>);
+pub struct KeyIdentity {
+    pub name: Arc<str>,
+    pub id: Arc<str>,
+}
 
 struct Key {
     name: Arc<str>,
     hash: [u8; 32],
+}
+
+impl Key {
+    fn identity(&self) -> KeyIdentity {
+        KeyIdentity {
+            name: self.name.clone(),
+            id: hex::encode(&self.hash[..16]).into(),
+        }
+    }
 }
 
 /// The keys kbq accepts.
@@ -102,12 +115,12 @@ impl Keys {
     }
 
     /// The name of the matching key. Every configured hash is compared, in constant time.
-    pub fn verify(&self, presented: &str) -> Option<Arc<str>> {
+    pub fn verify(&self, presented: &str) -> Option<KeyIdentity> {
         let h = hash(presented);
         let mut found = None;
         for k in &self.keys {
             if bool::from(k.hash.ct_eq(&h)) {
-                found = Some(k.name.clone());
+                found = Some(k.identity());
             }
         }
         found
@@ -156,11 +169,11 @@ pub async fn require_key(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let keys = req.app_data::<web::Data<Keys>>().cloned();
-    let name = match (keys, presented_key(&req)) {
+    let identity = match (keys, presented_key(&req)) {
         (Some(keys), Some(k)) if !k.is_empty() => keys.verify(k),
         _ => None,
     };
-    let Some(name) = name else {
+    let Some(identity) = identity else {
         let message = if presented_key(&req).is_some() {
             "the API key is not valid"
         } else {
@@ -170,7 +183,7 @@ pub async fn require_key(
             .error_response(ApiError::new(ErrorCode::InvalidApiKey, message))
             .map_into_right_body());
     };
-    tracing::Span::current().record("key", &*name);
-    req.extensions_mut().insert(KeyName(name));
+    tracing::Span::current().record("key", &*identity.name);
+    req.extensions_mut().insert(identity);
     Ok(next.call(req).await?.map_into_left_body())
 }

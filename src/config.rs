@@ -19,6 +19,10 @@ pub struct Config {
     pub server: ServerConfig,
     pub store: StoreSection,
     pub graph: GraphSection,
+    pub agent: AgentSection,
+    /// LLM providers in priority order; none means the built-in provider alone.
+    pub providers: Vec<ProviderSection>,
+    pub health: HealthSection,
     pub auth: AuthSection,
     /// API versions by path prefix (`v1`, ...).
     pub versions: BTreeMap<String, VersionSection>,
@@ -62,6 +66,79 @@ pub struct GraphSection {
     pub workers: usize,
     /// Longest wait of a request for a graph worker's answer.
     pub call_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSection {
+    /// Most provider calls in one chat turn.
+    pub max_steps: u32,
+    /// Longest time one chat turn may take.
+    pub max_wall_ms: u64,
+    /// Longest user message, in bytes.
+    pub max_message_bytes: usize,
+    /// Most history entries in one request.
+    pub max_history: usize,
+    /// Largest total size of the history, in bytes.
+    pub max_history_bytes: usize,
+    /// Upper bound of a request's max_tokens.
+    pub max_tokens_limit: u32,
+    /// Workers per built-in tool.
+    pub tool_workers: usize,
+    /// Longest wait for one tool call.
+    pub tool_timeout_ms: u64,
+}
+
+/// One LLM provider.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSection {
+    pub name: String,
+    /// `openai` (any OpenAI-compatible endpoint) or `builtin`.
+    pub kind: ProviderKindName,
+    /// For `openai`: the API base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// For `openai`: the model name.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// For `openai`: the environment variable holding the API key (none for local servers).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Longest wait for one attempt.
+    #[serde(default = "default_provider_timeout")]
+    pub timeout_ms: u64,
+    /// Retries of a transient failure before falling back to the next provider.
+    #[serde(default = "default_retries")]
+    pub max_retries: usize,
+}
+
+fn default_provider_timeout() -> u64 {
+    30_000
+}
+
+fn default_retries() -> usize {
+    2
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKindName {
+    Openai,
+    Builtin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthSection {
+    /// How often every provider is probed.
+    pub probe_interval_ms: u64,
+    /// Failures in a row that eject a provider.
+    pub failure_threshold: u32,
+    /// First ejection's length; each repeat doubles it.
+    pub cooldown_ms: u64,
+    /// Longest ejection.
+    pub max_cooldown_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
@@ -140,6 +217,9 @@ impl Default for Config {
             server: ServerConfig::default(),
             store: StoreSection::default(),
             graph: GraphSection::default(),
+            agent: AgentSection::default(),
+            providers: Vec::new(),
+            health: HealthSection::default(),
             auth: AuthSection::default(),
             versions,
             log: LogSection::default(),
@@ -179,6 +259,32 @@ impl Default for GraphSection {
         GraphSection {
             workers: 4,
             call_timeout_ms: 15_000,
+        }
+    }
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection {
+            max_steps: 8,
+            max_wall_ms: 60_000,
+            max_message_bytes: 32 * 1024,
+            max_history: 50,
+            max_history_bytes: 256 * 1024,
+            max_tokens_limit: 4096,
+            tool_workers: 4,
+            tool_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Default for HealthSection {
+    fn default() -> Self {
+        HealthSection {
+            probe_interval_ms: 5_000,
+            failure_threshold: 3,
+            cooldown_ms: 5_000,
+            max_cooldown_ms: 300_000,
         }
     }
 }
@@ -269,6 +375,83 @@ impl Config {
                 return bad(key, "must be between 1 and 600000");
             }
         }
+        let a = &self.agent;
+        for (key, value, min, max) in [
+            ("agent.max_steps", u64::from(a.max_steps), 1, 64),
+            ("agent.max_wall_ms", a.max_wall_ms, 100, 3_600_000),
+            (
+                "agent.max_message_bytes",
+                a.max_message_bytes as u64,
+                1,
+                1 << 20,
+            ),
+            ("agent.max_history", a.max_history as u64, 0, 1000),
+            (
+                "agent.max_history_bytes",
+                a.max_history_bytes as u64,
+                0,
+                16 << 20,
+            ),
+            (
+                "agent.max_tokens_limit",
+                u64::from(a.max_tokens_limit),
+                1,
+                1_000_000,
+            ),
+            ("agent.tool_workers", a.tool_workers as u64, 1, 256),
+            ("agent.tool_timeout_ms", a.tool_timeout_ms, 1, 600_000),
+            (
+                "health.probe_interval_ms",
+                self.health.probe_interval_ms,
+                10,
+                3_600_000,
+            ),
+            (
+                "health.failure_threshold",
+                u64::from(self.health.failure_threshold),
+                1,
+                100,
+            ),
+            ("health.cooldown_ms", self.health.cooldown_ms, 1, 3_600_000),
+            (
+                "health.max_cooldown_ms",
+                self.health.max_cooldown_ms,
+                self.health.cooldown_ms,
+                86_400_000,
+            ),
+        ] {
+            if !(min..=max).contains(&value) {
+                return bad(key, &format!("must be between {min} and {max}"));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, p) in self.providers.iter().enumerate() {
+            let key = |field: &str| format!("providers[{i}].{field}");
+            if p.name.trim().is_empty() || !names.insert(p.name.as_str()) {
+                return bad(&key("name"), "must be present and unique");
+            }
+            if p.kind == ProviderKindName::Openai {
+                if !p
+                    .base_url
+                    .as_deref()
+                    .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"))
+                {
+                    return bad(
+                        &key("base_url"),
+                        "must be an http:// or https:// URL for kind openai",
+                    );
+                }
+                if p.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                    return bad(&key("model"), "is required for kind openai");
+                }
+            }
+            if !(1..=600_000).contains(&p.timeout_ms) {
+                return bad(&key("timeout_ms"), "must be between 1 and 600000");
+            }
+            if p.max_retries > 10 {
+                return bad(&key("max_retries"), "must be between 0 and 10");
+            }
+        }
         if !(1..=256).contains(&self.graph.workers) {
             return bad("graph.workers", "must be between 1 and 256");
         }
@@ -350,6 +533,60 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// The actor runtime's settings. API keys of providers are read from their variables here.
+    pub fn runtime_config(&self) -> kbq_actors::RuntimeConfig {
+        use kbq_actors::{ProviderConfig, ProviderKind, RetryPolicy, SessionLimits};
+        let ms = Duration::from_millis;
+        let providers = self
+            .providers
+            .iter()
+            .map(|p| ProviderConfig {
+                name: p.name.clone(),
+                kind: match p.kind {
+                    ProviderKindName::Builtin => ProviderKind::Builtin,
+                    ProviderKindName::Openai => ProviderKind::OpenAi {
+                        base_url: p.base_url.clone().unwrap_or_default(),
+                        model: p.model.clone().unwrap_or_default(),
+                        api_key: p.api_key_env.as_deref().and_then(|v| std::env::var(v).ok()),
+                    },
+                },
+                timeout: ms(p.timeout_ms),
+                retry: RetryPolicy {
+                    max_retries: p.max_retries,
+                    min_delay: ms(100),
+                    max_delay: ms(2_000),
+                },
+            })
+            .collect::<Vec<_>>();
+        // One provider's whole budget: every attempt, plus the pauses between them.
+        let provider_timeout = self
+            .providers
+            .iter()
+            .map(|p| {
+                ms(p.timeout_ms) * (p.max_retries as u32 + 1) + ms(2_000) * p.max_retries as u32
+            })
+            .max()
+            .unwrap_or(ms(30_000));
+        kbq_actors::RuntimeConfig {
+            graph_workers: self.graph.workers,
+            graph_call_timeout: ms(self.graph.call_timeout_ms),
+            tool_workers: self.agent.tool_workers,
+            tool_timeout: ms(self.agent.tool_timeout_ms),
+            providers,
+            health: kbq_actors::HealthPolicy {
+                probe_interval: ms(self.health.probe_interval_ms),
+                failure_threshold: self.health.failure_threshold,
+                cooldown: ms(self.health.cooldown_ms),
+                max_cooldown: ms(self.health.max_cooldown_ms),
+            },
+            session: SessionLimits {
+                max_steps: self.agent.max_steps,
+                max_wall: ms(self.agent.max_wall_ms),
+                provider_timeout,
+            },
+        }
     }
 
     pub fn store_config(&self) -> kbq_store::StoreConfig {

@@ -3,13 +3,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
 use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
-use kbq_actors::{GraphPool, Runtime, RuntimeConfig};
+use kbq_actors::{Agent, GraphPool, Runtime};
 use kbq_store::{HashingEmbedder, KnowledgeBase};
 
 use crate::auth::Keys;
@@ -38,6 +37,7 @@ pub struct Server {
     pub addr: SocketAddr,
     pub kb: Arc<KnowledgeBase>,
     pub graph: GraphPool,
+    pub agent: Agent,
     handle: ServerHandle,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     runtime: Runtime,
@@ -78,15 +78,9 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             Err(e) => tracing::warn!(error = %e, "demo knowledge base not loaded"),
         }
     }
-    let runtime = Runtime::start(
-        kb.clone(),
-        RuntimeConfig {
-            graph_workers: config.graph.workers,
-            graph_call_timeout: Duration::from_millis(config.graph.call_timeout_ms),
-        },
-    )
-    .await
-    .context("starting the actor runtime")?;
+    let runtime = Runtime::start(kb.clone(), config.runtime_config())
+        .await
+        .context("starting the actor runtime")?;
 
     let mut keys = Keys::new(&config.auth.keys, &options.plaintext_keys);
     if let Some(generated) = keys
@@ -107,6 +101,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let keys = web::Data::new(keys);
     let versions = web::Data::new(Versions::new(&config.versions, options.clock.clone()));
     let graph = web::Data::new(runtime.graph.clone());
+    let agent = web::Data::new(runtime.agent.clone());
+    let agent_limits = web::Data::new(config.agent.clone());
     let kb_data = web::Data::from(kb.clone());
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
@@ -114,6 +110,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(keys.clone())
             .app_data(versions.clone())
             .app_data(graph.clone())
+            .app_data(agent.clone())
+            .app_data(agent_limits.clone())
             .app_data(kb_data.clone())
             .app_data(payload.clone())
             .configure(routes::configure)
@@ -139,6 +137,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         addr,
         kb,
         graph: runtime.graph.clone(),
+        agent: runtime.agent.clone(),
         handle,
         task,
         runtime,

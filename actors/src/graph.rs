@@ -7,7 +7,6 @@ use std::time::Duration;
 use kbq_store::{
     DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, Traversal, TraversalQuery,
 };
-use parking_lot::RwLock;
 use ractor::factory::{
     Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
     worker_builder,
@@ -141,13 +140,13 @@ pub(crate) async fn spawn_factory(
 /// across restarts by the root supervisor.
 #[derive(Clone)]
 pub struct GraphPool {
-    pub(crate) factory: Arc<RwLock<FactoryRef<(), GraphRequest>>>,
+    pub(crate) factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
     timeout: Duration,
 }
 
 impl GraphPool {
     pub(crate) fn new(
-        factory: Arc<RwLock<FactoryRef<(), GraphRequest>>>,
+        factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
         timeout: Duration,
     ) -> Self {
         GraphPool { factory, timeout }
@@ -185,11 +184,13 @@ impl GraphPool {
     /// Makes one worker panic. Only for tests of supervision.
     #[cfg(feature = "fault-injection")]
     pub fn inject_panic(&self) {
-        let _ = self.factory.read().dispatch((), GraphRequest::Panic);
+        if let Some(f) = self.factory() {
+            let _ = f.dispatch((), GraphRequest::Panic);
+        }
     }
 
     /// The current factory, e.g. to kill it in a test of supervision.
-    pub fn factory(&self) -> FactoryRef<(), GraphRequest> {
+    pub fn factory(&self) -> Option<FactoryRef<(), GraphRequest>> {
         self.factory.read().clone()
     }
 
@@ -197,7 +198,9 @@ impl GraphPool {
         &self,
         build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
     ) -> Result<T, GraphError> {
-        let factory = self.factory();
+        let Some(factory) = self.factory() else {
+            return Err(GraphError::NotRunning("restarting".into()));
+        };
         match factory.call_job((), build, Some(self.timeout)).await {
             Ok(CallResult::Success(answer)) => Ok(answer?),
             Ok(CallResult::Timeout) => Err(GraphError::Timeout(self.timeout)),

@@ -3,43 +3,123 @@
 //! # Supervision tree
 //! ```text
 //! RootSupervisor                      restarts any child that fails or stops
-//! └── graph factory                   routes jobs to idle workers, queues the rest
-//!     ├── GraphWorker 0               restarted by the factory if it panics
-//!     ├── GraphWorker 1
-//!     └── ... (graph.workers)
+//! ├── HealthActor                     probes providers, records live outcomes on the HealthBoard
+//! ├── ProviderActor × providers       one per configured LLM provider, retries with backon
+//! ├── graph factory                   GraphWorker × graph.workers (restarted by the factory)
+//! ├── tool factory × 6                ToolWorker × agent.tool_workers per built-in tool
+//! └── SessionSupervisor               parent of one ChatSessionActor per chat request
 //! ```
-//! A request travels: HTTP handler -> [`GraphPool`] (with a timeout) -> factory -> a
-//! [`GraphWorker`] -> `kbq_store::KnowledgeBase` -> reply port -> handler.
+//! A graph request travels: handler -> [`GraphPool`] (timeout) -> factory -> GraphWorker ->
+//! `KnowledgeBase`. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor, which loops
+//! [`ProviderRouter`] (healthy providers in priority order, fallback) -> tool calls through
+//! [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
 //!
 //! # Layout
 //! - [`graph`]: the graph worker, its request enum, and the [`GraphPool`] handle.
+//! - [`provider`]: the chat protocol, the OpenAI-compatible backend, and the ProviderActor.
+//! - [`builtin`]: the built-in, offline provider (retrieval and rules, not a model).
+//! - [`health`]: the HealthBoard, its ejection rules, and the HealthActor.
+//! - [`tools`]: one factory of ToolWorkers per tool, and the [`ToolPool`] handle.
+//! - [`session`]: [`Agent`], the ProviderRouter, the ChatSessionActor and its supervisor.
 //! - [`root`]: the [`RootSupervisor`] and its restart policy.
 
+pub mod builtin;
 pub mod graph;
+pub mod health;
+pub mod provider;
 pub mod root;
+pub mod session;
+pub mod tools;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kbq_store::KnowledgeBase;
+use kbq_tools::{EntityExtractor, Toolbox};
 use parking_lot::RwLock;
-use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorRef, SpawnErr};
 
 pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
+pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
+pub use provider::{Backend, RetryPolicy};
 pub use root::{RootMessage, RootSupervisor};
+pub use session::{
+    Agent, AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
+};
+pub use tools::ToolPool;
 
-/// Sizes and timeouts of the runtime.
+/// Which model a provider talks to.
+#[derive(Debug, Clone)]
+pub enum ProviderKind {
+    /// The offline, rule-based provider.
+    Builtin,
+    /// Any OpenAI-compatible endpoint.
+    OpenAi {
+        base_url: String,
+        model: String,
+        api_key: Option<String>,
+    },
+}
+
+/// One configured provider, in priority order.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    /// Longest wait for one attempt.
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+/// Sizes, timeouts and policies of the runtime.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub graph_workers: usize,
     /// Longest wait of an edge call into the graph workers.
     pub graph_call_timeout: Duration,
+    pub tool_workers: usize,
+    pub tool_timeout: Duration,
+    /// Providers in priority order; empty means the built-in provider alone.
+    pub providers: Vec<ProviderConfig>,
+    pub health: HealthPolicy,
+    pub session: SessionLimits,
+}
+
+impl RuntimeConfig {
+    /// Defaults for tests and embedding: the built-in provider only.
+    pub fn new() -> Self {
+        RuntimeConfig {
+            graph_workers: 4,
+            graph_call_timeout: Duration::from_secs(15),
+            tool_workers: 4,
+            tool_timeout: Duration::from_secs(10),
+            providers: Vec::new(),
+            health: HealthPolicy {
+                probe_interval: Duration::from_secs(5),
+                failure_threshold: 3,
+                cooldown: Duration::from_secs(5),
+                max_cooldown: Duration::from_secs(300),
+            },
+            session: SessionLimits {
+                max_steps: 8,
+                max_wall: Duration::from_secs(60),
+                provider_timeout: Duration::from_secs(90),
+            },
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The running actor system.
 pub struct Runtime {
     pub graph: GraphPool,
+    pub agent: Agent,
     root: ActorRef<RootMessage>,
     root_handle: tokio::task::JoinHandle<()>,
 }
@@ -47,20 +127,98 @@ pub struct Runtime {
 impl Runtime {
     /// Starts the root supervisor and its children.
     pub async fn start(kb: Arc<KnowledgeBase>, config: RuntimeConfig) -> Result<Runtime, SpawnErr> {
-        // The slot is filled by the root's pre_start; until then it holds a placeholder that
-        // the root replaces before `spawn` returns.
-        let placeholder = placeholder_factory().await?;
-        let slot: Arc<RwLock<FactoryRef<(), GraphRequest>>> =
-            Arc::new(RwLock::new(placeholder.clone()));
+        let extractor = Arc::new(EntityExtractor::new(kb.clone()));
+        let toolbox = Toolbox::default();
+        let provider_configs = if config.providers.is_empty() {
+            vec![ProviderConfig {
+                name: "builtin".into(),
+                kind: ProviderKind::Builtin,
+                timeout: Duration::from_secs(30),
+                retry: RetryPolicy {
+                    max_retries: 0,
+                    min_delay: Duration::from_millis(50),
+                    max_delay: Duration::from_secs(1),
+                },
+            }]
+        } else {
+            config.providers.clone()
+        };
+        let providers: Vec<root::ProviderSpec> = provider_configs
+            .iter()
+            .map(|p| {
+                let backend: Arc<dyn Backend> = match &p.kind {
+                    ProviderKind::Builtin => {
+                        Arc::new(builtin::BuiltinBackend::new(&p.name, extractor.clone()))
+                    }
+                    ProviderKind::OpenAi {
+                        base_url,
+                        model,
+                        api_key,
+                    } => Arc::new(provider::OpenAiBackend::new(
+                        &p.name,
+                        base_url,
+                        model,
+                        api_key.clone(),
+                        p.timeout,
+                    )),
+                };
+                root::ProviderSpec {
+                    name: p.name.clone(),
+                    backend,
+                    retry: p.retry,
+                    slot: Arc::new(RwLock::new(None)),
+                }
+            })
+            .collect();
+        let board = HealthBoard::new(
+            &providers
+                .iter()
+                .map(|p| (p.name.clone(), p.backend.kind()))
+                .collect::<Vec<_>>(),
+            config.health,
+        );
+        let tool_slots: HashMap<String, tools::ToolSlot> = toolbox
+            .tools()
+            .iter()
+            .map(|t| (t.name().to_string(), Arc::new(RwLock::new(None))))
+            .collect();
+        let router = session::ProviderRouter {
+            providers: providers
+                .iter()
+                .map(|p| (p.name.clone(), p.slot.clone()))
+                .collect(),
+            board: board.clone(),
+        };
+        let graph_slot = Arc::new(RwLock::new(None));
+        let session_slot = Arc::new(RwLock::new(None));
+        let tools = ToolPool::new(tool_slots.clone(), config.tool_timeout);
         let args = root::RootArguments {
-            kb,
+            kb: kb.clone(),
             graph_workers: config.graph_workers.max(1),
-            graph_slot: slot.clone(),
+            graph_slot: graph_slot.clone(),
+            toolbox: toolbox.clone(),
+            tool_workers: config.tool_workers.max(1),
+            tool_slots,
+            providers,
+            health_board: board,
+            health_slot: Arc::new(RwLock::new(None)),
+            session_slot: session_slot.clone(),
         };
         let (root, root_handle) = Actor::spawn(None, RootSupervisor, args).await?;
-        placeholder.stop(None);
+        let deps = session::SessionDeps {
+            kb,
+            extractor,
+            toolbox,
+            tools,
+            router,
+            limits: config.session,
+        };
         Ok(Runtime {
-            graph: GraphPool::new(slot, config.graph_call_timeout),
+            graph: GraphPool::new(graph_slot, config.graph_call_timeout),
+            agent: Agent {
+                deps: Arc::new(deps),
+                supervisor: session_slot,
+            },
             root,
             root_handle,
         })
@@ -76,18 +234,4 @@ impl Runtime {
         self.root.stop(None);
         let _ = self.root_handle.await;
     }
-}
-
-/// A factory with no workers, used only to give the slot a value before the root starts.
-async fn placeholder_factory() -> Result<FactoryRef<(), GraphRequest>, SpawnErr> {
-    let args = ractor::factory::FactoryArguments::builder()
-        .worker_builder(Box::new(ractor::factory::worker_builder(|_wid| {
-            unreachable!("the placeholder factory starts no workers")
-        })))
-        .queue(Default::default())
-        .router(Default::default())
-        .num_initial_workers(0)
-        .build();
-    let (factory, _) = Actor::spawn(None, graph::GraphFactory::default(), args).await?;
-    Ok(factory)
 }

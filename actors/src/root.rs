@@ -1,22 +1,44 @@
-//! The root supervisor: spawns the worker pools linked to itself and restarts any that stops.
-//! ractor's default supervision stops the parent when a child fails; kbq keeps serving instead.
+//! The root supervisor: spawns every long-lived child linked to itself and restarts any that
+//! stops. ractor's default supervision stops the parent when a child fails; kbq keeps serving.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kbq_store::KnowledgeBase;
+use kbq_tools::Toolbox;
 use parking_lot::RwLock;
 use ractor::factory::FactoryRef;
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use crate::graph::{self, GraphRequest};
+use crate::health::{HealthActor, HealthBoard, HealthMessage};
+use crate::provider::{Backend, ProviderActor, ProviderArguments, ProviderMessage, RetryPolicy};
+use crate::session::{ProviderSlot, SessionSupervisor, SessionSupervisorMessage};
+use crate::tools::{self, ToolSlot};
 
-/// What the root needs to build its children.
+pub(crate) type Slot<T> = Arc<RwLock<Option<T>>>;
+
+/// A provider as the root builds it.
+pub(crate) struct ProviderSpec {
+    pub name: String,
+    pub backend: Arc<dyn Backend>,
+    pub retry: RetryPolicy,
+    pub slot: ProviderSlot,
+}
+
+/// What the root needs to build (and rebuild) its children.
 pub struct RootArguments {
-    pub kb: Arc<KnowledgeBase>,
-    pub graph_workers: usize,
-    /// Where the current graph factory is published for [`crate::GraphPool`].
-    pub(crate) graph_slot: Arc<RwLock<FactoryRef<(), GraphRequest>>>,
+    pub(crate) kb: Arc<KnowledgeBase>,
+    pub(crate) graph_workers: usize,
+    pub(crate) graph_slot: Slot<FactoryRef<(), GraphRequest>>,
+    pub(crate) toolbox: Toolbox,
+    pub(crate) tool_workers: usize,
+    pub(crate) tool_slots: HashMap<String, ToolSlot>,
+    pub(crate) providers: Vec<ProviderSpec>,
+    pub(crate) health_board: HealthBoard,
+    pub(crate) health_slot: Slot<ActorRef<HealthMessage>>,
+    pub(crate) session_slot: Slot<ActorRef<SessionSupervisorMessage>>,
 }
 
 pub struct RootState {
@@ -35,6 +57,103 @@ pub enum RootMessage {
 /// cannot spin.
 const RESTART_PAUSE: Duration = Duration::from_millis(100);
 
+/// Which child an actor id belongs to.
+enum Child {
+    Graph,
+    Tool(String),
+    Provider(usize),
+    Health,
+    Sessions,
+}
+
+fn id_of<T: Clone + Into<ActorCell>>(slot: &Slot<T>) -> Option<ActorId> {
+    slot.read().clone().map(|r| r.into().get_id())
+}
+
+impl RootState {
+    fn child(&self, id: ActorId) -> Option<Child> {
+        let a = &self.args;
+        if id_of(&a.graph_slot) == Some(id) {
+            return Some(Child::Graph);
+        }
+        if id_of(&a.health_slot) == Some(id) {
+            return Some(Child::Health);
+        }
+        if id_of(&a.session_slot) == Some(id) {
+            return Some(Child::Sessions);
+        }
+        if let Some((name, _)) = a.tool_slots.iter().find(|(_, s)| id_of(s) == Some(id)) {
+            return Some(Child::Tool(name.clone()));
+        }
+        a.providers
+            .iter()
+            .position(|p| id_of(&p.slot) == Some(id))
+            .map(Child::Provider)
+    }
+}
+
+async fn spawn_provider(
+    spec: &ProviderSpec,
+    health: &Slot<ActorRef<HealthMessage>>,
+    root: ActorCell,
+) -> Result<(), ActorProcessingErr> {
+    let args = ProviderArguments {
+        name: spec.name.clone(),
+        backend: spec.backend.clone(),
+        retry: spec.retry,
+        health: health.clone(),
+    };
+    let (actor, _) = Actor::spawn_linked(None, ProviderActor, args, root).await?;
+    *spec.slot.write() = Some(actor);
+    Ok(())
+}
+
+fn tell_health_about_providers(args: &RootArguments) {
+    let refs: Vec<ActorRef<ProviderMessage>> = args
+        .providers
+        .iter()
+        .filter_map(|p| p.slot.read().clone())
+        .collect();
+    if let Some(h) = args.health_slot.read().clone() {
+        let _ = h.cast(HealthMessage::Providers(refs));
+    }
+}
+
+async fn spawn_child(
+    child: &Child,
+    args: &RootArguments,
+    root: ActorCell,
+) -> Result<(), ActorProcessingErr> {
+    match child {
+        Child::Graph => {
+            let f = graph::spawn_factory(args.kb.clone(), args.graph_workers, root).await?;
+            *args.graph_slot.write() = Some(f);
+        }
+        Child::Tool(name) => {
+            let tool = args.toolbox.get(name).cloned().ok_or("unknown tool")?;
+            let f = tools::spawn_factory(tool, args.tool_workers, root).await?;
+            if let Some(slot) = args.tool_slots.get(name) {
+                *slot.write() = Some(f);
+            }
+        }
+        Child::Provider(i) => {
+            spawn_provider(&args.providers[*i], &args.health_slot, root).await?;
+            tell_health_about_providers(args);
+        }
+        Child::Health => {
+            let (h, _) =
+                Actor::spawn_linked(None, HealthActor, args.health_board.clone(), root).await?;
+            *args.health_slot.write() = Some(h);
+            tell_health_about_providers(args);
+        }
+        Child::Sessions => {
+            let (s, _) = Actor::spawn_linked(None, SessionSupervisor, (), root).await?;
+            *args.session_slot.write() = Some(s);
+        }
+    }
+    Ok(())
+}
+
 pub struct RootSupervisor;
 
 impl Actor for RootSupervisor {
@@ -47,9 +166,17 @@ impl Actor for RootSupervisor {
         myself: ActorRef<Self::Msg>,
         args: RootArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let factory =
-            graph::spawn_factory(args.kb.clone(), args.graph_workers, myself.get_cell()).await?;
-        *args.graph_slot.write() = factory;
+        let root = myself.get_cell();
+        spawn_child(&Child::Health, &args, root.clone()).await?;
+        for i in 0..args.providers.len() {
+            spawn_child(&Child::Provider(i), &args, root.clone()).await?;
+        }
+        spawn_child(&Child::Graph, &args, root.clone()).await?;
+        let names: Vec<String> = args.tool_slots.keys().cloned().collect();
+        for name in names {
+            spawn_child(&Child::Tool(name), &args, root.clone()).await?;
+        }
+        spawn_child(&Child::Sessions, &args, root).await?;
         Ok(RootState { args, restarts: 0 })
     }
 
@@ -84,18 +211,11 @@ impl Actor for RootSupervisor {
             }
             _ => return Ok(()),
         };
-        let graph = state.args.graph_slot.read().get_id();
-        if stopped == graph {
+        if let Some(child) = state.child(stopped) {
             tokio::time::sleep(RESTART_PAUSE).await;
-            let factory = graph::spawn_factory(
-                state.args.kb.clone(),
-                state.args.graph_workers,
-                myself.get_cell(),
-            )
-            .await?;
-            *state.args.graph_slot.write() = factory;
+            spawn_child(&child, &state.args, myself.get_cell()).await?;
             state.restarts += 1;
-            tracing::info!(restarts = state.restarts, "graph workers restarted");
+            tracing::info!(restarts = state.restarts, "child restarted");
         }
         Ok(())
     }

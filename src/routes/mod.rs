@@ -1,5 +1,6 @@
 //! Mounts every route. One file per resource group, each with its own `configure`.
 
+pub mod agent;
 pub mod graph;
 pub mod probes;
 
@@ -9,13 +10,19 @@ use actix_web::web;
 use crate::auth::require_key;
 use crate::error::{ApiError, ErrorCode};
 
-/// All routes: probes at the root, the graph API under `/data/v1`.
+/// All routes: probes at the root, the graph API under `/data/v1`, the agent API under `/v1`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.configure(probes::configure).service(
-        web::scope("/data/v1")
-            .wrap(from_fn(require_key))
-            .configure(graph::configure),
-    );
+    cfg.configure(probes::configure)
+        .service(
+            web::scope("/data/v1")
+                .wrap(from_fn(require_key))
+                .configure(graph::configure),
+        )
+        .service(
+            web::scope("/v1")
+                .wrap(from_fn(require_key))
+                .configure(agent::configure),
+        );
 }
 
 /// Anything no route matched.

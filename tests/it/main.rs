@@ -6,6 +6,7 @@ mod errors;
 mod graph;
 mod import_cli;
 mod probes;
+pub mod scripted;
 mod supervision;
 mod support;
 mod versions;

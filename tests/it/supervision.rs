@@ -43,10 +43,10 @@ async fn a_panicking_graph_worker_is_replaced() {
 #[tokio::test]
 async fn a_stopped_graph_pool_is_restarted_by_the_root_supervisor() {
     let t = TestServer::start().await;
-    let before = t.server().graph.factory().get_id();
-    t.server().graph.factory().kill();
+    let before = t.server().graph.factory().unwrap().get_id();
+    t.server().graph.factory().unwrap().kill();
     let restarted = eventually(Duration::from_secs(10), || async {
-        t.server().graph.factory().get_id() != before
+        t.server().graph.factory().unwrap().get_id() != before
             && t.post("/data/v1/query/graph", json!({"entity_name": "Ada"}))
                 .await
                 .0

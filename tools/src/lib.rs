@@ -4,7 +4,7 @@
 //! # Layout
 //! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolError`] and argument validation.
 //! - [`search`]: SemanticSearchTool and HybridSearchTool.
-//! - [`graph`]: KnowledgeGraphTool.
+//! - [`graph`]: the KnowledgeGraphTool.
 //! - [`memory`]: MemorySearchTool, MemoryStoreTool, MemoryStatsTool.
 //! - [`extract`]: the entity extractor (Aho-Corasick over entity names).
 //! - [`fusion`]: reciprocal rank fusion.

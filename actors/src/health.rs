@@ -1,0 +1,316 @@
+//! Provider health: the [`HealthBoard`] that everyone reads without waiting, and the
+//! [`HealthActor`] that writes it from interval probes and from live-traffic outcomes.
+//!
+//! Rules: a provider that fails `failure_threshold` times in a row is ejected for a cooldown
+//! (`cooldown`, doubled on each repeat ejection up to `max_cooldown`; the count resets once it
+//! stays up for `max_cooldown`). An ejected provider gets no traffic; after its cooldown the
+//! first successful probe brings it back. healthy = every provider up, degraded = some up and
+//! some down, unhealthy = none up.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::Serialize;
+
+use crate::provider::ProviderMessage;
+
+/// Thresholds and timings of the health rules.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthPolicy {
+    pub probe_interval: Duration,
+    pub failure_threshold: u32,
+    pub cooldown: Duration,
+    pub max_cooldown: Duration,
+}
+
+/// The overall value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Healthy,
+    Degraded,
+    Unhealthy,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    name: String,
+    kind: &'static str,
+    consecutive_failures: u32,
+    ejected_until: Option<Instant>,
+    ejections: u32,
+    up_since: Option<Instant>,
+    latency: Option<Duration>,
+    last_error: Option<String>,
+    last_checked: Option<Instant>,
+}
+
+/// One provider's state as reported.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderStatus {
+    pub name: String,
+    pub kind: &'static str,
+    /// `up` or `down`.
+    pub status: &'static str,
+    /// Latency of the last successful call or probe, in milliseconds.
+    pub latency_ms: Option<f64>,
+    pub last_error: Option<String>,
+    pub consecutive_failures: u32,
+    /// Milliseconds left before an ejected provider may come back.
+    pub ejected_for_ms: Option<u64>,
+    /// Milliseconds since the provider was last heard from.
+    pub checked_ms_ago: Option<u64>,
+}
+
+/// A consistent copy of the board.
+#[derive(Debug, Clone, Serialize)]
+pub struct HealthReport {
+    pub status: Health,
+    pub providers: Vec<ProviderStatus>,
+}
+
+/// The shared health state, in provider priority order.
+#[derive(Clone)]
+pub struct HealthBoard {
+    entries: Arc<RwLock<Vec<Entry>>>,
+    policy: HealthPolicy,
+}
+
+impl HealthBoard {
+    pub fn new(providers: &[(String, &'static str)], policy: HealthPolicy) -> Self {
+        let now = Instant::now();
+        let entries = providers
+            .iter()
+            .map(|(name, kind)| Entry {
+                name: name.clone(),
+                kind,
+                consecutive_failures: 0,
+                ejected_until: None,
+                ejections: 0,
+                up_since: Some(now),
+                latency: None,
+                last_error: None,
+                last_checked: None,
+            })
+            .collect();
+        HealthBoard {
+            entries: Arc::new(RwLock::new(entries)),
+            policy,
+        }
+    }
+
+    /// Providers that may take traffic now, in priority order.
+    pub fn available(&self) -> Vec<String> {
+        self.entries
+            .read()
+            .iter()
+            .filter(|e| e.ejected_until.is_none())
+            .map(|e| e.name.clone())
+            .collect()
+    }
+
+    pub fn report(&self) -> HealthReport {
+        let now = Instant::now();
+        let entries = self.entries.read();
+        let providers: Vec<ProviderStatus> = entries
+            .iter()
+            .map(|e| ProviderStatus {
+                name: e.name.clone(),
+                kind: e.kind,
+                status: if e.ejected_until.is_none() {
+                    "up"
+                } else {
+                    "down"
+                },
+                latency_ms: e.latency.map(|d| (d.as_secs_f64() * 1e5).round() / 100.0),
+                last_error: e.last_error.clone(),
+                consecutive_failures: e.consecutive_failures,
+                ejected_for_ms: e
+                    .ejected_until
+                    .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+                checked_ms_ago: e
+                    .last_checked
+                    .map(|t| now.duration_since(t).as_millis() as u64),
+            })
+            .collect();
+        let up = providers.iter().filter(|p| p.status == "up").count();
+        let status = match (up, providers.len()) {
+            (0, _) => Health::Unhealthy,
+            (u, n) if u == n => Health::Healthy,
+            _ => Health::Degraded,
+        };
+        HealthReport { status, providers }
+    }
+
+    fn record(&self, o: &Outcome) {
+        let now = Instant::now();
+        let policy = self.policy;
+        let mut entries = self.entries.write();
+        let Some(e) = entries.iter_mut().find(|e| e.name == o.provider) else {
+            return;
+        };
+        e.last_checked = Some(now);
+        if o.ok {
+            e.latency = Some(o.latency);
+            e.consecutive_failures = 0;
+            match e.ejected_until {
+                // Only a probe after the cooldown brings an ejected provider back.
+                Some(until) if o.probe && now >= until => {
+                    e.ejected_until = None;
+                    e.up_since = Some(now);
+                    tracing::info!(provider = %e.name, "provider back after ejection");
+                }
+                Some(_) => {}
+                None => {
+                    if e.up_since
+                        .is_some_and(|t| now.duration_since(t) >= policy.max_cooldown)
+                    {
+                        e.ejections = 0;
+                    }
+                }
+            }
+            return;
+        }
+        e.last_error = o.error.clone();
+        e.consecutive_failures += 1;
+        let eject = match e.ejected_until {
+            None => e.consecutive_failures >= policy.failure_threshold,
+            // A failed probe after the cooldown starts a longer one.
+            Some(until) => o.probe && now >= until,
+        };
+        if eject {
+            e.ejections += 1;
+            let factor = 1u32 << (e.ejections - 1).min(16);
+            let cooldown = policy
+                .cooldown
+                .saturating_mul(factor)
+                .min(policy.max_cooldown);
+            e.ejected_until = Some(now + cooldown);
+            e.up_since = None;
+            tracing::warn!(provider = %e.name, ?cooldown, error = ?o.error, "provider ejected");
+        }
+    }
+}
+
+/// The result of one call or probe.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub provider: String,
+    pub ok: bool,
+    pub latency: Duration,
+    pub error: Option<String>,
+    /// True for a probe, false for live traffic.
+    pub probe: bool,
+}
+
+/// Messages to the health actor.
+#[derive(Debug)]
+pub enum HealthMessage {
+    /// A call or probe finished.
+    Outcome(Outcome),
+    /// Time to probe every provider.
+    Tick,
+    /// The provider actors to probe (sent once they exist, and again after restarts).
+    Providers(Vec<ActorRef<ProviderMessage>>),
+}
+
+pub struct HealthState {
+    board: HealthBoard,
+    providers: Vec<ActorRef<ProviderMessage>>,
+}
+
+/// Probes providers on an interval and records every outcome on the board. It never waits
+/// on a provider: probes run in the provider actors' tasks and report back as messages.
+pub struct HealthActor;
+
+impl Actor for HealthActor {
+    type Msg = HealthMessage;
+    type State = HealthState;
+    type Arguments = HealthBoard;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        board: HealthBoard,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_interval(board.policy.probe_interval, || HealthMessage::Tick);
+        Ok(HealthState {
+            board,
+            providers: Vec::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: HealthMessage,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            HealthMessage::Outcome(o) => state.board.record(&o),
+            HealthMessage::Tick => {
+                for p in &state.providers {
+                    let _ = p.cast(ProviderMessage::Probe);
+                }
+            }
+            HealthMessage::Providers(p) => state.providers = p,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn board() -> HealthBoard {
+        let policy = HealthPolicy {
+            probe_interval: Duration::from_secs(1),
+            failure_threshold: 2,
+            cooldown: Duration::from_millis(30),
+            max_cooldown: Duration::from_secs(10),
+        };
+        HealthBoard::new(&[("a".into(), "openai"), ("b".into(), "builtin")], policy)
+    }
+
+    fn outcome(provider: &str, ok: bool, probe: bool) -> Outcome {
+        Outcome {
+            provider: provider.into(),
+            ok,
+            latency: Duration::from_millis(5),
+            error: (!ok).then(|| "boom".into()),
+            probe,
+        }
+    }
+
+    #[test]
+    fn failures_eject_and_a_probe_after_the_cooldown_restores() {
+        let b = board();
+        assert_eq!(b.report().status, Health::Healthy);
+        b.record(&outcome("a", false, false));
+        assert_eq!(
+            b.report().status,
+            Health::Healthy,
+            "one failure is not an ejection"
+        );
+        b.record(&outcome("a", false, false));
+        assert_eq!(b.report().status, Health::Degraded);
+        assert_eq!(b.available(), vec!["b"]);
+        b.record(&outcome("a", true, true));
+        assert_eq!(b.available(), vec!["b"], "too early: still cooling down");
+        std::thread::sleep(Duration::from_millis(40));
+        b.record(&outcome("a", true, true));
+        assert_eq!(b.report().status, Health::Healthy);
+        // A second ejection lasts twice as long.
+        b.record(&outcome("a", false, false));
+        b.record(&outcome("a", false, false));
+        let left = b.report().providers[0].ejected_for_ms.unwrap();
+        assert!(left > 30 && left <= 60, "{left}");
+        b.record(&outcome("b", false, false));
+        b.record(&outcome("b", false, false));
+        assert_eq!(b.report().status, Health::Unhealthy);
+        assert_eq!(b.report().providers[1].last_error.as_deref(), Some("boom"));
+    }
+}

@@ -1,0 +1,319 @@
+//! LLM providers: the chat protocol (OpenAI's, as JSON), the backends that speak it, and the
+//! [`ProviderActor`] that runs one backend with retries and reports every outcome to health.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use backon::{ExponentialBuilder, Retryable};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::{Value, json};
+
+use crate::health::{HealthMessage, Outcome};
+
+/// One request to a model: OpenAI chat messages and tool definitions, as JSON.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub messages: Vec<Value>,
+    pub tools: Vec<Value>,
+    pub temperature: f32,
+    pub max_tokens: u32,
+}
+
+/// The model's answer: an assistant message (content and/or tool_calls).
+#[derive(Debug, Clone)]
+pub struct ChatResponse {
+    pub message: Value,
+    pub usage: Usage,
+    /// The provider that answered.
+    pub provider: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+/// Why a provider did not answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    /// Worth retrying: timeouts, connection errors, 408, 429, 5xx.
+    #[error("{message}")]
+    Transient {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Not worth retrying on this provider: 4xx other than 408/429, unreadable answers.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl ProviderError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ProviderError::Transient { .. })
+    }
+}
+
+/// A model endpoint.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync + 'static {
+    fn kind(&self) -> &'static str;
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
+    /// A cheap reachability check.
+    async fn probe(&self) -> Result<(), ProviderError>;
+}
+
+/// Any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LiteLLM, ...),
+/// through async-openai. async-openai retries only when its tower middleware is installed,
+/// which kbq does not do: [`ProviderActor`] is the one place that retries.
+pub struct OpenAiBackend {
+    name: String,
+    model: String,
+    client: Client<OpenAIConfig>,
+    timeout: Duration,
+}
+
+impl OpenAiBackend {
+    pub fn new(
+        name: &str,
+        base_url: &str,
+        model: &str,
+        api_key: Option<String>,
+        timeout: Duration,
+    ) -> Self {
+        let mut config = OpenAIConfig::new().with_api_base(base_url.trim_end_matches('/'));
+        // Local servers take any key; a blank one keeps the Authorization header well formed.
+        config = config.with_api_key(api_key.unwrap_or_else(|| "none".into()));
+        OpenAiBackend {
+            name: name.into(),
+            model: model.into(),
+            client: Client::with_config(config),
+            timeout,
+        }
+    }
+}
+
+fn classify(e: OpenAIError) -> ProviderError {
+    match e {
+        OpenAIError::ApiError(resp) => {
+            let status = resp.status_code.as_u16();
+            let message = format!("HTTP {status}: {}", resp.api_error.message);
+            if status == 408 || status == 429 || status >= 500 {
+                ProviderError::Transient {
+                    message,
+                    retry_after: None,
+                }
+            } else {
+                ProviderError::Permanent(message)
+            }
+        }
+        OpenAIError::Reqwest(e) => ProviderError::Transient {
+            message: format!("connection: {e}"),
+            retry_after: None,
+        },
+        other => ProviderError::Permanent(other.to_string()),
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for OpenAiBackend {
+    fn kind(&self) -> &'static str {
+        "openai"
+    }
+
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages,
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+            "stream": false,
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = json!(request.tools);
+            body["tool_choice"] = json!("auto");
+        }
+        let chat = self.client.chat();
+        let call = chat.create_byot::<_, Value>(body);
+        let answer = tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| ProviderError::Transient {
+                message: format!("no answer within {:?}", self.timeout),
+                retry_after: None,
+            })?
+            .map_err(classify)?;
+        let message = answer["choices"][0]["message"].clone();
+        if !message.is_object() {
+            return Err(ProviderError::Permanent(
+                "the answer has no choices[0].message".into(),
+            ));
+        }
+        let u = &answer["usage"];
+        let usage = Usage {
+            prompt_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+            completion_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+            total_tokens: u["total_tokens"].as_u64().unwrap_or(0),
+        };
+        Ok(ChatResponse {
+            message,
+            usage,
+            provider: self.name.clone(),
+        })
+    }
+
+    async fn probe(&self) -> Result<(), ProviderError> {
+        let models = self.client.models();
+        let call = models.list_byot::<Value>();
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| ProviderError::Transient {
+                message: "probe timed out".into(),
+                retry_after: None,
+            })?
+            .map(|_| ())
+            .map_err(classify)
+    }
+}
+
+/// How one provider retries transient failures: jittered exponential backoff, bounded.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_retries: usize,
+    pub min_delay: Duration,
+    pub max_delay: Duration,
+}
+
+/// What a ProviderActor is built from.
+pub struct ProviderArguments {
+    pub name: String,
+    pub backend: Arc<dyn Backend>,
+    pub retry: RetryPolicy,
+    /// The health actor, followed across its restarts.
+    pub health: crate::root::Slot<ActorRef<HealthMessage>>,
+}
+
+pub struct ProviderState {
+    name: String,
+    backend: Arc<dyn Backend>,
+    retry: RetryPolicy,
+    health: crate::root::Slot<ActorRef<HealthMessage>>,
+}
+
+fn report(health: &crate::root::Slot<ActorRef<HealthMessage>>, outcome: Outcome) {
+    if let Some(h) = health.read().clone() {
+        let _ = h.cast(HealthMessage::Outcome(outcome));
+    }
+}
+
+/// Messages to a provider.
+#[derive(Debug)]
+pub enum ProviderMessage {
+    /// Ask the model, retrying transient failures.
+    Complete(
+        ChatRequest,
+        RpcReplyPort<Result<ChatResponse, ProviderError>>,
+    ),
+    /// Check reachability once (no retries); the outcome goes to the health actor.
+    Probe,
+}
+
+/// Runs one provider. Each request runs in its own task, so one slow answer never holds up
+/// the next request; the actor owns the backend and the retry policy.
+pub struct ProviderActor;
+
+impl Actor for ProviderActor {
+    type Msg = ProviderMessage;
+    type State = ProviderState;
+    type Arguments = ProviderArguments;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: ProviderArguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(ProviderState {
+            name: args.name,
+            backend: args.backend,
+            retry: args.retry,
+            health: args.health,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: ProviderMessage,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (name, backend, health, retry) = (
+            state.name.clone(),
+            state.backend.clone(),
+            state.health.clone(),
+            state.retry,
+        );
+        match message {
+            ProviderMessage::Complete(request, reply) => {
+                tokio::spawn(async move {
+                    let attempt = || async {
+                        let started = Instant::now();
+                        let result = backend.complete(&request).await;
+                        let outcome = Outcome {
+                            provider: name.clone(),
+                            ok: result.is_ok(),
+                            latency: started.elapsed(),
+                            error: result.as_ref().err().map(|e| e.to_string()),
+                            probe: false,
+                        };
+                        report(&health, outcome);
+                        result
+                    };
+                    let backoff = ExponentialBuilder::default()
+                        .with_min_delay(retry.min_delay)
+                        .with_max_delay(retry.max_delay)
+                        .with_max_times(retry.max_retries)
+                        .with_jitter();
+                    let result = attempt
+                        .retry(backoff)
+                        .when(ProviderError::is_transient)
+                        .adjust(|e, delay| match e {
+                            // Honour the provider's Retry-After when it says one.
+                            ProviderError::Transient {
+                                retry_after: Some(after),
+                                ..
+                            } => delay.map(|_| after.to_owned()),
+                            _ => delay,
+                        })
+                        .await;
+                    let _ = reply.send(result);
+                });
+            }
+            ProviderMessage::Probe => {
+                tokio::spawn(async move {
+                    let started = Instant::now();
+                    let result = backend.probe().await;
+                    let outcome = Outcome {
+                        provider: name,
+                        ok: result.is_ok(),
+                        latency: started.elapsed(),
+                        error: result.err().map(|e| e.to_string()),
+                        probe: true,
+                    };
+                    report(&health, outcome);
+                });
+            }
+        }
+        Ok(())
+    }
+}

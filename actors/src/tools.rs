@@ -1,0 +1,170 @@
+//! The tool workers: one ractor factory per built-in tool, and [`ToolPool`], which the chat
+//! sessions call. A failed call becomes an error result the model sees, never a crashed chat.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kbq_tools::{Tool, ToolContext, ToolError};
+use parking_lot::RwLock;
+use ractor::factory::{
+    Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
+    worker_builder,
+};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+use serde_json::{Value, json};
+
+/// Work for a tool worker.
+pub enum ToolJob {
+    /// Run the tool with these arguments for this caller.
+    Call {
+        ctx: Box<ToolContext>,
+        args: Value,
+        reply: RpcReplyPort<Result<Value, ToolError>>,
+    },
+    /// Panic inside the worker: only for tests of supervision.
+    #[cfg(feature = "fault-injection")]
+    Panic,
+}
+
+/// A worker that runs one tool.
+pub struct ToolWorker;
+
+impl Worker for ToolWorker {
+    type Key = ();
+    type Message = ToolJob;
+    type Arguments = Arc<dyn Tool>;
+    type State = Arc<dyn Tool>;
+
+    async fn pre_start(
+        &self,
+        _wid: WorkerId,
+        _f: &ActorRef<FactoryMessage<(), ToolJob>>,
+        tool: Arc<dyn Tool>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tool)
+    }
+
+    async fn handle(
+        &self,
+        _wid: WorkerId,
+        _f: &ActorRef<FactoryMessage<(), ToolJob>>,
+        Job { key, msg, .. }: Job<(), ToolJob>,
+        tool: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ToolJob::Call { ctx, args, reply } => {
+                let _ = reply.send(tool.call(&ctx, &args).await);
+            }
+            #[cfg(feature = "fault-injection")]
+            ToolJob::Panic => panic!("tool worker panicked on request (fault injection)"),
+        }
+        Ok(key)
+    }
+}
+
+type ToolFactory = Factory<
+    (),
+    ToolJob,
+    Arc<dyn Tool>,
+    ToolWorker,
+    routing::QueuerRouting<(), ToolJob>,
+    queues::DefaultQueue<(), ToolJob>,
+>;
+
+pub(crate) async fn spawn_factory(
+    tool: Arc<dyn Tool>,
+    workers: usize,
+    supervisor: ActorCell,
+) -> Result<FactoryRef<(), ToolJob>, SpawnErr> {
+    let args = FactoryArguments::builder()
+        .worker_builder(Box::new(worker_builder(move |_wid| {
+            (ToolWorker, tool.clone())
+        })))
+        .queue(Default::default())
+        .router(Default::default())
+        .num_initial_workers(workers)
+        .build();
+    let (factory, _) = Actor::spawn_linked(None, ToolFactory::default(), args, supervisor).await?;
+    Ok(factory)
+}
+
+pub(crate) type ToolSlot = Arc<RwLock<Option<FactoryRef<(), ToolJob>>>>;
+
+/// Calls tools by name, each through its own pool, with a timeout.
+#[derive(Clone)]
+pub struct ToolPool {
+    pub(crate) slots: Arc<HashMap<String, ToolSlot>>,
+    timeout: Duration,
+}
+
+impl ToolPool {
+    pub(crate) fn new(slots: HashMap<String, ToolSlot>, timeout: Duration) -> Self {
+        ToolPool {
+            slots: Arc::new(slots),
+            timeout,
+        }
+    }
+
+    /// Runs `name` and returns its result, or the error result the model should see.
+    pub async fn call(
+        &self,
+        name: &str,
+        ctx: &ToolContext,
+        args: Value,
+    ) -> Result<Value, ToolError> {
+        let Some(factory) = self.slots.get(name).and_then(|s| s.read().clone()) else {
+            return Err(ToolError::UnknownTool(name.to_string()));
+        };
+        let ctx = Box::new(ctx.clone());
+        match factory
+            .call_job(
+                (),
+                |reply| ToolJob::Call { ctx, args, reply },
+                Some(self.timeout),
+            )
+            .await
+        {
+            Ok(CallResult::Success(result)) => result,
+            Ok(CallResult::Timeout) => Err(ToolError::Failed(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
+            Ok(CallResult::SenderError) => Err(ToolError::Failed(
+                "the tool worker stopped; it has been restarted".into(),
+            )),
+            Err(e) => Err(ToolError::Failed(format!("the tool is not running: {e}"))),
+        }
+    }
+
+    /// The result object for a call, successful or not.
+    pub async fn call_for_model(&self, name: &str, ctx: &ToolContext, args: Value) -> Value {
+        match self.call(name, ctx, args).await {
+            Ok(v) => v,
+            Err(e) => e.to_result(),
+        }
+    }
+
+    /// Makes one worker of `tool` panic. Only for tests of supervision.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_panic(&self, tool: &str) {
+        if let Some(f) = self.slots.get(tool).and_then(|s| s.read().clone()) {
+            let _ = f.dispatch((), ToolJob::Panic);
+        }
+    }
+}
+
+/// An error result for a call the model made with arguments that are not a JSON object.
+pub fn malformed_arguments(raw: &str) -> Value {
+    ToolError::InvalidArguments(format!(
+        "arguments are not a JSON object: {}",
+        raw.chars().take(200).collect::<String>()
+    ))
+    .to_result()
+}
+
+/// `{}` as the record of a call whose arguments could not be read.
+pub fn raw_arguments(raw: &str) -> Value {
+    json!({"_raw": raw})
+}

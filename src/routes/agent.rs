@@ -1,0 +1,199 @@
+//! The agent endpoints: `POST /v1/agent/chat` and `GET /v1/agent/health`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use kbq_actors::{Agent, AgentError, AgentRequest, Health, Role, StopReason, ToolCallRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::KeyIdentity;
+use crate::config::AgentSection;
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::ValidJson;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/agent/chat").route(web::post().to(chat)))
+        .service(web::resource("/agent/health").route(web::get().to(health)));
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryEntry {
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRequest {
+    pub message: String,
+    pub system_prompt: Option<String>,
+    pub history: Option<Vec<HistoryEntry>>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    /// Provider calls made.
+    pub steps: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ChatResponse {
+    pub success: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub stop_reason: StopReason,
+    pub usage: ChatUsage,
+    pub provider: Option<String>,
+}
+
+/// Checks a chat request against the spec's rules and the configured bounds.
+fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, ApiError> {
+    if req.message.trim().is_empty() {
+        return Err(ApiError::invalid("message", "message must not be empty"));
+    }
+    if req.message.len() > limits.max_message_bytes {
+        return Err(ApiError::invalid(
+            "message",
+            format!("message must be at most {} bytes", limits.max_message_bytes),
+        ));
+    }
+    if let Some(p) = &req.system_prompt
+        && p.len() > limits.max_message_bytes
+    {
+        return Err(ApiError::invalid(
+            "system_prompt",
+            format!(
+                "system_prompt must be at most {} bytes",
+                limits.max_message_bytes
+            ),
+        ));
+    }
+    let history = req.history.unwrap_or_default();
+    if history.len() > limits.max_history {
+        return Err(ApiError::invalid(
+            "history",
+            format!("history may hold at most {} entries", limits.max_history),
+        ));
+    }
+    if history.iter().map(|h| h.content.len()).sum::<usize>() > limits.max_history_bytes {
+        return Err(ApiError::invalid(
+            "history",
+            format!(
+                "history may hold at most {} bytes of content",
+                limits.max_history_bytes
+            ),
+        ));
+    }
+    let history = history
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| match h.role.as_str() {
+            "user" => Ok((Role::User, h.content)),
+            "assistant" => Ok((Role::Assistant, h.content)),
+            _ => Err(ApiError::invalid(
+                format!("history[{i}].role"),
+                format!("history[{i}].role must be one of user, assistant"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let temperature = req.temperature.unwrap_or(0.7);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::invalid(
+            "temperature",
+            "temperature must be between 0.0 and 2.0",
+        ));
+    }
+    let max_tokens = req.max_tokens.unwrap_or(1024);
+    if !(1..=i64::from(limits.max_tokens_limit)).contains(&max_tokens) {
+        return Err(ApiError::invalid(
+            "max_tokens",
+            format!(
+                "max_tokens must be between 1 and {}",
+                limits.max_tokens_limit
+            ),
+        ));
+    }
+    Ok(AgentRequest {
+        message: req.message,
+        system_prompt: req.system_prompt,
+        history,
+        temperature: temperature as f32,
+        max_tokens: max_tokens as u32,
+    })
+}
+
+async fn chat(
+    agent: web::Data<Agent>,
+    limits: web::Data<AgentSection>,
+    http: HttpRequest,
+    ValidJson(req): ValidJson<ChatRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let request = validate(req, &limits)?;
+    let owner = http
+        .extensions()
+        .get::<KeyIdentity>()
+        .map(|k| k.id.to_string())
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidApiKey, "an API key is required"))?;
+    // If the client goes away, actix drops this future, and with it the session.
+    let reply = match agent.chat(request, owner).await {
+        Ok(reply) => reply,
+        Err(AgentError::NoProvider) => {
+            return Err(ApiError::unavailable(
+                "no language-model provider is available",
+            ));
+        }
+        Err(e @ AgentError::SessionLost(_)) => {
+            tracing::error!(error = %e, "chat session lost");
+            return Ok(HttpResponse::Ok().json(ChatResponse {
+                success: false,
+                response: None,
+                tool_calls: Vec::new(),
+                error: Some(e.to_string()),
+                stop_reason: StopReason::ProviderError,
+                usage: ChatUsage {
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    total_tokens: 0,
+                    steps: 0,
+                },
+                provider: None,
+            }));
+        }
+    };
+    Ok(HttpResponse::Ok().json(ChatResponse {
+        success: reply.success,
+        response: reply.response,
+        tool_calls: reply.tool_calls,
+        error: reply.error,
+        stop_reason: reply.stop_reason,
+        usage: ChatUsage {
+            prompt_tokens: reply.usage.prompt_tokens,
+            completion_tokens: reply.usage.completion_tokens,
+            total_tokens: reply.usage.total_tokens,
+            steps: reply.steps,
+        },
+        provider: reply.provider,
+    }))
+}
+
+/// The cached health report: never waits on a provider. 200 when healthy or degraded, 503
+/// when unhealthy (the body is the report either way).
+async fn health(agent: web::Data<Agent>) -> HttpResponse {
+    let report = agent.health().report();
+    let status = if report.status == Health::Unhealthy {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    HttpResponse::build(status)
+        .insert_header(("Cache-Control", "no-store"))
+        .json(report)
+}

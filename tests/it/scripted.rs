@@ -1,0 +1,565 @@
+//! A scripted OpenAI-compatible LLM on loopback: agent tests point a provider at
+//! [`ScriptedLlm::base_url`] and queue the model's answers as [`Step`]s, instead of calling a
+//! real model. It is a real actix-web server (one worker, its own thread), so the provider's
+//! HTTP client, timeouts and retries run exactly as in production.
+//!
+//! Routes: `POST /v1/chat/completions` plays the next step; `GET /v1/models` is the provider's
+//! health probe. Every other route answers 404, and every route answers 503 while the server
+//! is set down. Error bodies have OpenAI's shape:
+//! `{"error":{"message":..,"type":..,"code":null}}`.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::{StatusCode, header};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+/// Agent conversations with many tool results outgrow actix's 256 KiB default.
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Long enough that any client under test times out first.
+const HANG: Duration = Duration::from_secs(3600);
+
+/// The one model that `GET /v1/models` lists.
+pub const MODEL_ID: &str = "scripted-model";
+
+/// A running scripted LLM server.
+pub struct ScriptedLlm {
+    addr: SocketAddr,
+    script: Arc<Mutex<Script>>,
+    handle: ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+/// One scripted answer to a `POST /v1/chat/completions`.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// An assistant message with these tool calls (arguments are serialized to a JSON string), finish_reason "tool_calls".
+    ToolCalls(Vec<(String, Value)>),
+    /// Tool calls whose `arguments` string is given verbatim (e.g. malformed JSON).
+    RawToolCalls(Vec<(String, String)>),
+    /// An assistant message with this content, finish_reason "stop".
+    Answer(String),
+    /// An HTTP error with an OpenAI error body; with Some(secs) also a Retry-After header.
+    Error(u16, Option<u64>),
+    /// Waits, then answers with the inner step.
+    Delay(Duration, Box<Step>),
+    /// Never answers (sleeps for an hour); the client must time out.
+    Hang,
+}
+
+/// What the handlers and the test share. Locked only briefly, never across an `.await`.
+#[derive(Default)]
+struct Script {
+    steps: VecDeque<Step>,
+    requests: Vec<Value>,
+    auth_headers: Vec<Option<String>>,
+    down: bool,
+    probes: usize,
+    completions: u64,
+    tool_calls: u64,
+}
+
+impl ScriptedLlm {
+    /// Starts on 127.0.0.1:0.
+    pub async fn start() -> ScriptedLlm {
+        let script = Arc::new(Mutex::new(Script::default()));
+        let data = web::Data::from(script.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+                .service(
+                    web::resource("/v1/chat/completions")
+                        .route(web::post().to(chat_completions))
+                        .default_service(web::to(unrouted)),
+                )
+                .service(
+                    web::resource("/v1/models")
+                        .route(web::get().to(models))
+                        .default_service(web::to(unrouted)),
+                )
+                .default_service(web::to(unrouted))
+        })
+        .workers(1)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .expect("the scripted LLM binds a loopback port");
+        let addr = server.addrs()[0];
+        let server = server.run();
+        let handle = server.handle();
+        let task = tokio::spawn(server);
+        ScriptedLlm {
+            addr,
+            script,
+            handle,
+            task,
+        }
+    }
+
+    /// The base URL to configure a provider with, e.g. "http://127.0.0.1:PORT/v1".
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Queues the answer to the next POST /v1/chat/completions (FIFO).
+    pub fn push(&self, step: Step) {
+        self.script.lock().steps.push_back(step);
+    }
+
+    /// Bodies of every POST /v1/chat/completions received so far, in order, as JSON.
+    ///
+    /// Includes requests answered with an error (down, streaming, script exhausted); a body
+    /// that is not JSON is answered 400 and not recorded.
+    pub fn requests(&self) -> Vec<Value> {
+        self.script.lock().requests.clone()
+    }
+
+    /// Authorization header values seen on chat requests, in order.
+    ///
+    /// One entry per entry of [`ScriptedLlm::requests`].
+    pub fn auth_headers(&self) -> Vec<Option<String>> {
+        self.script.lock().auth_headers.clone()
+    }
+
+    /// While down, every endpoint answers 503 with an OpenAI error body.
+    ///
+    /// Chat requests are still recorded and probes still counted, but no step is consumed.
+    pub fn set_down(&self, down: bool) {
+        self.script.lock().down = down;
+    }
+
+    /// How many GET /v1/models requests arrived.
+    pub fn probes(&self) -> usize {
+        self.script.lock().probes
+    }
+
+    /// Stops the server.
+    ///
+    /// Not graceful: answers still in flight (a `Delay` or a `Hang`) are dropped, so a hung
+    /// step cannot hold up the end of a test.
+    pub async fn stop(self) {
+        self.handle.stop(false).await;
+        let _ = self.task.await;
+    }
+}
+
+async fn chat_completions(
+    script: web::Data<Mutex<Script>>,
+    req: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(body) => body,
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not JSON: {e}"),
+                None,
+            );
+        }
+    };
+    let auth = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let step = {
+        let mut script = script.lock();
+        script.requests.push(body.clone());
+        script.auth_headers.push(auth);
+        if script.down {
+            return outage();
+        }
+        if body["stream"] == true {
+            return error_response(StatusCode::BAD_REQUEST, "streaming is not scripted", None);
+        }
+        script.steps.pop_front()
+    };
+    match step {
+        Some(step) => play(&script, step, &body["model"]).await,
+        None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),
+    }
+}
+
+/// Answers with `step`. Sleeps with tokio's timer, so a waiting step holds up no other request.
+async fn play(script: &Mutex<Script>, step: Step, model: &Value) -> HttpResponse {
+    match step {
+        Step::ToolCalls(calls) => {
+            let calls = calls
+                .into_iter()
+                .map(|(name, arguments)| (name, arguments.to_string()))
+                .collect();
+            completion(script, model, None, calls, "tool_calls")
+        }
+        Step::RawToolCalls(calls) => completion(script, model, None, calls, "tool_calls"),
+        Step::Answer(content) => completion(script, model, Some(content), Vec::new(), "stop"),
+        Step::Error(status, retry_after) => {
+            let status = StatusCode::from_u16(status)
+                .unwrap_or_else(|_| panic!("Step::Error({status}) is not an HTTP status"));
+            let message = format!("scripted error {status}");
+            error_response(status, &message, retry_after)
+        }
+        Step::Delay(wait, then) => {
+            tokio::time::sleep(wait).await;
+            Box::pin(play(script, *then, model)).await
+        }
+        Step::Hang => {
+            tokio::time::sleep(HANG).await;
+            error_response(StatusCode::GATEWAY_TIMEOUT, "scripted hang ended", None)
+        }
+    }
+}
+
+/// An OpenAI `chat.completion` with one choice. `tool_calls` is left out when there are none.
+fn completion(
+    script: &Mutex<Script>,
+    model: &Value,
+    content: Option<String>,
+    calls: Vec<(String, String)>,
+    finish_reason: &str,
+) -> HttpResponse {
+    let mut script = script.lock();
+    script.completions += 1;
+    let id = format!("chatcmpl-{}", script.completions);
+    let mut message = json!({"role": "assistant", "content": content});
+    if !calls.is_empty() {
+        let calls: Vec<Value> = calls
+            .into_iter()
+            .map(|(name, arguments)| {
+                script.tool_calls += 1;
+                json!({
+                    "id": format!("call_{}", script.tool_calls),
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                })
+            })
+            .collect();
+        message["tool_calls"] = Value::Array(calls);
+    }
+    let created = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    HttpResponse::Ok().json(json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }))
+}
+
+async fn models(script: web::Data<Mutex<Script>>) -> HttpResponse {
+    let down = {
+        let mut script = script.lock();
+        script.probes += 1;
+        script.down
+    };
+    if down {
+        return outage();
+    }
+    HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "kbq-tests"}],
+    }))
+}
+
+async fn unrouted(script: web::Data<Mutex<Script>>, req: HttpRequest) -> HttpResponse {
+    if script.lock().down {
+        return outage();
+    }
+    let message = format!("no scripted route for {} {}", req.method(), req.path());
+    error_response(StatusCode::NOT_FOUND, &message, None)
+}
+
+fn outage() -> HttpResponse {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the scripted LLM is down",
+        None,
+    )
+}
+
+/// An OpenAI error body, with `type` derived from the status as OpenAI does.
+fn error_response(status: StatusCode, message: &str, retry_after: Option<u64>) -> HttpResponse {
+    let kind = if status == StatusCode::TOO_MANY_REQUESTS {
+        "rate_limit_error"
+    } else if status.is_client_error() {
+        "invalid_request_error"
+    } else {
+        "server_error"
+    };
+    let mut response = HttpResponse::build(status);
+    if let Some(secs) = retry_after {
+        response.insert_header((header::RETRY_AFTER, secs.to_string()));
+    }
+    response.json(json!({"error": {"message": message, "type": kind, "code": null}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use reqwest::header::HeaderMap;
+
+    use super::*;
+    use crate::support::{eventually, read};
+
+    // These tests wait on the real clock, briefly: the server answers on its own worker
+    // thread and runtime, which a paused tokio clock in the test cannot reach.
+
+    fn chat_body(model: &str, content: &str) -> Value {
+        json!({"model": model, "messages": [{"role": "user", "content": content}]})
+    }
+
+    async fn chat(
+        llm: &ScriptedLlm,
+        body: &Value,
+        key: Option<&str>,
+    ) -> (reqwest::StatusCode, HeaderMap, Value) {
+        let mut req = reqwest::Client::new()
+            .post(format!("{}/chat/completions", llm.base_url()))
+            .timeout(Duration::from_secs(30))
+            .json(body);
+        if let Some(key) = key {
+            req = req.bearer_auth(key);
+        }
+        read(req.send().await.expect("request sent")).await
+    }
+
+    async fn list_models(llm: &ScriptedLlm) -> (reqwest::StatusCode, Value) {
+        let res = reqwest::get(format!("{}/models", llm.base_url()))
+            .await
+            .expect("request sent");
+        let (status, _, body) = read(res).await;
+        (status, body)
+    }
+
+    fn assert_openai_error(body: &Value, kind: &str, message: &str) {
+        assert_eq!(
+            body,
+            &json!({"error": {"message": message, "type": kind, "code": null}})
+        );
+    }
+
+    #[tokio::test]
+    async fn scripted_tool_calls_and_answers_come_back_as_chat_completions() {
+        let llm = ScriptedLlm::start().await;
+        assert!(llm.base_url().starts_with("http://127.0.0.1:"));
+        assert!(llm.base_url().ends_with("/v1"));
+        llm.push(Step::ToolCalls(vec![
+            ("search".into(), json!({"query": "Ada", "limit": 3})),
+            ("traverse".into(), json!({"entity_name": "Ada"})),
+        ]));
+        llm.push(Step::Answer("Ada knows Babbage.".into()));
+        llm.push(Step::RawToolCalls(vec![(
+            "search".into(),
+            "{not json".into(),
+        )]));
+
+        let first = chat_body("gpt-test", "who is Ada?");
+        let (status, _, calls) = chat(&llm, &first, Some("sk-one")).await;
+        assert_eq!(status, 200, "{calls}");
+        assert_eq!(calls["object"], "chat.completion");
+        assert!(calls["id"].as_str().unwrap().starts_with("chatcmpl-"));
+        assert!(calls["created"].as_u64().unwrap() > 1_700_000_000);
+        assert_eq!(calls["model"], "gpt-test");
+        assert_eq!(
+            calls["usage"],
+            json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+        );
+        let choice = &calls["choices"][0];
+        assert_eq!(choice["index"], 0);
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["role"], "assistant");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        let tool_calls = choice["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(tool_calls.len(), 2);
+        assert_eq!(tool_calls[0]["type"], "function");
+        assert_eq!(tool_calls[0]["function"]["name"], "search");
+        let arguments = tool_calls[0]["function"]["arguments"]
+            .as_str()
+            .expect("arguments is a JSON string");
+        assert_eq!(
+            serde_json::from_str::<Value>(arguments).unwrap(),
+            json!({"query": "Ada", "limit": 3})
+        );
+        assert_eq!(tool_calls[1]["function"]["name"], "traverse");
+
+        let second = chat_body("gpt-test", "and then?");
+        let (status, _, answer) = chat(&llm, &second, None).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_ne!(answer["id"], calls["id"]);
+        let choice = &answer["choices"][0];
+        assert_eq!(choice["finish_reason"], "stop");
+        assert_eq!(choice["message"]["content"], "Ada knows Babbage.");
+        assert!(choice["message"].get("tool_calls").is_none(), "{answer}");
+
+        let (status, _, raw) = chat(&llm, &second, None).await;
+        assert_eq!(status, 200, "{raw}");
+        let raw_call = &raw["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(raw_call["function"]["arguments"], "{not json");
+
+        // Tool call ids are unique across responses, not just within one.
+        let mut ids: Vec<&Value> = tool_calls.iter().map(|c| &c["id"]).collect();
+        ids.push(&raw_call["id"]);
+        assert!(
+            ids.iter()
+                .all(|id| id.as_str().unwrap().starts_with("call_"))
+        );
+        assert_ne!(ids[0], ids[1]);
+        assert_ne!(ids[0], ids[2]);
+        assert_ne!(ids[1], ids[2]);
+
+        assert_eq!(llm.requests(), vec![first, second.clone(), second]);
+        assert_eq!(
+            llm.auth_headers(),
+            vec![Some("Bearer sk-one".to_string()), None, None]
+        );
+        llm.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_empty_script_or_a_stream_request_is_an_error() {
+        let llm = ScriptedLlm::start().await;
+        let (status, _, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 500);
+        assert_openai_error(&body, "server_error", "script exhausted");
+
+        // A stream request is refused without using up the queued step.
+        llm.push(Step::Answer("still here".into()));
+        let mut streamed = chat_body("m", "hi");
+        streamed["stream"] = json!(true);
+        let (status, _, body) = chat(&llm, &streamed, None).await;
+        assert_eq!(status, 400);
+        assert_openai_error(&body, "invalid_request_error", "streaming is not scripted");
+        let (status, _, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["choices"][0]["message"]["content"], "still here");
+        assert_eq!(llm.requests().len(), 3);
+        llm.stop().await;
+    }
+
+    #[tokio::test]
+    async fn scripted_errors_carry_openai_bodies_and_retry_after() {
+        let llm = ScriptedLlm::start().await;
+        llm.push(Step::Error(429, Some(2)));
+        llm.push(Step::Error(502, None));
+        llm.push(Step::Error(401, None));
+
+        let (status, headers, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 429);
+        assert_eq!(headers["retry-after"], "2");
+        assert_eq!(body["error"]["type"], "rate_limit_error");
+        assert_eq!(body["error"]["code"], Value::Null);
+
+        let (status, headers, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 502);
+        assert!(headers.get("retry-after").is_none());
+        assert_eq!(body["error"]["type"], "server_error");
+
+        let (status, _, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 401);
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert!(body["error"]["message"].as_str().unwrap().contains("401"));
+        llm.stop().await;
+    }
+
+    #[tokio::test]
+    async fn while_down_every_endpoint_is_503_and_probes_are_counted() {
+        let llm = ScriptedLlm::start().await;
+        let (status, body) = list_models(&llm).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            body,
+            json!({"object": "list", "data": [{
+                "id": "scripted-model", "object": "model", "created": 0, "owned_by": "kbq-tests"
+            }]})
+        );
+        assert_eq!(llm.probes(), 1);
+
+        llm.push(Step::Answer("after the outage".into()));
+        llm.set_down(true);
+        let (status, body) = list_models(&llm).await;
+        assert_eq!(status, 503);
+        assert_openai_error(&body, "server_error", "the scripted LLM is down");
+        assert_eq!(llm.probes(), 2);
+        let (status, _, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 503, "{body}");
+        let res = reqwest::get(format!("{}/embeddings", llm.base_url()))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 503);
+
+        llm.set_down(false);
+        let res = reqwest::get(format!("{}/embeddings", llm.base_url()))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 404);
+        let (status, _, body) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["choices"][0]["message"]["content"], "after the outage");
+        assert_eq!(llm.requests().len(), 2);
+        assert_eq!(llm.probes(), 2);
+        llm.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_delay_holds_up_only_its_own_request() {
+        let llm = Arc::new(ScriptedLlm::start().await);
+        let delay = Duration::from_millis(500);
+        llm.push(Step::Delay(delay, Box::new(Step::Answer("slow".into()))));
+        llm.push(Step::Answer("fast".into()));
+
+        let started = Instant::now();
+        let slow = tokio::spawn({
+            let llm = llm.clone();
+            async move { chat(&llm, &chat_body("m", "slow"), None).await }
+        });
+        // The slow request must take the Delay step before the fast one is sent.
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                llm.requests().len() == 1
+            })
+            .await
+        );
+        let (status, _, body) = chat(&llm, &chat_body("m", "fast"), None).await;
+        assert_eq!(status, 200);
+        assert_eq!(body["choices"][0]["message"]["content"], "fast");
+        assert!(
+            !slow.is_finished(),
+            "the fast answer came after the slow one"
+        );
+
+        let (status, _, body) = slow.await.unwrap();
+        assert!(started.elapsed() >= delay);
+        assert_eq!(status, 200);
+        assert_eq!(body["choices"][0]["message"]["content"], "slow");
+        let llm = Arc::into_inner(llm).expect("the slow request let go of the server");
+        llm.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_hang_times_the_client_out_and_does_not_hold_up_stop() {
+        let llm = ScriptedLlm::start().await;
+        llm.push(Step::Hang);
+        llm.push(Step::Answer("answered meanwhile".into()));
+        let hung = reqwest::Client::new()
+            .post(format!("{}/chat/completions", llm.base_url()))
+            .timeout(Duration::from_millis(300))
+            .json(&chat_body("m", "hi"))
+            .send()
+            .await;
+        assert!(hung.expect_err("a hung step never answers").is_timeout());
+        let (status, _, _) = chat(&llm, &chat_body("m", "hi"), None).await;
+        assert_eq!(status, 200);
+        tokio::time::timeout(Duration::from_secs(10), llm.stop())
+            .await
+            .expect("stop does not wait for the hung step");
+    }
+}
