@@ -66,12 +66,13 @@ fn describe(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
             .and_then(|rest| rest.split('`').nth(1))
             .map(str::to_owned)
     };
-    let field = if path == "." || path.is_empty() {
-        named("missing field ")
-            .or_else(|| named("unknown field "))
-            .unwrap_or_else(|| "body".into())
-    } else {
-        path
+    let root = path == "." || path.is_empty();
+    // A missing field is reported at its parent's path; an unknown one at its own.
+    let field = match (named("missing field "), named("unknown field ")) {
+        (Some(name), _) if !root => format!("{path}.{name}"),
+        (Some(name), _) | (None, Some(name)) if root => name,
+        _ if root => "body".into(),
+        _ => path,
     };
     let message = if message.starts_with("missing field") {
         format!("{field} is required")

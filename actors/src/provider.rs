@@ -18,7 +18,7 @@ use crate::health::{HealthMessage, Outcome};
 pub struct ChatRequest {
     pub messages: Vec<Value>,
     pub tools: Vec<Value>,
-    pub temperature: f32,
+    pub temperature: f64,
     pub max_tokens: u32,
 }
 

@@ -36,7 +36,7 @@ pub struct AgentRequest {
     pub message: String,
     pub system_prompt: Option<String>,
     pub history: Vec<(Role, String)>,
-    pub temperature: f32,
+    pub temperature: f64,
     pub max_tokens: u32,
 }
 

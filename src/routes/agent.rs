@@ -125,7 +125,7 @@ fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, Api
         message: req.message,
         system_prompt: req.system_prompt,
         history,
-        temperature: temperature as f32,
+        temperature,
         max_tokens: max_tokens as u32,
     })
 }
