@@ -23,6 +23,7 @@ pub struct Config {
     /// LLM providers in priority order; none means the built-in provider alone.
     pub providers: Vec<ProviderSection>,
     pub health: HealthSection,
+    pub limits: LimitsSection,
     pub auth: AuthSection,
     /// API versions by path prefix (`v1`, ...).
     pub versions: BTreeMap<String, VersionSection>,
@@ -141,6 +142,27 @@ pub struct HealthSection {
     pub max_cooldown_ms: u64,
 }
 
+/// Per-key request budgets; a rate of 0 turns a budget off.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub graph_per_minute: u32,
+    pub graph_burst: u32,
+    pub agent_per_minute: u32,
+    pub agent_burst: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            graph_per_minute: 1200,
+            graph_burst: 100,
+            agent_per_minute: 60,
+            agent_burst: 10,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSection {
@@ -220,6 +242,7 @@ impl Default for Config {
             agent: AgentSection::default(),
             providers: Vec::new(),
             health: HealthSection::default(),
+            limits: LimitsSection::default(),
             auth: AuthSection::default(),
             versions,
             log: LogSection::default(),
@@ -418,6 +441,30 @@ impl Config {
                 self.health.max_cooldown_ms,
                 self.health.cooldown_ms,
                 86_400_000,
+            ),
+            (
+                "limits.graph_per_minute",
+                u64::from(self.limits.graph_per_minute),
+                0,
+                10_000_000,
+            ),
+            (
+                "limits.graph_burst",
+                u64::from(self.limits.graph_burst),
+                1,
+                1_000_000,
+            ),
+            (
+                "limits.agent_per_minute",
+                u64::from(self.limits.agent_per_minute),
+                0,
+                10_000_000,
+            ),
+            (
+                "limits.agent_burst",
+                u64::from(self.limits.agent_burst),
+                1,
+                1_000_000,
             ),
         ] {
             if !(min..=max).contains(&value) {

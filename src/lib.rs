@@ -7,6 +7,7 @@
 //! - [`routes`]: one module per resource group, each with its handlers and `configure`.
 //! - [`extract`]: the JSON body extractor whose errors name the field at fault.
 //! - [`error`]: the public error-code table and the one error body.
+//! - [`limits`]: per-key rate limits (governor), a budget for graph and one for agent routes.
 //! - [`auth`]: API keys (hashed, compared in constant time) and the key middleware.
 //! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
@@ -17,6 +18,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod middleware;
 pub mod routes;
 pub mod server;

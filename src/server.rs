@@ -103,6 +103,16 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let graph = web::Data::new(runtime.graph.clone());
     let agent = web::Data::new(runtime.agent.clone());
     let agent_limits = web::Data::new(config.agent.clone());
+    let rate_limits = web::Data::new(crate::limits::RateLimits {
+        graph: crate::limits::Budget::new(
+            config.limits.graph_per_minute,
+            config.limits.graph_burst,
+        ),
+        agent: crate::limits::Budget::new(
+            config.limits.agent_per_minute,
+            config.limits.agent_burst,
+        ),
+    });
     let kb_data = web::Data::from(kb.clone());
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
@@ -112,6 +122,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(graph.clone())
             .app_data(agent.clone())
             .app_data(agent_limits.clone())
+            .app_data(rate_limits.clone())
             .app_data(kb_data.clone())
             .app_data(payload.clone())
             .configure(routes::configure)

@@ -9,17 +9,21 @@ use actix_web::web;
 
 use crate::auth::require_key;
 use crate::error::{ApiError, ErrorCode};
+use crate::limits::{self, Route};
 
 /// All routes: probes at the root, the graph API under `/data/v1`, the agent API under `/v1`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    // The last `wrap` runs first: the key is checked, then the key's budget is spent.
     cfg.configure(probes::configure)
         .service(
             web::scope("/data/v1")
+                .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(graph::configure),
         )
         .service(
             web::scope("/v1")
+                .wrap(from_fn(|req, next| limits::limit(Route::Agent, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(agent::configure),
         );

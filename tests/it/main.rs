@@ -6,6 +6,7 @@ mod auth;
 mod errors;
 mod graph;
 mod import_cli;
+mod limits;
 mod probes;
 pub mod scripted;
 mod supervision;

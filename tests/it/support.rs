@@ -44,6 +44,9 @@ pub fn test_config() -> Config {
     c.store.url = "mem://".into();
     c.store.load_demo = false;
     c.data_dir = std::env::temp_dir().join("kbq-tests-unused");
+    // Tests send bursts; the rate-limit test sets its own budgets.
+    c.limits.graph_per_minute = 0;
+    c.limits.agent_per_minute = 0;
     c.auth.keys = vec![kbq::config::KeyEntry {
         name: "test".into(),
         sha256: hex::encode(kbq::auth::hash(KEY)),
