@@ -88,15 +88,19 @@ pub(crate) struct Walk<K, E> {
 
 impl<K: Hash + Eq + Clone, E: Hash + Eq + Clone> Walk<K, E> {
     pub(crate) fn new(start: K, limit: usize, max_depth: u32) -> Self {
-        let mut index_of = FxHashMap::default();
+        // Sized for the usual answer, so small walks never rehash.
+        let room = limit.clamp(1, 256);
+        let mut index_of = FxHashMap::with_capacity_and_hasher(room, Default::default());
         index_of.insert(start.clone(), 0);
+        let mut slots = Vec::with_capacity(room);
+        slots.push((start, 0, None));
         Walk {
             limit: limit.max(1),
             max_depth,
-            slots: vec![(start, 0, None)],
+            slots,
             index_of,
-            edges: Vec::new(),
-            seen_edges: FxHashSet::default(),
+            edges: Vec::with_capacity(room * 2),
+            seen_edges: FxHashSet::with_capacity_and_hasher(room * 2, Default::default()),
             level_start: 0,
             new_depth: 0,
             truncated: false,
@@ -175,10 +179,19 @@ pub fn fold_case(s: &str) -> String {
 struct Node {
     entity: EntityRef,
     lower: Box<str>,
-    /// Outgoing edge ids, sorted by (target name, type).
-    out: Vec<u32>,
-    /// Incoming edge ids, sorted by (source name, type).
-    inc: Vec<u32>,
+    /// Every edge touching this node, in canonical order (neighbour name, type, outgoing
+    /// first), with what the walk needs inline: the walk reads one sequential list and
+    /// compares no strings.
+    adj: Vec<Adj>,
+}
+
+/// One entry of a node's adjacency list.
+#[derive(Clone, Copy)]
+struct Adj {
+    neighbour: u32,
+    edge: u32,
+    ty: u32,
+    out: bool,
 }
 
 struct Edge {
@@ -188,8 +201,8 @@ struct Edge {
     rel: RelationshipRef,
 }
 
-/// The whole graph in memory: names to nodes, typed and sorted in/out edge lists. SurrealDB
-/// stays the source of truth; the knowledge base writes there first and then here.
+/// The whole graph in memory: names to nodes, and each node's typed edges in canonical order.
+/// SurrealDB stays the source of truth; the knowledge base writes there first and then here.
 #[derive(Default)]
 pub struct GraphIndex {
     ids: FxHashMap<Arc<str>, u32>,
@@ -208,30 +221,29 @@ impl GraphIndex {
             index.put_entity(e);
         }
         for r in relationships {
-            index.put_edge_unsorted(r);
+            let _ = index.put_edge(r);
         }
-        let nodes = &index.nodes;
-        let edges = &index.edges;
-        let types = &index.types;
-        let mut sorted: Vec<(Vec<u32>, Vec<u32>)> = Vec::with_capacity(nodes.len());
-        for n in nodes {
-            let mut out = n.out.clone();
-            out.sort_by(|a, b| {
-                let (a, b) = (&edges[*a as usize], &edges[*b as usize]);
-                (&*nodes[a.dst as usize].entity.name, &*types[a.ty as usize])
-                    .cmp(&(&*nodes[b.dst as usize].entity.name, &*types[b.ty as usize]))
+        let mut lists: Vec<Vec<Adj>> = vec![Vec::new(); index.nodes.len()];
+        for (e, edge) in index.edges.iter().enumerate() {
+            let (e, ty) = (e as u32, edge.ty);
+            lists[edge.src as usize].push(Adj {
+                neighbour: edge.dst,
+                edge: e,
+                ty,
+                out: true,
             });
-            let mut inc = n.inc.clone();
-            inc.sort_by(|a, b| {
-                let (a, b) = (&edges[*a as usize], &edges[*b as usize]);
-                (&*nodes[a.src as usize].entity.name, &*types[a.ty as usize])
-                    .cmp(&(&*nodes[b.src as usize].entity.name, &*types[b.ty as usize]))
+            lists[edge.dst as usize].push(Adj {
+                neighbour: edge.src,
+                edge: e,
+                ty,
+                out: false,
             });
-            sorted.push((out, inc));
         }
-        for (n, (out, inc)) in index.nodes.iter_mut().zip(sorted) {
-            n.out = out;
-            n.inc = inc;
+        for list in &mut lists {
+            list.sort_by(|a, b| index.adj_cmp(a, b));
+        }
+        for (node, list) in index.nodes.iter_mut().zip(lists) {
+            node.adj = list;
         }
         index
     }
@@ -266,33 +278,38 @@ impl GraphIndex {
     /// Inserts or replaces a relationship. Both ends must already be in the index; returns
     /// false (and changes nothing) when one is missing.
     pub fn upsert_relationship(&mut self, rel: Relationship) -> bool {
-        let (Some(&src), Some(&dst)) = (
-            self.ids.get(&*rel.source_name),
-            self.ids.get(&*rel.target_name),
-        ) else {
+        let Some((e, new)) = self.put_edge(rel) else {
             return false;
         };
-        let ty = self.intern(&rel.relationship_type);
-        if let Some(&e) = self.edge_ids.get(&(src, dst, ty)) {
-            self.edges[e as usize].rel = Arc::new(rel);
-            return true;
+        if new {
+            let edge = &self.edges[e as usize];
+            let (src, dst, ty) = (edge.src, edge.dst, edge.ty);
+            for (node, adj) in [
+                (
+                    src,
+                    Adj {
+                        neighbour: dst,
+                        edge: e,
+                        ty,
+                        out: true,
+                    },
+                ),
+                (
+                    dst,
+                    Adj {
+                        neighbour: src,
+                        edge: e,
+                        ty,
+                        out: false,
+                    },
+                ),
+            ] {
+                let pos = self.nodes[node as usize]
+                    .adj
+                    .partition_point(|x| self.adj_cmp(x, &adj).is_lt());
+                self.nodes[node as usize].adj.insert(pos, adj);
+            }
         }
-        let e = self.edges.len() as u32;
-        self.edges.push(Edge {
-            src,
-            dst,
-            ty,
-            rel: Arc::new(rel),
-        });
-        self.edge_ids.insert((src, dst, ty), e);
-        let pos = self.nodes[src as usize]
-            .out
-            .partition_point(|x| self.out_key(*x) < (self.name_of(dst), &*self.types[ty as usize]));
-        self.nodes[src as usize].out.insert(pos, e);
-        let pos = self.nodes[dst as usize]
-            .inc
-            .partition_point(|x| self.in_key(*x) < (self.name_of(src), &*self.types[ty as usize]));
-        self.nodes[dst as usize].inc.insert(pos, e);
         true
     }
 
@@ -319,41 +336,14 @@ impl GraphIndex {
                 .collect()
         });
         let allows = |ty: u32| allowed.as_ref().is_none_or(|a| a.contains(&ty));
+        let (follow_out, follow_in) = (query.direction.follows_out(), query.direction.follows_in());
         let mut walk: Walk<u32, u32> = Walk::new(start, query.limit, query.depth);
         'walk: while let Some(level) = walk.next_level() {
             for slot in level {
                 let u = walk.slots[slot].0;
-                let node = &self.nodes[u as usize];
-                let out: &[u32] = if query.direction.follows_out() {
-                    &node.out
-                } else {
-                    &[]
-                };
-                let inc: &[u32] = if query.direction.follows_in() {
-                    &node.inc
-                } else {
-                    &[]
-                };
-                let (mut i, mut j) = (0, 0);
-                // Merge the two sorted lists into canonical order.
-                while i < out.len() || j < inc.len() {
-                    let take_out = if i == out.len() {
-                        false
-                    } else if j == inc.len() {
-                        true
-                    } else {
-                        let (on, ot) = self.out_key(out[i]);
-                        let (inn, it) = self.in_key(inc[j]);
-                        candidate_order((on, ot, true), (inn, it, false)).is_le()
-                    };
-                    let (e, v) = if take_out {
-                        i += 1;
-                        (out[i - 1], self.edges[out[i - 1] as usize].dst)
-                    } else {
-                        j += 1;
-                        (inc[j - 1], self.edges[inc[j - 1] as usize].src)
-                    };
-                    if allows(self.edges[e as usize].ty) && !walk.offer(&v, &e) {
+                for a in &self.nodes[u as usize].adj {
+                    let wanted = if a.out { follow_out } else { follow_in };
+                    if wanted && allows(a.ty) && !walk.offer(&a.neighbour, &a.edge) {
                         break 'walk;
                     }
                 }
@@ -382,14 +372,12 @@ impl GraphIndex {
         &self.nodes[node as usize].entity.name
     }
 
-    fn out_key(&self, edge: u32) -> (&str, &str) {
-        let e = &self.edges[edge as usize];
-        (self.name_of(e.dst), &self.types[e.ty as usize])
-    }
-
-    fn in_key(&self, edge: u32) -> (&str, &str) {
-        let e = &self.edges[edge as usize];
-        (self.name_of(e.src), &self.types[e.ty as usize])
+    /// Canonical order of adjacency entries: neighbour name, type, outgoing first.
+    fn adj_cmp(&self, a: &Adj, b: &Adj) -> std::cmp::Ordering {
+        candidate_order(
+            (self.name_of(a.neighbour), &self.types[a.ty as usize], a.out),
+            (self.name_of(b.neighbour), &self.types[b.ty as usize], b.out),
+        )
     }
 
     fn intern(&mut self, ty: &str) -> u32 {
@@ -417,23 +405,20 @@ impl GraphIndex {
         self.nodes.push(Node {
             entity: Arc::new(entity),
             lower,
-            out: Vec::new(),
-            inc: Vec::new(),
+            adj: Vec::new(),
         });
         self.ids.insert(name, i);
     }
 
-    fn put_edge_unsorted(&mut self, rel: Relationship) {
-        let (Some(&src), Some(&dst)) = (
-            self.ids.get(&*rel.source_name),
-            self.ids.get(&*rel.target_name),
-        ) else {
-            return;
-        };
+    /// Records an edge (replacing the properties of an existing one). Returns its id and
+    /// whether it is new, or `None` when an end is missing. Adjacency is the caller's job.
+    fn put_edge(&mut self, rel: Relationship) -> Option<(u32, bool)> {
+        let src = *self.ids.get(&*rel.source_name)?;
+        let dst = *self.ids.get(&*rel.target_name)?;
         let ty = self.intern(&rel.relationship_type);
         if let Some(&e) = self.edge_ids.get(&(src, dst, ty)) {
             self.edges[e as usize].rel = Arc::new(rel);
-            return;
+            return Some((e, false));
         }
         let e = self.edges.len() as u32;
         self.edges.push(Edge {
@@ -443,7 +428,6 @@ impl GraphIndex {
             rel: Arc::new(rel),
         });
         self.edge_ids.insert((src, dst, ty), e);
-        self.nodes[src as usize].out.push(e);
-        self.nodes[dst as usize].inc.push(e);
+        Some((e, true))
     }
 }

@@ -19,7 +19,7 @@ use crate::graph::{
     self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
 };
 use crate::model::{
-    Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
+    Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
 };
 
 /// How to reach the database and how to serve reads.
@@ -65,13 +65,6 @@ pub struct Counts {
     pub entities: u64,
     pub relationships: u64,
     pub documents: u64,
-}
-
-/// A document with its similarity to a query vector.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ScoredDocument {
-    pub document: Document,
-    pub similarity: f32,
 }
 
 struct Connected {
@@ -216,8 +209,6 @@ impl KnowledgeBase {
              DEFINE INDEX IF NOT EXISTS entity_type_idx ON entity FIELDS entity_type;
              DEFINE TABLE IF NOT EXISTS relates TYPE RELATION IN entity OUT entity SCHEMALESS;
              DEFINE FIELD IF NOT EXISTS relationship_type ON relates TYPE string;
-             DEFINE INDEX IF NOT EXISTS relates_source ON relates FIELDS source_name;
-             DEFINE INDEX IF NOT EXISTS relates_target ON relates FIELDS target_name;
              DEFINE TABLE IF NOT EXISTS document SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS document_entity ON document FIELDS entity_name;
              DEFINE ANALYZER IF NOT EXISTS kbq_text TOKENIZERS class FILTERS lowercase, ascii;
@@ -308,6 +299,16 @@ impl KnowledgeBase {
     async fn exec(&self, sql: &str, vars: Object) -> Result<()> {
         let c = self.connection().await?;
         self.exec_on(&c, sql, vars).await
+    }
+
+    /// The embedding of one text.
+    pub(crate) async fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
+        Ok(self
+            .embedder
+            .embed(&[text.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default())
     }
 
     /// Answers when the database answers a trivial query.
@@ -572,6 +573,14 @@ impl KnowledgeBase {
         self.traverse_in_db(query).await
     }
 
+    /// The in-memory walk alone, without the async call or the connection check: what the
+    /// benchmark reports as the bare walk. `None` when the index is off.
+    pub fn traverse_indexed(&self, query: &TraversalQuery) -> Option<Traversal> {
+        self.index
+            .as_ref()
+            .map(|index| index.read().traverse(query))
+    }
+
     /// The SurrealDB read path of [`traverse`](Self::traverse), public so that tests and
     /// benchmarks can compare the two paths on one store.
     pub async fn traverse_in_db(&self, query: &TraversalQuery) -> Result<Traversal> {
@@ -687,60 +696,6 @@ impl KnowledgeBase {
     }
 
     // ---- documents ----------------------------------------------------------------------
-
-    /// Documents linked to any of `entity_names`, each with its cosine similarity to `text`.
-    pub async fn documents_of(
-        &self,
-        entity_names: &[String],
-        text: &str,
-    ) -> Result<Vec<ScoredDocument>> {
-        #[derive(serde::Deserialize)]
-        struct Row {
-            id: String,
-            title: String,
-            content: String,
-            source: String,
-            source_id: String,
-            content_type: String,
-            url: Option<String>,
-            entity_name: Option<String>,
-            similarity: Option<f64>,
-        }
-        if entity_names.is_empty() {
-            return Ok(Vec::new());
-        }
-        let q = self
-            .embedder
-            .embed(&[text.to_string()])
-            .await?
-            .pop()
-            .unwrap_or_default();
-        let rows: Vec<Row> = self
-            .run(
-                "SELECT meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name, vector::similarity::cosine(embedding, $q) AS similarity FROM document WHERE entity_name IN $names",
-                obj([
-                    ("names", json(serde_json::json!(entity_names))),
-                    ("q", vector(q)),
-                ]),
-            )
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| ScoredDocument {
-                document: Document {
-                    id: format!("{}:{}", table::DOCUMENT, r.id),
-                    title: r.title,
-                    content: r.content,
-                    source: r.source,
-                    source_id: r.source_id,
-                    content_type: r.content_type,
-                    url: r.url,
-                    entity_name: r.entity_name,
-                },
-                similarity: r.similarity.unwrap_or(0.0) as f32,
-            })
-            .collect())
-    }
 }
 
 fn with_id(mut e: Entity) -> EntityRef {

@@ -84,12 +84,7 @@ impl KnowledgeBase {
                 format!("must be at most {MAX_MEMORY_BYTES} bytes"),
             ));
         }
-        let embedding = self
-            .embedder()
-            .embed(&[content.to_string()])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let embedding = self.embed_one(content).await?;
         let created_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -122,12 +117,7 @@ impl KnowledgeBase {
         text: &str,
         limit: usize,
     ) -> Result<Vec<MemoryHit>> {
-        let q = self
-            .embedder()
-            .embed(&[text.to_string()])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let q = self.embed_one(text).await?;
         let rows: Vec<Row> = self
             .run(
                 &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM memory WHERE owner = $owner ORDER BY score DESC LIMIT $limit"),

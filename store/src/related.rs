@@ -98,7 +98,7 @@ impl KnowledgeBase {
                 let name = d.document.entity_name.clone()?;
                 let &(depth, via) = reach.get(name.as_str())?;
                 let proximity = 1.0 / (1.0 + f64::from(depth));
-                let similarity = f64::from(d.similarity).clamp(0.0, 1.0);
+                let similarity = d.score.clamp(0.0, 1.0);
                 let score = PROXIMITY_WEIGHT * proximity + SIMILARITY_WEIGHT * similarity;
                 Some(GraphDocument {
                     relationship: via.unwrap_or(SELF_RELATIONSHIP).to_string(),

@@ -21,8 +21,9 @@ pub const MAX_HITS: usize = 100;
 /// HNSW search effort: candidates examined per query (higher is slower and more exact).
 const HNSW_EF: usize = 64;
 
+/// A document row as every document query here selects it (see [`FIELDS`]).
 #[derive(Deserialize)]
-struct Row {
+pub(crate) struct Row {
     id: String,
     title: String,
     content: String,
@@ -35,7 +36,7 @@ struct Row {
 }
 
 impl Row {
-    fn into_hit(self) -> DocumentHit {
+    pub(crate) fn into_hit(self) -> DocumentHit {
         DocumentHit {
             score: self.score.unwrap_or(0.0),
             document: Document {
@@ -52,19 +53,14 @@ impl Row {
     }
 }
 
-const FIELDS: &str =
+pub(crate) const FIELDS: &str =
     "meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name";
 
 impl KnowledgeBase {
     /// The `limit` documents nearest to `text` by cosine similarity, nearest first.
     pub async fn semantic_search(&self, text: &str, limit: usize) -> Result<Vec<DocumentHit>> {
         let limit = limit.clamp(1, MAX_HITS);
-        let q = self
-            .embedder()
-            .embed(&[text.to_string()])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let q = self.embed_one(text).await?;
         // K and EF must be literals in SurrealQL; both are bounded integers from here, never
         // user text.
         let sql = format!(
@@ -82,12 +78,7 @@ impl KnowledgeBase {
         text: &str,
         limit: usize,
     ) -> Result<Vec<DocumentHit>> {
-        let q = self
-            .embedder()
-            .embed(&[text.to_string()])
-            .await?
-            .pop()
-            .unwrap_or_default();
+        let q = self.embed_one(text).await?;
         let rows: Vec<Row> = self
             .run(
                 &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM document ORDER BY score DESC LIMIT $limit"),
@@ -108,6 +99,25 @@ impl KnowledgeBase {
                     "SELECT {FIELDS}, (search::score(1) ?? 0) + (search::score(2) ?? 0) AS score FROM document WHERE title @1@ $q OR content @2@ $q ORDER BY score DESC LIMIT $limit"
                 ),
                 obj([("q", text.to_string().into_value()), ("limit", (limit.clamp(1, MAX_HITS) as i64).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().map(Row::into_hit).collect())
+    }
+
+    /// Documents linked to any of `entity_names`, each scored by its cosine similarity to `text`.
+    pub async fn documents_of(
+        &self,
+        entity_names: &[String],
+        text: &str,
+    ) -> Result<Vec<DocumentHit>> {
+        if entity_names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self.embed_one(text).await?;
+        let rows: Vec<Row> = self
+            .run(
+                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM document WHERE entity_name IN $names"),
+                obj([("names", entity_names.to_vec().into_value()), ("q", vector(q))]),
             )
             .await?;
         Ok(rows.into_iter().map(Row::into_hit).collect())

@@ -161,7 +161,7 @@ async fn small_graph_has_known_answers_on_both_paths() {
             .iter()
             .find(|d| d.document.entity_name.as_deref() == Some("Engine"))
             .unwrap();
-        assert!(ada.similarity > engine.similarity);
+        assert!(ada.score > engine.score);
         assert_eq!(
             engine.document.url.as_deref(),
             Some("https://example.org/engine")
