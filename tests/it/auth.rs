@@ -1,35 +1,13 @@
 //! The key matrix on every API route: no key, wrong key, Bearer, X-API-Key.
 
-use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{KEY, TestServer, assert_error, read};
-
-fn routes() -> Vec<(Method, &'static str, Option<serde_json::Value>)> {
-    vec![
-        (
-            Method::POST,
-            "/data/v1/query/graph",
-            Some(json!({"entity_name": "Ada"})),
-        ),
-        (
-            Method::POST,
-            "/data/v1/query/graph/search",
-            Some(json!({"query": "a"})),
-        ),
-        (Method::GET, "/data/v1/query/graph/entity/Ada", None),
-        (
-            Method::POST,
-            "/data/v1/query/graph/documents",
-            Some(json!({"entity_name": "Ada"})),
-        ),
-    ]
-}
+use crate::support::{KEY, TestServer, assert_error, graph_routes, read};
 
 #[tokio::test]
 async fn every_api_route_needs_a_valid_key_in_either_header() {
     let t = TestServer::start().await;
-    for (method, path, body) in routes() {
+    for (method, path, body) in graph_routes() {
         let request = |auth: Option<(&str, String)>| {
             let mut r = t.http.request(method.clone(), t.url(path));
             if let Some((h, v)) = auth {

@@ -4,10 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kbq::versions::SystemClock;
-use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{TestServer, assert_error, read, test_config};
+use crate::support::{TestServer, assert_error, graph_routes, read, test_config};
 
 #[tokio::test]
 async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
@@ -25,24 +24,7 @@ async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
     assert_eq!(body["error"]["message"], "not ready");
     assert_eq!(headers["retry-after"], "1");
 
-    for (method, path, body) in [
-        (
-            Method::POST,
-            "/data/v1/query/graph",
-            Some(json!({"entity_name": "Ada"})),
-        ),
-        (
-            Method::POST,
-            "/data/v1/query/graph/search",
-            Some(json!({"query": "a"})),
-        ),
-        (Method::GET, "/data/v1/query/graph/entity/Ada", None),
-        (
-            Method::POST,
-            "/data/v1/query/graph/documents",
-            Some(json!({"entity_name": "Ada"})),
-        ),
-    ] {
+    for (method, path, body) in graph_routes() {
         let started = std::time::Instant::now();
         let (status, _, err) = t.call(method, path, body).await;
         assert_eq!(status, 503, "{path}: {err}");

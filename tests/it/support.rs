@@ -185,3 +185,25 @@ pub fn names(list: &Value) -> Vec<String> {
         .map(|e| e["name"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// The four graph routes, each with a valid request for the fixture.
+pub fn graph_routes() -> Vec<(Method, &'static str, Option<Value>)> {
+    vec![
+        (
+            Method::POST,
+            "/data/v1/query/graph",
+            Some(serde_json::json!({"entity_name": "Ada"})),
+        ),
+        (
+            Method::POST,
+            "/data/v1/query/graph/search",
+            Some(serde_json::json!({"query": "a"})),
+        ),
+        (Method::GET, "/data/v1/query/graph/entity/Ada", None),
+        (
+            Method::POST,
+            "/data/v1/query/graph/documents",
+            Some(serde_json::json!({"entity_name": "Ada"})),
+        ),
+    ]
+}
