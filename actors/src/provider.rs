@@ -76,8 +76,9 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// Any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LiteLLM, ...),
-/// through async-openai. async-openai retries only when its tower middleware is installed,
-/// which kbq does not do: [`ProviderActor`] is the one place that retries.
+/// through async-openai. async-openai's default client retries on its own; kbq replaces its
+/// HTTP service with [`plain_http`], which does not, so [`ProviderActor`] is the one place
+/// that retries, and it reads `Retry-After` for it.
 pub struct OpenAiBackend {
     name: String,
     model: String,
@@ -96,13 +97,84 @@ impl OpenAiBackend {
         let mut config = OpenAIConfig::new().with_api_base(base_url.trim_end_matches('/'));
         // Local servers take any key; a blank one keeps the Authorization header well formed.
         config = config.with_api_key(api_key.unwrap_or_else(|| "none".into()));
+        let client =
+            Client::with_config(config).with_http_service(plain_http(reqwest::Client::new()));
         OpenAiBackend {
             name: name.into(),
             model: model.into(),
-            client: Client::with_config(config),
+            client,
             timeout,
         }
     }
+}
+
+tokio::task_local! {
+    /// The `Retry-After` of the last response seen in the current call, if any.
+    static RETRY_AFTER: std::cell::Cell<Option<Duration>>;
+}
+
+/// Longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// The HTTP service for async-openai: sends each request once with reqwest (no retry layer)
+/// and records a response's `Retry-After` (in seconds) for the call that made it.
+#[derive(Clone)]
+struct PlainHttp {
+    http: reqwest::Client,
+}
+
+fn plain_http(http: reqwest::Client) -> PlainHttp {
+    PlainHttp { http }
+}
+
+impl tower::Service<async_openai::middleware::HttpRequestFactory> for PlainHttp {
+    type Response = reqwest::Response;
+    type Error = OpenAIError;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<reqwest::Response, OpenAIError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), OpenAIError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, factory: async_openai::middleware::HttpRequestFactory) -> Self::Future {
+        let http = self.http.clone();
+        Box::pin(async move {
+            let request = factory.build().await?;
+            let response = http.execute(request).await.map_err(OpenAIError::Reqwest)?;
+            let after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+            let _ = RETRY_AFTER.try_with(|cell| cell.set(after));
+            Ok(response)
+        })
+    }
+}
+
+/// Runs one async-openai call, attaching the `Retry-After` it saw to a transient error.
+async fn with_retry_after<T>(
+    call: impl Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    RETRY_AFTER
+        .scope(std::cell::Cell::new(None), async {
+            match call.await {
+                Err(ProviderError::Transient {
+                    message,
+                    retry_after: None,
+                }) => Err(ProviderError::Transient {
+                    message,
+                    retry_after: RETRY_AFTER.with(|c| c.get()),
+                }),
+                other => other,
+            }
+        })
+        .await
 }
 
 fn classify(e: OpenAIError) -> ProviderError {
@@ -146,14 +218,13 @@ impl Backend for OpenAiBackend {
             body["tool_choice"] = json!("auto");
         }
         let chat = self.client.chat();
-        let call = chat.create_byot::<_, Value>(body);
-        let answer = tokio::time::timeout(self.timeout, call)
+        let call = async { chat.create_byot::<_, Value>(body).await.map_err(classify) };
+        let answer = tokio::time::timeout(self.timeout, with_retry_after(call))
             .await
             .map_err(|_| ProviderError::Transient {
                 message: format!("no answer within {:?}", self.timeout),
                 retry_after: None,
-            })?
-            .map_err(classify)?;
+            })??;
         let message = answer["choices"][0]["message"].clone();
         if !message.is_object() {
             return Err(ProviderError::Permanent(

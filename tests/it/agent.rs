@@ -545,3 +545,32 @@ async fn chat_requests_are_validated_field_by_field() {
     assert_eq!(res.status(), 200);
     t.stop().await;
 }
+
+#[tokio::test]
+async fn kbq_is_the_only_layer_that_retries_and_it_honours_retry_after() {
+    let llm = ScriptedLlm::start().await;
+    // No retries configured: one failed request, and the queued answer stays unused.
+    llm.push(Step::Error(500, None));
+    llm.push(Step::Answer("not reached".into()));
+    let t = start(agent_config(vec![openai("primary", &llm, 0, 5_000)])).await;
+    let (_, body) = t.post(CHAT, json!({"message": "hi"})).await;
+    assert_eq!(body["success"], false, "{body}");
+    assert_eq!(llm.requests().len(), 1, "nothing below kbq retried");
+    t.stop().await;
+
+    let llm2 = ScriptedLlm::start().await;
+    llm2.push(Step::Error(429, Some(1)));
+    llm2.push(Step::Answer("after waiting".into()));
+    let t = start(agent_config(vec![openai("primary", &llm2, 1, 5_000)])).await;
+    let started = Instant::now();
+    let (_, body) = t.post(CHAT, json!({"message": "hi"})).await;
+    assert_eq!(body["response"], "after waiting", "{body}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 was honoured"
+    );
+    assert_eq!(llm2.requests().len(), 2);
+    t.stop().await;
+    llm.stop().await;
+    llm2.stop().await;
+}
