@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::health::HealthBoard;
-use crate::provider::{ChatRequest, ChatResponse, ProviderError, ProviderMessage, Usage};
+use crate::provider::{ChatRequest, ChatResponse, ProviderMessage, Usage};
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
 
 /// The system prompt when a request gives none.
@@ -449,11 +449,5 @@ impl Actor for SessionSupervisor {
             tracing::error!(session = %cell.get_id(), error = %err, "chat session failed");
         }
         Ok(())
-    }
-}
-
-impl From<ProviderError> for AgentError {
-    fn from(e: ProviderError) -> Self {
-        AgentError::SessionLost(e.to_string())
     }
 }

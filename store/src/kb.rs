@@ -523,13 +523,23 @@ impl KnowledgeBase {
             self.connection().await?;
             return Ok(index.read().entity(name));
         }
-        let rows: Vec<Entity> = self
-            .run(
-                "SELECT name, entity_type, properties, '' AS id FROM $ids",
-                obj([("ids", entity_ids(&[name.to_string()]))]),
-            )
-            .await?;
+        let rows = self.entities_by_name(&[name.to_string()]).await?;
         Ok(rows.into_iter().next().map(with_id))
+    }
+
+    /// The stored entities among `names` (missing ones are left out), in batches.
+    async fn entities_by_name(&self, names: &[String]) -> Result<Vec<Entity>> {
+        let mut found = Vec::with_capacity(names.len());
+        for chunk in names.chunks(WRITE_BATCH) {
+            let rows: Vec<Entity> = self
+                .run(
+                    "SELECT name, entity_type, properties, '' AS id FROM $ids",
+                    obj([("ids", entity_ids(chunk))]),
+                )
+                .await?;
+            found.extend(rows);
+        }
+        Ok(found)
     }
 
     /// Entities whose name contains `query`, case-insensitively; exact, then prefix, then other.
@@ -592,7 +602,11 @@ impl KnowledgeBase {
             #[serde(default)]
             ins: Vec<Relationship>,
         }
-        if self.entity_in_db(&query.start).await?.is_none() {
+        if self
+            .entities_by_name(std::slice::from_ref(&query.start))
+            .await?
+            .is_empty()
+        {
             return Ok(Traversal::default());
         }
         let types = query.relationship_types.clone();
@@ -649,16 +663,12 @@ impl KnowledgeBase {
             }
         }
         let names: Vec<String> = walk.slots.iter().map(|s| s.0.clone()).collect();
-        let mut entities: HashMap<String, Entity> = HashMap::new();
-        for chunk in names.chunks(WRITE_BATCH) {
-            let rows: Vec<Entity> = self
-                .run(
-                    "SELECT name, entity_type, properties, '' AS id FROM $ids",
-                    obj([("ids", entity_ids(chunk))]),
-                )
-                .await?;
-            entities.extend(rows.into_iter().map(|e| (e.name.clone(), e)));
-        }
+        let mut entities: HashMap<String, Entity> = self
+            .entities_by_name(&names)
+            .await?
+            .into_iter()
+            .map(|e| (e.name.clone(), e))
+            .collect();
         let mut reached = Vec::with_capacity(walk.slots.len());
         for (name, depth, via) in &walk.slots {
             // An entity deleted while the walk ran is left out rather than invented.
@@ -683,16 +693,6 @@ impl KnowledgeBase {
                 .collect(),
             truncated: walk.truncated,
         })
-    }
-
-    async fn entity_in_db(&self, name: &str) -> Result<Option<Entity>> {
-        let rows: Vec<Entity> = self
-            .run(
-                "SELECT name, entity_type, properties, '' AS id FROM $ids",
-                obj([("ids", entity_ids(&[name.to_string()]))]),
-            )
-            .await?;
-        Ok(rows.into_iter().next())
     }
 
     // ---- documents ----------------------------------------------------------------------
