@@ -21,6 +21,7 @@ use crate::graph::{
 use crate::model::{
     Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
 };
+use crate::vectors::VectorIndex;
 
 /// How to reach the database and how to serve reads.
 #[derive(Debug, Clone)]
@@ -56,8 +57,13 @@ impl StoreConfig {
     }
 }
 
-/// How many records go into one INSERT.
+/// How many records an import hands to one upsert call (and its progress step).
 pub const WRITE_BATCH: usize = 1000;
+
+/// How many records go into one INSERT statement. SurrealDB takes a savepoint per record of a
+/// statement, copying the statement's writes so far, so a record's cost grows with its
+/// statement's size: 100 rows wrote entities three times as fast as 1000 (docs/benchmarks.md).
+const INSERT_ROWS: usize = 100;
 
 /// Counts of each table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -77,6 +83,7 @@ pub struct KnowledgeBase {
     conn: RwLock<Option<Arc<Connected>>>,
     connecting: tokio::sync::Mutex<Option<Instant>>,
     index: Option<RwLock<GraphIndex>>,
+    vectors: Arc<RwLock<VectorIndex>>,
     /// Bumped on every entity write through this knowledge base.
     generation: std::sync::atomic::AtomicU64,
 }
@@ -93,6 +100,7 @@ impl KnowledgeBase {
             index: config
                 .graph_index
                 .then(|| RwLock::new(GraphIndex::default())),
+            vectors: Arc::new(RwLock::new(VectorIndex::new(embedder.dimension()))),
             config,
             embedder,
             conn: RwLock::new(None),
@@ -194,19 +202,18 @@ impl KnowledgeBase {
             );
             *index.write() = built;
         }
+        self.load_vectors(&c).await?;
         Ok(c)
     }
 
     async fn define_schema(&self, c: &Connected) -> Result<()> {
-        // The dimension is ours (from the embedder), never user input.
         let dim = self.embedder.dimension();
-        let schema = format!(
-            "DEFINE TABLE IF NOT EXISTS entity SCHEMALESS;
+        let schema = "DEFINE TABLE IF NOT EXISTS entity SCHEMALESS;
              DEFINE FIELD IF NOT EXISTS name ON entity TYPE string;
              DEFINE FIELD IF NOT EXISTS name_lower ON entity TYPE string;
              DEFINE FIELD IF NOT EXISTS entity_type ON entity TYPE string;
-             DEFINE INDEX IF NOT EXISTS entity_name ON entity FIELDS name UNIQUE;
-             DEFINE INDEX IF NOT EXISTS entity_type_idx ON entity FIELDS entity_type;
+             REMOVE INDEX IF EXISTS entity_name ON entity;
+             REMOVE INDEX IF EXISTS entity_type_idx ON entity;
              DEFINE TABLE IF NOT EXISTS relates TYPE RELATION IN entity OUT entity SCHEMALESS;
              DEFINE FIELD IF NOT EXISTS relationship_type ON relates TYPE string;
              DEFINE TABLE IF NOT EXISTS document SCHEMALESS;
@@ -214,13 +221,13 @@ impl KnowledgeBase {
              DEFINE ANALYZER IF NOT EXISTS kbq_text TOKENIZERS class FILTERS lowercase, ascii;
              DEFINE INDEX IF NOT EXISTS document_title_text ON document FIELDS title FULLTEXT ANALYZER kbq_text BM25;
              DEFINE INDEX IF NOT EXISTS document_content_text ON document FIELDS content FULLTEXT ANALYZER kbq_text BM25;
-             DEFINE INDEX IF NOT EXISTS document_embedding ON document FIELDS embedding HNSW DIMENSION {dim} DIST COSINE TYPE F32;
+             DEFINE FIELD IF NOT EXISTS embedding ON document TYPE bytes;
+             REMOVE INDEX IF EXISTS document_embedding ON document;
              DEFINE TABLE IF NOT EXISTS memory SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS memory_owner ON memory FIELDS owner;
              DEFINE INDEX IF NOT EXISTS memory_content_text ON memory FIELDS content FULLTEXT ANALYZER kbq_text BM25;
-             DEFINE TABLE IF NOT EXISTS kbq_meta SCHEMALESS;"
-        );
-        self.exec_on(c, &schema, Object::new()).await?;
+             DEFINE TABLE IF NOT EXISTS kbq_meta SCHEMALESS;";
+        self.exec_on(c, schema, Object::new()).await?;
         // Vectors of two embedders must never mix in one index.
         let found: Vec<Json> = self
             .run_on(
@@ -350,7 +357,7 @@ impl KnowledgeBase {
 
     /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
     pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
-        for chunk in entities.chunks(WRITE_BATCH) {
+        for chunk in entities.chunks(INSERT_ROWS) {
             let rows: Vec<Value> = chunk
                 .iter()
                 .map(|e| {
@@ -385,7 +392,7 @@ impl KnowledgeBase {
 
     /// Inserts or updates relationships by (source, target, type). Both ends must exist.
     pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
-        for chunk in rels.chunks(WRITE_BATCH) {
+        for chunk in rels.chunks(INSERT_ROWS) {
             let rows: Vec<Value> = chunk
                 .iter()
                 .map(|r| {
@@ -428,44 +435,68 @@ impl KnowledgeBase {
 
     /// Inserts or updates documents by (source, source_id), embedding each.
     pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
-        for chunk in docs.chunks(WRITE_BATCH) {
-            let texts: Vec<String> = chunk.iter().map(NewDocument::embedding_text).collect();
-            let vectors = self.embedder.embed(&texts).await?;
-            let rows: Vec<Value> = chunk
-                .iter()
-                .zip(vectors)
-                .map(|(d, v)| {
-                    let entity = match &d.entity_name {
-                        Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
-                        None => Value::None,
-                    };
-                    row([
-                        (
-                            "id",
-                            RecordId::new(table::DOCUMENT, keys::document(&d.source, &d.source_id))
-                                .into_value(),
-                        ),
-                        ("title", d.title.clone().into_value()),
-                        ("content", d.content.clone().into_value()),
-                        ("source", d.source.clone().into_value()),
-                        ("source_id", d.source_id.clone().into_value()),
-                        ("content_type", d.content_type.clone().into_value()),
-                        ("url", d.url.clone().map_or(Value::Null, Value::String)),
-                        (
-                            "entity_name",
-                            d.entity_name.clone().map_or(Value::Null, Value::String),
-                        ),
-                        ("entity", entity),
-                        ("embedding", vector(v)),
-                    ])
-                })
-                .collect();
+        // Embedding and building the rows of the next statement (on another worker) overlaps
+        // SurrealDB writing this one: SurrealDB's embedded engine writes on one thread.
+        let mut chunks = docs.chunks(INSERT_ROWS);
+        let prepare = |chunk: Option<&[NewDocument]>| {
+            chunk.map(|c| tokio::spawn(prepare_documents(self.embedder.clone(), c.to_vec())))
+        };
+        let mut next = prepare(chunks.next());
+        while let Some(prepared) = next.take() {
+            let Prepared {
+                keys,
+                vectors,
+                rows,
+            } = prepared
+                .await
+                .map_err(|e| StoreError::Query(format!("preparing documents failed: {e}")))??;
+            next = prepare(chunks.next());
             self.exec(
                 "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
                 obj([("rows", rows.into_value())]),
             )
             .await?;
+            let mut index = self.vectors.write();
+            for (key, v) in keys.iter().zip(&vectors) {
+                index.upsert(key, v);
+            }
         }
+        Ok(())
+    }
+
+    /// The in-process vector index of document embeddings.
+    pub(crate) fn vectors(&self) -> &Arc<RwLock<VectorIndex>> {
+        &self.vectors
+    }
+
+    /// Rebuilds the vector index from the embeddings SurrealDB holds.
+    async fn load_vectors(&self, c: &Connected) -> Result<()> {
+        let started = Instant::now();
+        let mut resp = self
+            .send(
+                c,
+                "SELECT meta::id(id) AS id, embedding FROM type::table($t)",
+                obj([("t", table::DOCUMENT.into_value())]),
+            )
+            .await?;
+        let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
+        let mut index = VectorIndex::new(self.embedder.dimension());
+        for row in rows {
+            let Value::Object(row) = row else { continue };
+            let (Some(Value::String(id)), Some(embedding)) = (row.get("id"), row.get("embedding"))
+            else {
+                continue;
+            };
+            if let Some(v) = vector_from(embedding) {
+                index.upsert(id, &v);
+            }
+        }
+        tracing::info!(
+            documents = index.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "vector index built"
+        );
+        *self.vectors.write() = index;
         Ok(())
     }
 
@@ -709,6 +740,87 @@ fn entity_ids(names: &[String]) -> Value {
         .map(|n| RecordId::new(table::ENTITY, keys::entity(n)))
         .collect::<Vec<_>>()
         .into_value()
+}
+
+/// One INSERT statement's documents, embedded and turned into rows.
+struct Prepared {
+    keys: Vec<String>,
+    vectors: Vec<Vec<f32>>,
+    rows: Vec<Value>,
+}
+
+async fn prepare_documents(
+    embedder: Arc<dyn Embedder>,
+    docs: Vec<NewDocument>,
+) -> Result<Prepared> {
+    let texts: Vec<String> = docs.iter().map(NewDocument::embedding_text).collect();
+    let vectors = embedder.embed(&texts).await?;
+    let keys: Vec<String> = docs
+        .iter()
+        .map(|d| keys::document(&d.source, &d.source_id))
+        .collect();
+    let rows = docs
+        .into_iter()
+        .zip(&keys)
+        .zip(&vectors)
+        .map(|((d, key), v)| {
+            let entity = match &d.entity_name {
+                Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
+                None => Value::None,
+            };
+            row([
+                (
+                    "id",
+                    RecordId::new(table::DOCUMENT, key.as_str()).into_value(),
+                ),
+                ("title", d.title.into_value()),
+                ("content", d.content.into_value()),
+                ("source", d.source.into_value()),
+                ("source_id", d.source_id.into_value()),
+                ("content_type", d.content_type.into_value()),
+                ("url", d.url.map_or(Value::Null, Value::String)),
+                (
+                    "entity_name",
+                    d.entity_name.map_or(Value::Null, Value::String),
+                ),
+                ("entity", entity),
+                ("embedding", vector_bytes(v)),
+            ])
+        })
+        .collect();
+    Ok(Prepared {
+        keys,
+        vectors,
+        rows,
+    })
+}
+
+/// A vector as SurrealDB stores document embeddings: little-endian `f32` bytes, a quarter of
+/// the size of an array of numbers and far cheaper to write.
+fn vector_bytes(v: &[f32]) -> Value {
+    Value::Bytes(surrealdb::types::Bytes::from(
+        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    ))
+}
+
+/// An embedding read back from SurrealDB: bytes as [`vector_bytes`] writes them, or an array
+/// of numbers.
+fn vector_from(v: &Value) -> Option<Vec<f32>> {
+    match v {
+        Value::Bytes(b) => {
+            let (chunks, rest) = b.as_chunks::<4>();
+            rest.is_empty()
+                .then(|| chunks.iter().map(|c| f32::from_le_bytes(*c)).collect())
+        }
+        Value::Array(a) => a
+            .iter()
+            .map(|x| match x {
+                Value::Number(n) => Some(n.to_f64()? as f32),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
 }
 
 pub(crate) fn vector(v: Vec<f32>) -> Value {

@@ -8,7 +8,8 @@
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
-//! - [`search`]: semantic (HNSW KNN) and keyword (BM25) document search.
+//! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25) document search.
+//! - [`vectors`]: the in-process vector index of document embeddings.
 //! - [`memory`]: agent memory, owned by an API key and recalled only by it.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
@@ -23,6 +24,7 @@ pub mod memory;
 pub mod model;
 pub mod related;
 pub mod search;
+pub mod vectors;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
@@ -34,3 +36,4 @@ pub use model::{
 };
 pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSHIP};
 pub use search::DocumentHit;
+pub use vectors::VectorIndex;

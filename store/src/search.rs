@@ -1,12 +1,17 @@
-//! Document search: semantic (vector KNN over the HNSW index) and keyword (BM25 over the
-//! full-text indexes on title and content).
+//! Document search: semantic (KNN over the in-process [`VectorIndex`](crate::VectorIndex))
+//! and keyword (BM25 over SurrealDB's full-text indexes on title and content).
 
 use serde::Deserialize;
 use surrealdb::types::SurrealValue;
 
-use crate::error::Result;
-use crate::kb::{KnowledgeBase, obj, vector};
+use std::collections::HashMap;
+
+use surrealdb::types::RecordId;
+
+use crate::error::{Result, StoreError};
+use crate::kb::{KnowledgeBase, obj};
 use crate::model::{Document, table};
+use crate::vectors::VectorKey;
 
 /// A document found by a search, with the method's own score.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,8 +23,6 @@ pub struct DocumentHit {
 
 /// Most hits one search may ask for.
 pub const MAX_HITS: usize = 100;
-/// HNSW search effort: candidates examined per query (higher is slower and more exact).
-const HNSW_EF: usize = 64;
 
 /// A document row as every document query here selects it (see [`FIELDS`]).
 #[derive(Deserialize)]
@@ -59,16 +62,7 @@ pub(crate) const FIELDS: &str =
 impl KnowledgeBase {
     /// The `limit` documents nearest to `text` by cosine similarity, nearest first.
     pub async fn semantic_search(&self, text: &str, limit: usize) -> Result<Vec<DocumentHit>> {
-        let limit = limit.clamp(1, MAX_HITS);
-        let q = self.embed_one(text).await?;
-        // K and EF must be literals in SurrealQL; both are bounded integers from here, never
-        // user text.
-        let sql = format!(
-            "SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM document WHERE embedding <|{limit}, {ef}|> $q ORDER BY score DESC",
-            ef = HNSW_EF.max(limit)
-        );
-        let rows: Vec<Row> = self.run(&sql, obj([("q", vector(q))])).await?;
-        Ok(rows.into_iter().map(Row::into_hit).collect())
+        self.nearest(text, limit, false).await
     }
 
     /// The same answer as [`semantic_search`](Self::semantic_search) by exact comparison with
@@ -78,14 +72,56 @@ impl KnowledgeBase {
         text: &str,
         limit: usize,
     ) -> Result<Vec<DocumentHit>> {
+        self.nearest(text, limit, true).await
+    }
+
+    async fn nearest(&self, text: &str, limit: usize, exact: bool) -> Result<Vec<DocumentHit>> {
+        let limit = limit.clamp(1, MAX_HITS);
         let q = self.embed_one(text).await?;
+        // A scan takes milliseconds at 100k documents: keep it off the async workers.
+        let vectors = self.vectors().clone();
+        let hits = tokio::task::spawn_blocking(move || {
+            let index = vectors.read();
+            if exact {
+                index.search_exact(&q, limit, &|_| true)
+            } else {
+                index.search(&q, limit, &|_| true)
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("vector search failed: {e}")))?;
+        self.documents_by_key(hits).await
+    }
+
+    /// The documents of `hits`, in that order, each with its score. A document deleted since
+    /// the search is left out.
+    pub(crate) async fn documents_by_key(
+        &self,
+        hits: Vec<(VectorKey, f32)>,
+    ) -> Result<Vec<DocumentHit>> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<RecordId> = hits
+            .iter()
+            .map(|(key, _)| RecordId::new(table::DOCUMENT, &**key))
+            .collect();
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM document ORDER BY score DESC LIMIT $limit"),
-                obj([("q", vector(q)), ("limit", (limit.clamp(1, MAX_HITS) as i64).into_value())]),
+                &format!("SELECT {FIELDS} FROM $ids"),
+                obj([("ids", ids.into_value())]),
             )
             .await?;
-        Ok(rows.into_iter().map(Row::into_hit).collect())
+        let mut by_key: HashMap<String, Row> =
+            rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+        Ok(hits
+            .into_iter()
+            .filter_map(|(key, score)| {
+                let mut row = by_key.remove(&*key)?;
+                row.score = Some(f64::from(score));
+                Some(row.into_hit())
+            })
+            .collect())
     }
 
     /// Documents matching the words of `text` in title or content, best BM25 first.
@@ -116,10 +152,17 @@ impl KnowledgeBase {
         let q = self.embed_one(text).await?;
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM document WHERE entity_name IN $names"),
-                obj([("names", entity_names.to_vec().into_value()), ("q", vector(q))]),
+                &format!("SELECT {FIELDS} FROM document WHERE entity_name IN $names"),
+                obj([("names", entity_names.to_vec().into_value())]),
             )
             .await?;
-        Ok(rows.into_iter().map(Row::into_hit).collect())
+        let index = self.vectors().read();
+        Ok(rows
+            .into_iter()
+            .map(|mut row| {
+                row.score = index.similarity(&row.id, &q).map(f64::from);
+                row.into_hit()
+            })
+            .collect())
     }
 }

@@ -287,6 +287,14 @@ async fn surrealkv_store_persists_across_reopen() {
     // The index is rebuilt from the database at start.
     let t = kb.traverse(&q("Ada", Direction::Out, 3, 50)).await.unwrap();
     assert_eq!(t.entities.len(), 4);
+    // So is the vector index, from the embeddings stored as bytes.
+    let hits = kb
+        .semantic_search("A mechanical computer designed by Babbage", 2)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0].document.title, "The Engine");
+    assert!(hits[0].score > hits[1].score);
 }
 
 #[tokio::test]
@@ -419,6 +427,37 @@ async fn semantic_search_finds_what_exact_search_finds() {
     let fast = kb.semantic_search("lattice kernel", 1).await.unwrap();
     let exact = kb.semantic_search_exact("lattice kernel", 1).await.unwrap();
     assert_eq!(fast[0].document.id, exact[0].document.id);
+    // The exact answer is the brute-force answer, computed here from the embedder alone.
+    let embedder = HashingEmbedder::default();
+    let query = embedder.embed_one("lattice kernel");
+    let best = records_text(3, 300)
+        .into_iter()
+        .map(|(title, text)| {
+            (
+                kbq_store::embed::cosine(&query, &embedder.embed_one(&text)),
+                title,
+            )
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap();
+    assert_eq!(exact[0].document.title, best.1);
+    assert!((exact[0].score - f64::from(best.0)).abs() < 1e-4);
+}
+
+/// (title, embedding text) of the documents `generate` makes with this seed.
+fn records_text(seed: u64, entities: usize) -> Vec<(String, String)> {
+    generate::generate(Spec {
+        entities,
+        relationships: 0,
+        document_ratio: 1.0,
+        seed,
+    })
+    .into_iter()
+    .filter_map(|r| match r {
+        kbq_store::Record::Document(d) => Some((d.title.clone(), d.embedding_text())),
+        _ => None,
+    })
+    .collect()
 }
 
 #[tokio::test]

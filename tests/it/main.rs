@@ -9,6 +9,7 @@ mod import_cli;
 mod limits;
 mod probes;
 pub mod scripted;
+mod scripted_server;
 mod supervision;
 mod support;
 mod versions;
