@@ -149,12 +149,25 @@ impl tower::Service<async_openai::middleware::HttpRequestFactory> for PlainHttp 
                 .headers()
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+                .and_then(|v| parse_retry_after(v, std::time::SystemTime::now()));
             let _ = RETRY_AFTER.try_with(|cell| cell.set(after));
             Ok(response)
         })
     }
+}
+
+/// A `Retry-After` value (RFC 9110: whole seconds, or an HTTP date) as a wait from `now`,
+/// at most [`MAX_RETRY_AFTER`]. A date in the past means no wait.
+fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// Runs one async-openai call, attaching the `Retry-After` it saw to a transient error.
@@ -386,5 +399,33 @@ impl Actor for ProviderActor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_retry_after;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = httpdate::parse_http_date("Sun, 22 Nov 2026 08:00:00 GMT").unwrap();
+        let at = |v: &str| parse_retry_after(v, now);
+        assert_eq!(at("7"), Some(Duration::from_secs(7)));
+        assert_eq!(at(" 0 "), Some(Duration::ZERO));
+        assert_eq!(
+            at("Sun, 22 Nov 2026 08:00:12 GMT"),
+            Some(Duration::from_secs(12))
+        );
+        // A date already past means retry now; long waits are capped.
+        assert_eq!(at("Sun, 22 Nov 2026 07:59:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(at("86400"), Some(Duration::from_secs(30)));
+        assert_eq!(
+            at("Mon, 23 Nov 2026 08:00:00 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(at("soon"), None);
+        assert_eq!(at("-3"), None);
     }
 }

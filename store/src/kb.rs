@@ -357,109 +357,92 @@ impl KnowledgeBase {
 
     /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
     pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
-        for chunk in entities.chunks(INSERT_ROWS) {
-            let rows: Vec<Value> = chunk
-                .iter()
-                .map(|e| {
-                    row([
-                        (
-                            "id",
-                            RecordId::new(table::ENTITY, keys::entity(&e.name)).into_value(),
-                        ),
-                        ("name", e.name.clone().into_value()),
-                        ("name_lower", graph::fold_case(&e.name).into_value()),
-                        ("entity_type", e.entity_type.clone().into_value()),
-                        ("properties", json(Json::Object(e.properties.clone()))),
-                    ])
-                })
-                .collect();
-            self.exec(
-                "INSERT INTO entity $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE",
-                obj([("rows", rows.into_value())]),
-            )
-            .await?;
-            if let Some(index) = &self.index {
-                let mut index = index.write();
-                for e in chunk {
-                    index.upsert_entity(e.clone().into_entity());
+        self.insert_pipelined(
+            "INSERT INTO entity $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE",
+            entities,
+            |chunk: Vec<NewEntity>| async move {
+                let rows = chunk.iter().map(entity_row).collect();
+                Ok((rows, chunk.into_iter().map(NewEntity::into_entity).collect::<Vec<_>>()))
+            },
+            |written| {
+                if let Some(index) = &self.index {
+                    let mut index = index.write();
+                    for e in written {
+                        index.upsert_entity(e);
+                    }
                 }
-            }
-            self.generation
-                .fetch_add(1, std::sync::atomic::Ordering::Release);
-        }
-        Ok(())
+                self.generation
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+            },
+        )
+        .await
     }
 
     /// Inserts or updates relationships by (source, target, type). Both ends must exist.
     pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
-        for chunk in rels.chunks(INSERT_ROWS) {
-            let rows: Vec<Value> = chunk
-                .iter()
-                .map(|r| {
-                    let key =
-                        keys::relationship(&r.source_name, &r.target_name, &r.relationship_type);
-                    row([
-                        ("id", RecordId::new(table::RELATES, key).into_value()),
-                        (
-                            "in",
-                            RecordId::new(table::ENTITY, keys::entity(&r.source_name)).into_value(),
-                        ),
-                        (
-                            "out",
-                            RecordId::new(table::ENTITY, keys::entity(&r.target_name)).into_value(),
-                        ),
-                        ("source_name", r.source_name.clone().into_value()),
-                        ("target_name", r.target_name.clone().into_value()),
-                        (
-                            "relationship_type",
-                            r.relationship_type.clone().into_value(),
-                        ),
-                        ("properties", json(Json::Object(r.properties.clone()))),
-                    ])
-                })
-                .collect();
-            self.exec(
-                "INSERT RELATION INTO relates $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE",
-                obj([("rows", rows.into_value())]),
-            )
-            .await?;
-            if let Some(index) = &self.index {
-                let mut index = index.write();
-                for r in chunk {
-                    index.upsert_relationship(r.clone().into_relationship());
+        self.insert_pipelined(
+            "INSERT RELATION INTO relates $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE",
+            rels,
+            |chunk: Vec<NewRelationship>| async move {
+                let rows = chunk.iter().map(relationship_row).collect();
+                Ok((rows, chunk.into_iter().map(NewRelationship::into_relationship).collect::<Vec<_>>()))
+            },
+            |written| {
+                if let Some(index) = &self.index {
+                    let mut index = index.write();
+                    for r in written {
+                        index.upsert_relationship(r);
+                    }
                 }
-            }
-        }
-        Ok(())
+            },
+        )
+        .await
     }
 
     /// Inserts or updates documents by (source, source_id), embedding each.
     pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
-        // Embedding and building the rows of the next statement (on another worker) overlaps
-        // SurrealDB writing this one: SurrealDB's embedded engine writes on one thread.
-        let mut chunks = docs.chunks(INSERT_ROWS);
-        let prepare = |chunk: Option<&[NewDocument]>| {
-            chunk.map(|c| tokio::spawn(prepare_documents(self.embedder.clone(), c.to_vec())))
-        };
-        let mut next = prepare(chunks.next());
-        while let Some(prepared) = next.take() {
-            let Prepared {
-                keys,
-                vectors,
-                rows,
-            } = prepared
+        let embedder = self.embedder.clone();
+        self.insert_pipelined(
+            "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
+            docs,
+            move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
+            |written: Vec<(String, Vec<f32>)>| {
+                let mut index = self.vectors.write();
+                for (key, v) in &written {
+                    index.upsert(key, v);
+                }
+            },
+        )
+        .await
+    }
+
+    /// Writes `items` in INSERT statements of [`INSERT_ROWS`] rows: `sql` binds them as
+    /// `$rows`. SurrealDB's embedded engine writes on one thread, so the next statement's rows
+    /// are built (by `build`, on another worker) while SurrealDB writes this one; `written`
+    /// gets what `build` returned beside the rows once their statement has succeeded.
+    async fn insert_pipelined<T, X, F, Fut>(
+        &self,
+        sql: &str,
+        items: &[T],
+        build: F,
+        mut written: impl FnMut(X),
+    ) -> Result<()>
+    where
+        T: Clone + Send + 'static,
+        X: Send + 'static,
+        F: Fn(Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
+    {
+        let mut chunks = items.chunks(INSERT_ROWS);
+        let spawn = |chunk: Option<&[T]>| chunk.map(|c| tokio::spawn(build(c.to_vec())));
+        let mut next = spawn(chunks.next());
+        while let Some(task) = next.take() {
+            let (rows, extra) = task
                 .await
-                .map_err(|e| StoreError::Query(format!("preparing documents failed: {e}")))??;
-            next = prepare(chunks.next());
-            self.exec(
-                "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
-                obj([("rows", rows.into_value())]),
-            )
-            .await?;
-            let mut index = self.vectors.write();
-            for (key, v) in keys.iter().zip(&vectors) {
-                index.upsert(key, v);
-            }
+                .map_err(|e| StoreError::Query(format!("preparing rows failed: {e}")))??;
+            next = spawn(chunks.next());
+            self.exec(sql, obj([("rows", rows.into_value())])).await?;
+            written(extra);
         }
         Ok(())
     }
@@ -742,57 +725,77 @@ fn entity_ids(names: &[String]) -> Value {
         .into_value()
 }
 
-/// One INSERT statement's documents, embedded and turned into rows.
-struct Prepared {
-    keys: Vec<String>,
-    vectors: Vec<Vec<f32>>,
-    rows: Vec<Value>,
+fn entity_row(e: &NewEntity) -> Value {
+    row([
+        (
+            "id",
+            RecordId::new(table::ENTITY, keys::entity(&e.name)).into_value(),
+        ),
+        ("name", e.name.clone().into_value()),
+        ("name_lower", graph::fold_case(&e.name).into_value()),
+        ("entity_type", e.entity_type.clone().into_value()),
+        ("properties", json(Json::Object(e.properties.clone()))),
+    ])
 }
 
-async fn prepare_documents(
+fn relationship_row(r: &NewRelationship) -> Value {
+    let key = keys::relationship(&r.source_name, &r.target_name, &r.relationship_type);
+    row([
+        ("id", RecordId::new(table::RELATES, key).into_value()),
+        (
+            "in",
+            RecordId::new(table::ENTITY, keys::entity(&r.source_name)).into_value(),
+        ),
+        (
+            "out",
+            RecordId::new(table::ENTITY, keys::entity(&r.target_name)).into_value(),
+        ),
+        ("source_name", r.source_name.clone().into_value()),
+        ("target_name", r.target_name.clone().into_value()),
+        (
+            "relationship_type",
+            r.relationship_type.clone().into_value(),
+        ),
+        ("properties", json(Json::Object(r.properties.clone()))),
+    ])
+}
+
+/// The rows of `docs`, embedded, and each document's key with its vector.
+async fn document_rows(
     embedder: Arc<dyn Embedder>,
     docs: Vec<NewDocument>,
-) -> Result<Prepared> {
+) -> Result<(Vec<Value>, Vec<(String, Vec<f32>)>)> {
     let texts: Vec<String> = docs.iter().map(NewDocument::embedding_text).collect();
     let vectors = embedder.embed(&texts).await?;
-    let keys: Vec<String> = docs
-        .iter()
-        .map(|d| keys::document(&d.source, &d.source_id))
-        .collect();
-    let rows = docs
-        .into_iter()
-        .zip(&keys)
-        .zip(&vectors)
-        .map(|((d, key), v)| {
-            let entity = match &d.entity_name {
-                Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
-                None => Value::None,
-            };
-            row([
-                (
-                    "id",
-                    RecordId::new(table::DOCUMENT, key.as_str()).into_value(),
-                ),
-                ("title", d.title.into_value()),
-                ("content", d.content.into_value()),
-                ("source", d.source.into_value()),
-                ("source_id", d.source_id.into_value()),
-                ("content_type", d.content_type.into_value()),
-                ("url", d.url.map_or(Value::Null, Value::String)),
-                (
-                    "entity_name",
-                    d.entity_name.map_or(Value::Null, Value::String),
-                ),
-                ("entity", entity),
-                ("embedding", vector_bytes(v)),
-            ])
-        })
-        .collect();
-    Ok(Prepared {
-        keys,
-        vectors,
-        rows,
-    })
+    let mut rows = Vec::with_capacity(docs.len());
+    let mut keyed = Vec::with_capacity(docs.len());
+    for (d, v) in docs.into_iter().zip(vectors) {
+        let key = keys::document(&d.source, &d.source_id);
+        let entity = match &d.entity_name {
+            Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
+            None => Value::None,
+        };
+        rows.push(row([
+            (
+                "id",
+                RecordId::new(table::DOCUMENT, key.as_str()).into_value(),
+            ),
+            ("title", d.title.into_value()),
+            ("content", d.content.into_value()),
+            ("source", d.source.into_value()),
+            ("source_id", d.source_id.into_value()),
+            ("content_type", d.content_type.into_value()),
+            ("url", d.url.map_or(Value::Null, Value::String)),
+            (
+                "entity_name",
+                d.entity_name.map_or(Value::Null, Value::String),
+            ),
+            ("entity", entity),
+            ("embedding", vector_bytes(&v)),
+        ]));
+        keyed.push((key, v));
+    }
+    Ok((rows, keyed))
 }
 
 /// A vector as SurrealDB stores document embeddings: little-endian `f32` bytes, a quarter of
