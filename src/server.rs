@@ -114,6 +114,9 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         ),
     });
     let kb_data = web::Data::from(kb.clone());
+    let rag_timeout = web::Data::new(crate::routes::rag::RagTimeout(
+        std::time::Duration::from_millis(config.graph.call_timeout_ms),
+    ));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -124,6 +127,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(agent_limits.clone())
             .app_data(rate_limits.clone())
             .app_data(kb_data.clone())
+            .app_data(rag_timeout.clone())
             .app_data(payload.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))

@@ -190,6 +190,11 @@ impl Agent {
         &self.deps.tools
     }
 
+    /// Finds known entity names in text (shared with the RAG endpoints).
+    pub fn extractor(&self) -> &Arc<EntityExtractor> {
+        &self.deps.extractor
+    }
+
     /// Answers one chat turn for the key `owner`. Dropping the future stops the session.
     pub async fn chat(
         &self,

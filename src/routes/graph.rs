@@ -21,7 +21,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 // ---- request rules ------------------------------------------------------------------------
 
 /// An integer field with a default and an inclusive range.
-fn ranged(
+pub(crate) fn ranged(
     field: &str,
     value: Option<i64>,
     default: i64,
@@ -38,7 +38,7 @@ fn ranged(
     }
 }
 
-fn name(field: &str, value: &str) -> Result<(), ApiError> {
+pub(crate) fn name(field: &str, value: &str) -> Result<(), ApiError> {
     check_name(field, value).map_err(ApiError::from)
 }
 

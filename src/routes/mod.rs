@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod graph;
 pub mod probes;
+pub mod rag;
 
 use actix_web::middleware::from_fn;
 use actix_web::web;
@@ -11,7 +12,8 @@ use crate::auth::require_key;
 use crate::error::{ApiError, ErrorCode};
 use crate::limits::{self, Route};
 
-/// All routes: probes at the root, the graph API under `/data/v1`, the agent API under `/v1`.
+/// All routes: probes at the root, the graph API under `/data/v1`, RAG search under
+/// `/v1/rag`, the agent API under `/v1`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // The last `wrap` runs first: the key is checked, then the key's budget is spent.
     cfg.configure(probes::configure)
@@ -20,6 +22,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(graph::configure),
+        )
+        // Registered before `/v1`, which would otherwise match first. Retrieval spends the
+        // graph budget, not the agent's.
+        .service(
+            web::scope("/v1/rag")
+                .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
+                .wrap(from_fn(require_key))
+                .configure(rag::configure),
         )
         .service(
             web::scope("/v1")

@@ -24,7 +24,8 @@ pub const RELATIONSHIP_TYPES: [&str; 6] = [
     "uses",
     "cites",
 ];
-const WORDS: [&str; 24] = [
+/// The vocabulary of generated document text.
+pub const WORDS: [&str; 24] = [
     "graph", "vector", "search", "memory", "agent", "query", "index", "actor", "store", "model",
     "signal", "entropy", "lattice", "kernel", "packet", "thread", "cache", "ledger", "sensor",
     "compiler", "theorem", "protocol", "matrix", "ontology",

@@ -21,7 +21,7 @@ use crate::graph::{
 use crate::model::{
     Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
 };
-use crate::vectors::VectorIndex;
+use crate::vectors::{DocTags, VectorIndex};
 
 /// How to reach the database and how to serve reads.
 #[derive(Debug, Clone)]
@@ -73,7 +73,7 @@ pub struct Counts {
     pub documents: u64,
 }
 
-struct Connected {
+pub(crate) struct Connected {
     db: Surreal<Any>,
 }
 
@@ -126,7 +126,7 @@ impl KnowledgeBase {
         self.index.is_some()
     }
 
-    async fn connection(&self) -> Result<Arc<Connected>> {
+    pub(crate) async fn connection(&self) -> Result<Arc<Connected>> {
         if let Some(c) = self.conn.read().clone() {
             return Ok(c);
         }
@@ -406,10 +406,10 @@ impl KnowledgeBase {
             "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
             docs,
             move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
-            |written: Vec<(String, Vec<f32>)>| {
+            |written: Vec<(String, Vec<f32>, DocTags)>| {
                 let mut index = self.vectors.write();
-                for (key, v) in &written {
-                    index.upsert(key, v);
+                for (key, v, tags) in written {
+                    index.upsert(&key, &v, tags);
                 }
             },
         )
@@ -458,7 +458,7 @@ impl KnowledgeBase {
         let mut resp = self
             .send(
                 c,
-                "SELECT meta::id(id) AS id, embedding FROM type::table($t)",
+                "SELECT meta::id(id) AS id, embedding, source, content_type, entity_name FROM type::table($t)",
                 obj([("t", table::DOCUMENT.into_value())]),
             )
             .await?;
@@ -470,8 +470,17 @@ impl KnowledgeBase {
             else {
                 continue;
             };
+            let text = |field: &str| match row.get(field) {
+                Some(Value::String(s)) => Some(Arc::<str>::from(s.as_str())),
+                _ => None,
+            };
+            let tags = DocTags {
+                source: text("source").unwrap_or_default(),
+                content_type: text("content_type").unwrap_or_default(),
+                entity_name: text("entity_name"),
+            };
             if let Some(v) = vector_from(embedding) {
-                index.upsert(id, &v);
+                index.upsert(id, &v, tags);
             }
         }
         tracing::info!(
@@ -764,13 +773,18 @@ fn relationship_row(r: &NewRelationship) -> Value {
 async fn document_rows(
     embedder: Arc<dyn Embedder>,
     docs: Vec<NewDocument>,
-) -> Result<(Vec<Value>, Vec<(String, Vec<f32>)>)> {
+) -> Result<(Vec<Value>, Vec<(String, Vec<f32>, DocTags)>)> {
     let texts: Vec<String> = docs.iter().map(NewDocument::embedding_text).collect();
     let vectors = embedder.embed(&texts).await?;
     let mut rows = Vec::with_capacity(docs.len());
     let mut keyed = Vec::with_capacity(docs.len());
     for (d, v) in docs.into_iter().zip(vectors) {
         let key = keys::document(&d.source, &d.source_id);
+        let tags = DocTags {
+            source: d.source.as_str().into(),
+            content_type: d.content_type.as_str().into(),
+            entity_name: d.entity_name.as_deref().map(Into::into),
+        };
         let entity = match &d.entity_name {
             Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
             None => Value::None,
@@ -793,7 +807,7 @@ async fn document_rows(
             ("entity", entity),
             ("embedding", vector_bytes(&v)),
         ]));
-        keyed.push((key, v));
+        keyed.push((key, v, tags));
     }
     Ok((rows, keyed))
 }

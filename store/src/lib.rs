@@ -35,5 +35,5 @@ pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,
 };
 pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSHIP};
-pub use search::DocumentHit;
-pub use vectors::VectorIndex;
+pub use search::{DocumentFilter, DocumentHit};
+pub use vectors::{DocTags, VectorIndex};

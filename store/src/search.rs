@@ -6,12 +6,12 @@ use surrealdb::types::SurrealValue;
 
 use std::collections::HashMap;
 
-use surrealdb::types::RecordId;
+use surrealdb::types::{RecordId, Value};
 
 use crate::error::{Result, StoreError};
 use crate::kb::{KnowledgeBase, obj};
 use crate::model::{Document, table};
-use crate::vectors::VectorKey;
+use crate::vectors::{DocTags, VectorKey};
 
 /// A document found by a search, with the method's own score.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,10 +59,51 @@ impl Row {
 pub(crate) const FIELDS: &str =
     "meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name";
 
+/// Exact-match conditions on documents; `None` accepts any value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DocumentFilter {
+    pub source: Option<String>,
+    pub content_type: Option<String>,
+    pub entity_name: Option<String>,
+}
+
+impl DocumentFilter {
+    pub fn accepts(&self, source: &str, content_type: &str, entity_name: Option<&str>) -> bool {
+        self.source.as_deref().is_none_or(|s| s == source)
+            && self
+                .content_type
+                .as_deref()
+                .is_none_or(|c| c == content_type)
+            && self
+                .entity_name
+                .as_deref()
+                .is_none_or(|e| entity_name == Some(e))
+    }
+
+    pub fn accepts_document(&self, d: &crate::Document) -> bool {
+        self.accepts(&d.source, &d.content_type, d.entity_name.as_deref())
+    }
+
+    fn accepts_tags(&self, t: &DocTags) -> bool {
+        self.accepts(&t.source, &t.content_type, t.entity_name.as_deref())
+    }
+}
+
 impl KnowledgeBase {
     /// The `limit` documents nearest to `text` by cosine similarity, nearest first.
     pub async fn semantic_search(&self, text: &str, limit: usize) -> Result<Vec<DocumentHit>> {
-        self.nearest(text, limit, false).await
+        self.nearest(text, limit, &DocumentFilter::default(), false)
+            .await
+    }
+
+    /// [`semantic_search`](Self::semantic_search) among the documents `filter` accepts.
+    pub async fn semantic_search_filtered(
+        &self,
+        text: &str,
+        limit: usize,
+        filter: &DocumentFilter,
+    ) -> Result<Vec<DocumentHit>> {
+        self.nearest(text, limit, filter, false).await
     }
 
     /// The same answer as [`semantic_search`](Self::semantic_search) by exact comparison with
@@ -72,20 +113,31 @@ impl KnowledgeBase {
         text: &str,
         limit: usize,
     ) -> Result<Vec<DocumentHit>> {
-        self.nearest(text, limit, true).await
+        self.nearest(text, limit, &DocumentFilter::default(), true)
+            .await
     }
 
-    async fn nearest(&self, text: &str, limit: usize, exact: bool) -> Result<Vec<DocumentHit>> {
+    async fn nearest(
+        &self,
+        text: &str,
+        limit: usize,
+        filter: &DocumentFilter,
+        exact: bool,
+    ) -> Result<Vec<DocumentHit>> {
         let limit = limit.clamp(1, MAX_HITS);
+        // The vector index is loaded on connecting: without a connection it knows nothing.
+        self.connection().await?;
         let q = self.embed_one(text).await?;
         // A scan takes milliseconds at 100k documents: keep it off the async workers.
         let vectors = self.vectors().clone();
+        let filter = filter.clone();
         let hits = tokio::task::spawn_blocking(move || {
             let index = vectors.read();
+            let keep = |t: &DocTags| filter.accepts_tags(t);
             if exact {
-                index.search_exact(&q, limit, &|_| true)
+                index.search_exact(&q, limit, &keep)
             } else {
-                index.search(&q, limit, &|_| true)
+                index.search(&q, limit, &keep)
             }
         })
         .await
@@ -126,15 +178,33 @@ impl KnowledgeBase {
 
     /// Documents matching the words of `text` in title or content, best BM25 first.
     pub async fn keyword_search(&self, text: &str, limit: usize) -> Result<Vec<DocumentHit>> {
+        self.keyword_search_filtered(text, limit, &DocumentFilter::default())
+            .await
+    }
+
+    /// [`keyword_search`](Self::keyword_search) among the documents `filter` accepts.
+    pub async fn keyword_search_filtered(
+        &self,
+        text: &str,
+        limit: usize,
+        filter: &DocumentFilter,
+    ) -> Result<Vec<DocumentHit>> {
         if !text.chars().any(char::is_alphanumeric) {
             return Ok(Vec::new());
         }
+        let opt = |v: &Option<String>| v.clone().map_or(Value::None, Value::String);
         let rows: Vec<Row> = self
             .run(
                 &format!(
-                    "SELECT {FIELDS}, (search::score(1) ?? 0) + (search::score(2) ?? 0) AS score FROM document WHERE title @1@ $q OR content @2@ $q ORDER BY score DESC LIMIT $limit"
+                    "SELECT {FIELDS}, (search::score(1) ?? 0) + (search::score(2) ?? 0) AS score FROM document WHERE (title @1,OR@ $q OR content @2,OR@ $q) AND ($source = NONE OR source = $source) AND ($content_type = NONE OR content_type = $content_type) AND ($entity_name = NONE OR entity_name = $entity_name) ORDER BY score DESC LIMIT $limit"
                 ),
-                obj([("q", text.to_string().into_value()), ("limit", (limit.clamp(1, MAX_HITS) as i64).into_value())]),
+                obj([
+                    ("q", text.to_string().into_value()),
+                    ("limit", (limit.clamp(1, MAX_HITS) as i64).into_value()),
+                    ("source", opt(&filter.source)),
+                    ("content_type", opt(&filter.content_type)),
+                    ("entity_name", opt(&filter.entity_name)),
+                ]),
             )
             .await?;
         Ok(rows.into_iter().map(Row::into_hit).collect())

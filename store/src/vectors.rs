@@ -19,6 +19,14 @@ use rustc_hash::FxHashMap;
 /// A document's key in the index: its record key (see `model::keys::document`).
 pub type VectorKey = Arc<str>;
 
+/// What searches may filter a document on, kept beside its vector.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DocTags {
+    pub source: Arc<str>,
+    pub content_type: Arc<str>,
+    pub entity_name: Option<Arc<str>>,
+}
+
 /// Candidates scored exactly per result asked for, and at least this many in all.
 const RERANK_FACTOR: usize = 4;
 const RERANK_MIN: usize = 40;
@@ -27,7 +35,10 @@ const RERANK_MIN: usize = 40;
 pub struct VectorIndex {
     dimension: usize,
     keys: Vec<VectorKey>,
+    tags: Vec<DocTags>,
     slots: FxHashMap<VectorKey, u32>,
+    /// One copy of each tag value.
+    strings: rustc_hash::FxHashSet<Arc<str>>,
     /// Unit vectors, `dimension` per slot.
     vectors: Vec<f32>,
     /// The same vectors as 8-bit codes: component / scale, rounded.
@@ -41,7 +52,9 @@ impl VectorIndex {
         VectorIndex {
             dimension,
             keys: Vec::new(),
+            tags: Vec::new(),
             slots: FxHashMap::default(),
+            strings: Default::default(),
             vectors: Vec::new(),
             codes: Vec::new(),
             scales: Vec::new(),
@@ -62,10 +75,15 @@ impl VectorIndex {
 
     /// Adds or replaces the vector of `key`. A vector of another dimension is ignored (the
     /// store never writes one: the embedder's dimension is fixed per store).
-    pub fn upsert(&mut self, key: &str, vector: &[f32]) {
+    pub fn upsert(&mut self, key: &str, vector: &[f32], tags: DocTags) {
         if vector.len() != self.dimension {
             return;
         }
+        let tags = DocTags {
+            source: self.intern(&tags.source),
+            content_type: self.intern(&tags.content_type),
+            entity_name: tags.entity_name.map(|n| self.intern(&n)),
+        };
         let unit = unit(vector);
         let (codes, scale) = quantise(&unit);
         let d = self.dimension;
@@ -75,11 +93,13 @@ impl VectorIndex {
                 self.vectors[at..at + d].copy_from_slice(&unit);
                 self.codes[at..at + d].copy_from_slice(&codes);
                 self.scales[slot as usize] = scale;
+                self.tags[slot as usize] = tags;
             }
             None => {
                 let key: VectorKey = Arc::from(key);
                 self.slots.insert(key.clone(), self.keys.len() as u32);
                 self.keys.push(key);
+                self.tags.push(tags);
                 self.vectors.extend_from_slice(&unit);
                 self.codes.extend_from_slice(&codes);
                 self.scales.push(scale);
@@ -100,12 +120,28 @@ impl VectorIndex {
             self.codes.copy_within(last * d..(last + 1) * d, slot * d);
             self.scales[slot] = self.scales[last];
             self.keys.swap(slot, last);
+            self.tags.swap(slot, last);
             self.slots.insert(self.keys[slot].clone(), slot as u32);
         }
         self.keys.pop();
+        self.tags.pop();
         self.vectors.truncate(last * d);
         self.codes.truncate(last * d);
         self.scales.pop();
+    }
+
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(found) = self.strings.get(s) {
+            return found.clone();
+        }
+        let s: Arc<str> = Arc::from(s);
+        self.strings.insert(s.clone());
+        s
+    }
+
+    /// The tags of `key`.
+    pub fn tags(&self, key: &str) -> Option<&DocTags> {
+        Some(&self.tags[*self.slots.get(key)? as usize])
     }
 
     /// The stored unit vector of `key`.
@@ -128,7 +164,7 @@ impl VectorIndex {
         &self,
         query: &[f32],
         k: usize,
-        keep: &dyn Fn(&str) -> bool,
+        keep: &dyn Fn(&DocTags) -> bool,
     ) -> Vec<(VectorKey, f32)> {
         if k == 0 || query.len() != self.dimension || self.is_empty() {
             return Vec::new();
@@ -142,7 +178,7 @@ impl VectorIndex {
             &qcodes,
             self.dimension,
             pool,
-            &|slot| keep(&self.keys[slot]),
+            &|slot| keep(&self.tags[slot]),
         );
         let mut scored: Vec<(usize, f32)> = candidates
             .into_iter()
@@ -156,7 +192,7 @@ impl VectorIndex {
         &self,
         query: &[f32],
         k: usize,
-        keep: &dyn Fn(&str) -> bool,
+        keep: &dyn Fn(&DocTags) -> bool,
     ) -> Vec<(VectorKey, f32)> {
         if k == 0 || query.len() != self.dimension {
             return Vec::new();
@@ -165,7 +201,7 @@ impl VectorIndex {
         let mut top = TopK::new(k);
         for slot in 0..self.len() {
             let s = dot(self.slot(slot), &q);
-            if top.admits(s) && keep(&self.keys[slot]) {
+            if top.admits(s) && keep(&self.tags[slot]) {
                 top.push(s, slot);
             }
         }
@@ -344,6 +380,14 @@ mod tests {
     use super::*;
     use crate::generate::Rng;
 
+    fn tags(source: &str) -> DocTags {
+        DocTags {
+            source: source.into(),
+            content_type: "text/plain".into(),
+            entity_name: None,
+        }
+    }
+
     fn random(rng: &mut Rng, d: usize) -> Vec<f32> {
         (0..d).map(|_| rng.unit() as f32 - 0.5).collect()
     }
@@ -353,7 +397,7 @@ mod tests {
         let mut rng = Rng::new(7);
         let mut index = VectorIndex::new(64);
         for i in 0..2000 {
-            index.upsert(&format!("d{i}"), &random(&mut rng, 64));
+            index.upsert(&format!("d{i}"), &random(&mut rng, 64), tags("s"));
         }
         let mut agree = 0;
         for _ in 0..50 {
@@ -373,10 +417,10 @@ mod tests {
     #[test]
     fn upsert_replaces_and_remove_keeps_the_rest_findable() {
         let mut index = VectorIndex::new(4);
-        index.upsert("a", &[1.0, 0.0, 0.0, 0.0]);
-        index.upsert("b", &[0.0, 1.0, 0.0, 0.0]);
-        index.upsert("c", &[0.0, 0.0, 1.0, 0.0]);
-        index.upsert("a", &[0.0, 0.0, 0.0, 2.0]);
+        index.upsert("a", &[1.0, 0.0, 0.0, 0.0], tags("s"));
+        index.upsert("b", &[0.0, 1.0, 0.0, 0.0], tags("s"));
+        index.upsert("c", &[0.0, 0.0, 1.0, 0.0], tags("s"));
+        index.upsert("a", &[0.0, 0.0, 0.0, 2.0], tags("s"));
         assert_eq!(index.len(), 3);
         assert_eq!(index.get("a"), Some(&[0.0, 0.0, 0.0, 1.0][..]));
         index.remove("a");
@@ -386,7 +430,9 @@ mod tests {
         assert_eq!(&*hit[0].0, "c");
         assert!((hit[0].1 - 1.0).abs() < 1e-6);
         assert_eq!(index.similarity("b", &[0.0, 5.0, 0.0, 0.0]), Some(1.0));
-        let filtered = index.search(&[0.0, 0.0, 3.0, 0.0], 5, &|k| k != "c");
+        index.upsert("c", &[0.0, 0.0, 1.0, 0.0], tags("other"));
+        assert_eq!(&*index.tags("c").unwrap().source, "other");
+        let filtered = index.search(&[0.0, 0.0, 3.0, 0.0], 5, &|t| &*t.source == "s");
         assert_eq!(filtered.len(), 1);
         assert_eq!(&*filtered[0].0, "b");
     }
@@ -395,9 +441,9 @@ mod tests {
     fn wrong_dimensions_and_empty_indexes_answer_nothing() {
         let mut index = VectorIndex::new(3);
         assert!(index.search(&[1.0, 0.0, 0.0], 5, &|_| true).is_empty());
-        index.upsert("x", &[1.0, 0.0]);
+        index.upsert("x", &[1.0, 0.0], tags("s"));
         assert!(index.is_empty());
-        index.upsert("x", &[0.0, 0.0, 0.0]);
+        index.upsert("x", &[0.0, 0.0, 0.0], tags("s"));
         assert_eq!(index.search(&[1.0, 0.0], 5, &|_| true), vec![]);
         assert_eq!(index.search(&[1.0, 0.0, 0.0], 5, &|_| true).len(), 1);
     }

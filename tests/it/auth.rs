@@ -2,12 +2,12 @@
 
 use serde_json::json;
 
-use crate::support::{KEY, TestServer, assert_error, graph_routes, read};
+use crate::support::{KEY, TestServer, assert_error, read, store_routes};
 
 #[tokio::test]
 async fn every_api_route_needs_a_valid_key_in_either_header() {
     let t = TestServer::start().await;
-    for (method, path, body) in graph_routes() {
+    for (method, path, body) in store_routes() {
         let request = |auth: Option<(&str, String)>| {
             let mut r = t.http.request(method.clone(), t.url(path));
             if let Some((h, v)) = auth {

@@ -8,6 +8,7 @@ mod graph;
 mod import_cli;
 mod limits;
 mod probes;
+mod rag;
 pub mod scripted;
 mod scripted_server;
 mod supervision;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kbq::versions::SystemClock;
 use serde_json::json;
 
-use crate::support::{TestServer, assert_error, graph_routes, read, test_config};
+use crate::support::{TestServer, assert_error, read, store_routes, test_config};
 
 #[tokio::test]
 async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
@@ -24,7 +24,7 @@ async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
     assert_eq!(body["error"]["message"], "not ready");
     assert_eq!(headers["retry-after"], "1");
 
-    for (method, path, body) in graph_routes() {
+    for (method, path, body) in store_routes() {
         let started = std::time::Instant::now();
         let (status, _, err) = t.call(method, path, body).await;
         assert_eq!(status, 503, "{path}: {err}");

@@ -186,8 +186,9 @@ pub fn names(list: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The four graph routes, each with a valid request for the fixture.
-pub fn graph_routes() -> Vec<(Method, &'static str, Option<Value>)> {
+/// Every route that answers from the knowledge base (the four graph routes and the three RAG
+/// routes), each with a valid request for the fixture.
+pub fn store_routes() -> Vec<(Method, &'static str, Option<Value>)> {
     vec![
         (
             Method::POST,
@@ -204,6 +205,21 @@ pub fn graph_routes() -> Vec<(Method, &'static str, Option<Value>)> {
             Method::POST,
             "/data/v1/query/graph/documents",
             Some(serde_json::json!({"entity_name": "Ada"})),
+        ),
+        (
+            Method::POST,
+            "/v1/rag/semantic",
+            Some(serde_json::json!({"query": "Ada"})),
+        ),
+        (
+            Method::POST,
+            "/v1/rag/keyword",
+            Some(serde_json::json!({"query": "Ada"})),
+        ),
+        (
+            Method::POST,
+            "/v1/rag/hybrid",
+            Some(serde_json::json!({"query": "Ada"})),
         ),
     ]
 }

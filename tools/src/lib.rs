@@ -8,11 +8,13 @@
 //! - [`memory`]: MemorySearchTool, MemoryStoreTool, MemoryStatsTool.
 //! - [`extract`]: the entity extractor (Aho-Corasick over entity names).
 //! - [`fusion`]: reciprocal rank fusion.
+//! - [`rag`]: semantic, keyword and hybrid document search for the RAG endpoints.
 
 pub mod extract;
 pub mod fusion;
 pub mod graph;
 pub mod memory;
+pub mod rag;
 pub mod search;
 pub mod tool;
 

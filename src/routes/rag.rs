@@ -1,0 +1,134 @@
+//! The RAG endpoints under `/v1/rag`: semantic, keyword and hybrid document search.
+//!
+//! Retrieval only, no model: each answers from the knowledge base through `kbq_tools::rag`
+//! within `graph.call_timeout_ms`. Paths, payloads and scores are documented in docs/api.md.
+
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use kbq_actors::session::Agent;
+use kbq_store::{DocumentFilter, KnowledgeBase};
+use kbq_tools::rag::{self, Method, RagQuery};
+use serde::Deserialize;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::extract::ValidJson;
+use crate::routes::graph::{name, ranged};
+
+/// Longest query, in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/semantic").route(web::post().to(semantic)))
+        .service(web::resource("/keyword").route(web::post().to(keyword)))
+        .service(web::resource("/hybrid").route(web::post().to(hybrid)));
+}
+
+/// How long one RAG search may take.
+#[derive(Debug, Clone, Copy)]
+pub struct RagTimeout(pub Duration);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RagRequest {
+    pub query: String,
+    pub limit: Option<i64>,
+    pub filters: Option<Filters>,
+    pub graph_depth: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filters {
+    pub source: Option<String>,
+    pub content_type: Option<String>,
+    pub entity_name: Option<String>,
+}
+
+fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {
+    if req.query.trim().is_empty() {
+        return Err(ApiError::invalid("query", "query must not be blank"));
+    }
+    if req.query.len() > MAX_QUERY_BYTES {
+        return Err(ApiError::invalid(
+            "query",
+            format!("query must be at most {MAX_QUERY_BYTES} bytes"),
+        ));
+    }
+    let graph_depth = match (method, req.graph_depth) {
+        (Method::Hybrid, depth) => ranged("graph_depth", depth, 1, 0, 3)? as u32,
+        (_, None) => 0,
+        (_, Some(_)) => {
+            return Err(ApiError::invalid(
+                "graph_depth",
+                "graph_depth applies only to /v1/rag/hybrid",
+            ));
+        }
+    };
+    let filters = req.filters.unwrap_or_default();
+    for (field, value) in [
+        ("filters.source", &filters.source),
+        ("filters.content_type", &filters.content_type),
+        ("filters.entity_name", &filters.entity_name),
+    ] {
+        if let Some(v) = value {
+            name(field, v)?;
+        }
+    }
+    Ok(RagQuery {
+        limit: ranged("limit", req.limit, 10, 1, 100)? as usize,
+        filter: DocumentFilter {
+            source: filters.source,
+            content_type: filters.content_type,
+            entity_name: filters.entity_name,
+        },
+        graph_depth,
+        query: req.query,
+    })
+}
+
+async fn run(
+    method: Method,
+    req: RagRequest,
+    kb: web::Data<KnowledgeBase>,
+    agent: web::Data<Agent>,
+    timeout: web::Data<RagTimeout>,
+) -> Result<HttpResponse, ApiError> {
+    let q = query(req, method)?;
+    let answer = tokio::time::timeout(timeout.0, rag::search(&kb, agent.extractor(), method, &q))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::ServiceUnavailable,
+                format!("the search did not finish within {:?}", timeout.0),
+            )
+        })??;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+async fn semantic(
+    kb: web::Data<KnowledgeBase>,
+    agent: web::Data<Agent>,
+    timeout: web::Data<RagTimeout>,
+    ValidJson(req): ValidJson<RagRequest>,
+) -> Result<HttpResponse, ApiError> {
+    run(Method::Semantic, req, kb, agent, timeout).await
+}
+
+async fn keyword(
+    kb: web::Data<KnowledgeBase>,
+    agent: web::Data<Agent>,
+    timeout: web::Data<RagTimeout>,
+    ValidJson(req): ValidJson<RagRequest>,
+) -> Result<HttpResponse, ApiError> {
+    run(Method::Keyword, req, kb, agent, timeout).await
+}
+
+async fn hybrid(
+    kb: web::Data<KnowledgeBase>,
+    agent: web::Data<Agent>,
+    timeout: web::Data<RagTimeout>,
+    ValidJson(req): ValidJson<RagRequest>,
+) -> Result<HttpResponse, ApiError> {
+    run(Method::Hybrid, req, kb, agent, timeout).await
+}
