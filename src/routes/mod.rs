@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod graph;
+pub mod openai;
 pub mod probes;
 pub mod rag;
 
@@ -35,7 +36,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             web::scope("/v1")
                 .wrap(from_fn(|req, next| limits::limit(Route::Agent, req, next)))
                 .wrap(from_fn(require_key))
-                .configure(agent::configure),
+                .configure(agent::configure)
+                .configure(openai::configure),
         );
 }
 

@@ -7,6 +7,7 @@ mod errors;
 mod graph;
 mod import_cli;
 mod limits;
+mod openai;
 mod probes;
 mod rag;
 pub mod scripted;
