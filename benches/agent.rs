@@ -49,6 +49,7 @@ fn config(llm: &ScriptedLlm) -> Config {
     c.auth.keys = vec![KeyEntry {
         name: "bench".into(),
         sha256: hex::encode(kbq::auth::hash(KEY)),
+        scopes: None,
     }];
     c.providers = vec![ProviderSection {
         name: "scripted".into(),

@@ -21,11 +21,77 @@ use crate::error::{ApiError, ErrorCode};
 pub struct KeyIdentity {
     pub name: Arc<str>,
     pub id: Arc<str>,
+    pub scopes: Scopes,
+}
+
+/// One thing a key may be allowed to do (docs/api.md, "Authentication").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Graph queries, RAG search, models and embeddings.
+    Read,
+    /// Ingestion.
+    Write,
+    /// Agent chat.
+    Agent,
+    /// Everything.
+    Admin,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "read" => Some(Scope::Read),
+            "write" => Some(Scope::Write),
+            "agent" => Some(Scope::Agent),
+            "admin" => Some(Scope::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Agent => "agent",
+            Scope::Admin => "admin",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The scopes of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scopes(u8);
+
+impl Scopes {
+    pub const ALL: Scopes = Scopes(0b1111);
+
+    /// From config names (validated already; unknown names are ignored).
+    pub fn from_names(names: Option<&[String]>) -> Scopes {
+        match names {
+            None => Scopes::ALL,
+            Some(names) => Scopes(
+                names
+                    .iter()
+                    .filter_map(|n| Scope::parse(n))
+                    .fold(0, |bits, s| bits | s.bit()),
+            ),
+        }
+    }
+
+    /// True when the key holds `scope` or `admin`.
+    pub fn allows(self, scope: Scope) -> bool {
+        self.0 & (scope.bit() | Scope::Admin.bit()) != 0
+    }
 }
 
 struct Key {
     name: Arc<str>,
     hash: [u8; 32],
+    scopes: Scopes,
 }
 
 impl Key {
@@ -33,6 +99,7 @@ impl Key {
         KeyIdentity {
             name: self.name.clone(),
             id: hex::encode(&self.hash[..16]).into(),
+            scopes: self.scopes,
         }
     }
 }
@@ -75,6 +142,7 @@ impl Keys {
                 Key {
                     name: e.name.as_str().into(),
                     hash,
+                    scopes: Scopes::from_names(e.scopes.as_deref()),
                 }
             })
             .collect();
@@ -82,6 +150,7 @@ impl Keys {
             keys.push(Key {
                 name: format!("env-{i}").into(),
                 hash: hash(k),
+                scopes: Scopes::ALL,
             });
         }
         Keys { keys }
@@ -110,6 +179,7 @@ impl Keys {
         self.keys.push(Key {
             name: "generated".into(),
             hash: hash(&key),
+            scopes: Scopes::ALL,
         });
         Ok(Some(GeneratedKey { key, path, new }))
     }
@@ -185,5 +255,26 @@ pub async fn require_key(
     };
     tracing::Span::current().record("key", &*identity.name);
     req.extensions_mut().insert(identity);
+    Ok(next.call(req).await?.map_into_left_body())
+}
+
+/// Middleware (after [`require_key`]): 403 `insufficient_scope` unless the key holds `scope`.
+pub async fn require_scope(
+    scope: Scope,
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    let allowed = req
+        .extensions()
+        .get::<KeyIdentity>()
+        .is_some_and(|k| k.scopes.allows(scope));
+    if !allowed {
+        return Ok(req
+            .error_response(ApiError::new(
+                ErrorCode::InsufficientScope,
+                format!("this API key lacks the `{}` scope", scope.as_str()),
+            ))
+            .map_into_right_body());
+    }
     Ok(next.call(req).await?.map_into_left_body())
 }

@@ -169,12 +169,15 @@ pub struct AuthSection {
     pub keys: Vec<KeyEntry>,
 }
 
-/// A configured API key: a name (for logs) and the SHA-256 of the key, in hex.
+/// A configured API key: a name (for logs), the SHA-256 of the key, in hex, and what it may
+/// do (every scope when omitted).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct KeyEntry {
     pub name: String,
     pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -512,6 +515,18 @@ impl Config {
                     "must be 64 hex digits (see `kbq keys new`)",
                 );
             }
+            if let Some(scopes) = &k.scopes {
+                let field = format!("auth.keys[{i}].scopes");
+                if scopes.is_empty() {
+                    return bad(&field, "must name at least one scope; omit it for all");
+                }
+                if scopes
+                    .iter()
+                    .any(|s| crate::auth::Scope::parse(s).is_none())
+                {
+                    return bad(&field, "each must be one of read, write, agent, admin");
+                }
+            }
         }
         for (name, v) in &self.versions {
             let ok_name = name.len() > 1
@@ -708,5 +723,19 @@ mod tests {
                 .to_string()
                 .contains("versions.v1.sunset_at is required")
         );
+        for scopes in [vec![], vec!["read".to_string(), "root".to_string()]] {
+            let mut c = Config::default();
+            c.auth.keys = vec![KeyEntry {
+                name: "k".into(),
+                sha256: "ab".repeat(32),
+                scopes: Some(scopes),
+            }];
+            assert!(
+                c.validate()
+                    .unwrap_err()
+                    .to_string()
+                    .contains("auth.keys[0].scopes")
+            );
+        }
     }
 }

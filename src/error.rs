@@ -27,6 +27,9 @@ pub enum ErrorCode {
     /// 410: the API version has passed its sunset date.
     #[serde(rename = "version_sunset")]
     VersionSunset,
+    /// 403: the key is valid but lacks the scope the route needs.
+    #[serde(rename = "insufficient_scope")]
+    InsufficientScope,
     /// 413: the body is larger than `server.max_body_bytes`.
     #[serde(rename = "payload_too_large")]
     PayloadTooLarge,
@@ -43,9 +46,10 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// All codes, for docs and tests.
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidApiKey,
+        ErrorCode::InsufficientScope,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
         ErrorCode::VersionSunset,
@@ -59,6 +63,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorCode::InvalidApiKey => StatusCode::UNAUTHORIZED,
+            ErrorCode::InsufficientScope => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::VersionSunset => StatusCode::GONE,
@@ -73,6 +78,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::InvalidApiKey => "INVALID_API_KEY",
+            ErrorCode::InsufficientScope => "insufficient_scope",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::VersionSunset => "version_sunset",
@@ -87,6 +93,7 @@ impl ErrorCode {
     pub fn for_status(status: StatusCode) -> ErrorCode {
         match status.as_u16() {
             401 => ErrorCode::InvalidApiKey,
+            403 => ErrorCode::InsufficientScope,
             404 => ErrorCode::NotFound,
             405 => ErrorCode::MethodNotAllowed,
             410 => ErrorCode::VersionSunset,

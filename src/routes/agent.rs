@@ -1,18 +1,23 @@
 //! The agent endpoints: `POST /v1/agent/chat` and `GET /v1/agent/health`.
 
 use actix_web::http::StatusCode;
+use actix_web::middleware::from_fn;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use kbq_actors::{Agent, AgentError, AgentRequest, Health, Role, StopReason, ToolCallRecord};
 use serde::{Deserialize, Serialize};
 
-use crate::auth::KeyIdentity;
+use crate::auth::{KeyIdentity, Scope, require_scope};
 use crate::config::AgentSection;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ValidJson;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/agent/chat").route(web::post().to(chat)))
-        .service(web::resource("/agent/health").route(web::get().to(health)));
+    cfg.service(
+        web::resource("/agent/chat")
+            .wrap(from_fn(|req, next| require_scope(Scope::Agent, req, next)))
+            .route(web::post().to(chat)),
+    )
+    .service(web::resource("/agent/health").route(web::get().to(health)));
 }
 
 #[derive(Debug, Deserialize)]

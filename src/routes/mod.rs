@@ -9,7 +9,7 @@ pub mod rag;
 use actix_web::middleware::from_fn;
 use actix_web::web;
 
-use crate::auth::require_key;
+use crate::auth::{Scope, require_key, require_scope};
 use crate::error::{ApiError, ErrorCode};
 use crate::limits::{self, Route};
 
@@ -20,6 +20,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(probes::configure)
         .service(
             web::scope("/data/v1")
+                .wrap(from_fn(|req, next| require_scope(Scope::Read, req, next)))
                 .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(graph::configure),
@@ -28,6 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         // graph budget, not the agent's.
         .service(
             web::scope("/v1/rag")
+                .wrap(from_fn(|req, next| require_scope(Scope::Read, req, next)))
                 .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(rag::configure),

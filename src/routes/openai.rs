@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, web};
 use base64::Engine as _;
 use kbq_actors::Agent;
@@ -10,6 +11,7 @@ use kbq_store::KnowledgeBase;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::auth::{Scope, require_scope};
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ValidJson;
 
@@ -21,8 +23,16 @@ pub const MAX_INPUT_BYTES: usize = 32 * 1024;
 const EMBED_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/models").route(web::get().to(models)))
-        .service(web::resource("/embeddings").route(web::post().to(embeddings)));
+    cfg.service(
+        web::resource("/models")
+            .wrap(from_fn(|req, next| require_scope(Scope::Read, req, next)))
+            .route(web::get().to(models)),
+    )
+    .service(
+        web::resource("/embeddings")
+            .wrap(from_fn(|req, next| require_scope(Scope::Read, req, next)))
+            .route(web::post().to(embeddings)),
+    );
 }
 
 /// The providers (chat models, by provider name) and the embedder.

@@ -412,6 +412,7 @@ async fn memory_belongs_to_the_key_that_stored_it() {
     config.auth.keys.push(kbq::config::KeyEntry {
         name: "other".into(),
         sha256: hex::encode(kbq::auth::hash(other_key)),
+        scopes: None,
     });
     let t = start(config).await;
     let (_, body) = t

@@ -20,6 +20,7 @@ async fn each_key_has_its_own_budget_per_route_group_and_recovers() {
     config.auth.keys.push(kbq::config::KeyEntry {
         name: "second".into(),
         sha256: hex::encode(kbq::auth::hash(other)),
+        scopes: None,
     });
     let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
     let entity = "/data/v1/query/graph/entity/Ada";

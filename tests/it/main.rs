@@ -10,6 +10,7 @@ mod limits;
 mod openai;
 mod probes;
 mod rag;
+mod scopes;
 pub mod scripted;
 mod scripted_server;
 mod supervision;

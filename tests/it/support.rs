@@ -50,6 +50,7 @@ pub fn test_config() -> Config {
     c.auth.keys = vec![kbq::config::KeyEntry {
         name: "test".into(),
         sha256: hex::encode(kbq::auth::hash(KEY)),
+        scopes: None,
     }];
     c
 }
