@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod graph;
+pub mod ingest;
 pub mod openai;
 pub mod probes;
 pub mod rag;
@@ -18,6 +19,14 @@ use crate::limits::{self, Route};
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // The last `wrap` runs first: the key is checked, then the key's budget is spent.
     cfg.configure(probes::configure)
+        // Registered before `/data/v1`, which would otherwise match first.
+        .service(
+            web::scope("/data/v1/ingest")
+                .wrap(from_fn(|req, next| require_scope(Scope::Write, req, next)))
+                .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
+                .wrap(from_fn(require_key))
+                .configure(ingest::configure),
+        )
         .service(
             web::scope("/data/v1")
                 .wrap(from_fn(|req, next| require_scope(Scope::Read, req, next)))

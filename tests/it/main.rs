@@ -6,6 +6,7 @@ mod auth;
 mod errors;
 mod graph;
 mod import_cli;
+mod ingest;
 mod limits;
 mod openai;
 mod probes;

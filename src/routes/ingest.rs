@@ -1,0 +1,188 @@
+//! Ingestion under `/data/v1/ingest` (scope `write`): upserts of entities, relationships and
+//! documents in JSON arrays, and NDJSON in the import format. All four share the import's
+//! code path (`kbq_store::import`), so a record is checked, deduplicated and written exactly
+//! as `kbq import` would, and the graph and vector indexes are current when the answer comes.
+
+use actix_web::{HttpResponse, web};
+use kbq_store::import::{self, ImportReport, Silent};
+use kbq_store::{KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// Most records in one JSON array.
+pub const MAX_BATCH: usize = 10_000;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/entities").route(web::post().to(entities)))
+        .service(web::resource("/relationships").route(web::post().to(relationships)))
+        .service(web::resource("/documents").route(web::post().to(documents)))
+        .service(web::resource("/ndjson").route(web::post().to(ndjson)));
+}
+
+#[derive(Debug, Serialize)]
+pub struct Failure {
+    /// Position in the array, from 0.
+    pub index: usize,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BatchReport {
+    /// Records in the array.
+    pub received: usize,
+    /// Records written (inserted or updated); duplicates in one array count once.
+    pub written: usize,
+    pub failures: Vec<Failure>,
+}
+
+/// A parsed array: the valid records with their positions, and the invalid ones.
+struct Parsed {
+    received: usize,
+    records: Vec<(usize, Record)>,
+    failures: Vec<Failure>,
+}
+
+/// Parses `body` as a JSON array of `T`, keeping each element's position; an element that is
+/// not a valid `T` is a failure, not an error.
+fn batch<T: DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+    wrap: impl Fn(T) -> Record,
+) -> Result<Parsed, ApiError> {
+    let items: Vec<Value> = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items,
+        Ok(_) => {
+            return Err(ApiError::invalid(
+                "body",
+                format!("the body must be a JSON array of {what}"),
+            ));
+        }
+        Err(e) => {
+            return Err(ApiError::invalid(
+                "body",
+                format!("the body is not valid JSON: {e}"),
+            ));
+        }
+    };
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(ApiError::invalid(
+            "body",
+            format!("the array must hold 1 to {MAX_BATCH} {what}"),
+        ));
+    }
+    let received = items.len();
+    let mut records = Vec::with_capacity(received);
+    let mut failures = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        match serde_json::from_value::<T>(item) {
+            Ok(t) => {
+                let record = wrap(t);
+                match record.validate() {
+                    Ok(()) => records.push((index, record)),
+                    Err(e) => failures.push(Failure {
+                        index,
+                        reason: e.to_string(),
+                    }),
+                }
+            }
+            Err(e) => failures.push(Failure {
+                index,
+                reason: e.to_string(),
+            }),
+        }
+    }
+    Ok(Parsed {
+        received,
+        records,
+        failures,
+    })
+}
+
+async fn write_batch<T: DeserializeOwned>(
+    kb: &KnowledgeBase,
+    body: &[u8],
+    what: &str,
+    wrap: impl Fn(T) -> Record,
+) -> Result<HttpResponse, ApiError> {
+    let Parsed {
+        received,
+        records,
+        mut failures,
+    } = batch(body, what, wrap)?;
+    let report = import::import_records(kb, records, &Silent).await?;
+    failures.extend(report.failures.into_iter().map(|f| Failure {
+        index: f.line,
+        reason: f.reason,
+    }));
+    failures.sort_by_key(|f| f.index);
+    Ok(HttpResponse::Ok().json(BatchReport {
+        received,
+        written: report.entities + report.relationships + report.documents,
+        failures,
+    }))
+}
+
+async fn entities(
+    kb: web::Data<KnowledgeBase>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    write_batch::<NewEntity>(&kb, &body, "entities", Record::Entity).await
+}
+
+async fn relationships(
+    kb: web::Data<KnowledgeBase>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    write_batch::<NewRelationship>(&kb, &body, "relationships", Record::Relationship).await
+}
+
+async fn documents(
+    kb: web::Data<KnowledgeBase>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    write_batch::<NewDocument>(&kb, &body, "documents", Record::Document).await
+}
+
+#[derive(Debug, Serialize)]
+pub struct NdjsonFailure {
+    /// 1-based line number, counting every line.
+    pub line: usize,
+    pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NdjsonReport {
+    pub records: usize,
+    pub entities: usize,
+    pub relationships: usize,
+    pub documents: usize,
+    pub failures: Vec<NdjsonFailure>,
+}
+
+impl From<ImportReport> for NdjsonReport {
+    fn from(r: ImportReport) -> Self {
+        NdjsonReport {
+            records: r.records,
+            entities: r.entities,
+            relationships: r.relationships,
+            documents: r.documents,
+            failures: r
+                .failures
+                .into_iter()
+                .map(|f| NdjsonFailure {
+                    line: f.line,
+                    reason: f.reason,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The import format, one record per line, exactly as `kbq import` reads a file.
+async fn ndjson(kb: web::Data<KnowledgeBase>, body: web::Bytes) -> Result<HttpResponse, ApiError> {
+    let report = import::import(&kb, body.as_ref(), &Silent).await?;
+    Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
+}
