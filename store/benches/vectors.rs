@@ -8,16 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kbq_store::generate::{self, Rng, Spec, WORDS};
-use kbq_store::import::{self, Phase, Progress};
+use kbq_store::import::{self, Silent};
 use kbq_store::{Embedder, HashingEmbedder, KnowledgeBase, Record, StoreConfig};
 use surrealdb::types::{Object, SurrealValue, Value};
-
-struct Silent;
-
-impl Progress for Silent {
-    fn start(&self, _: Phase, _: u64) {}
-    fn advance(&self, _: u64) {}
-}
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)

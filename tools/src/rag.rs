@@ -43,14 +43,9 @@ pub struct Scores {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RagResult {
-    pub id: String,
-    pub title: String,
-    pub content: String,
-    pub source: String,
-    pub source_id: String,
-    pub content_type: String,
-    pub url: Option<String>,
-    pub entity_name: Option<String>,
+    /// `id`, `title`, `content`, `source`, `source_id`, `content_type`, `url`, `entity_name`.
+    #[serde(flatten)]
+    pub document: Document,
     /// The method's score (semantic, keyword) or the fused score (hybrid).
     pub score: f64,
     pub scores: Scores,
@@ -76,14 +71,7 @@ pub struct RagAnswer {
 
 fn result(d: Document, score: f64, scores: Scores) -> RagResult {
     RagResult {
-        id: d.id,
-        title: d.title,
-        content: d.content,
-        source: d.source,
-        source_id: d.source_id,
-        content_type: d.content_type,
-        url: d.url,
-        entity_name: d.entity_name,
+        document: d,
         score,
         scores,
         relationship: None,
