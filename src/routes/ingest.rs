@@ -3,7 +3,7 @@
 //! code path (`kbq_store::import`), so a record is checked, deduplicated and written exactly
 //! as `kbq import` would, and the graph and vector indexes are current when the answer comes.
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_store::import::{self, ImportReport, Silent};
 use kbq_store::{KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record};
 use serde::Serialize;
@@ -19,7 +19,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/entities").route(web::post().to(entities)))
         .service(web::resource("/relationships").route(web::post().to(relationships)))
         .service(web::resource("/documents").route(web::post().to(documents)))
-        .service(web::resource("/ndjson").route(web::post().to(ndjson)));
+        .service(web::resource("/ndjson").route(web::post().to(ndjson)))
+        .service(web::resource("/entities/{name:.*}").route(web::delete().to(delete_entity)))
+        .service(web::resource("/documents/{id}").route(web::delete().to(delete_document)));
 }
 
 #[derive(Debug, Serialize)]
@@ -185,4 +187,30 @@ impl From<ImportReport> for NdjsonReport {
 async fn ndjson(kb: web::Data<KnowledgeBase>, body: web::Bytes) -> Result<HttpResponse, ApiError> {
     let report = import::import(&kb, body.as_ref(), &Silent).await?;
     Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
+}
+
+/// Deletes an entity by exact name (percent-encoded, as in the entity lookup): its
+/// relationships go with it and its documents stay, unlinked. A missing entity is not an
+/// error: the answer says `"deleted": false`.
+async fn delete_entity(
+    kb: web::Data<KnowledgeBase>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    const MARK: &str = "/ingest/entities/";
+    let path = req.uri().path();
+    let raw = path.find(MARK).map_or("", |i| &path[i + MARK.len()..]);
+    let name = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::invalid("name", "the name must be percent-encoded UTF-8"))?;
+    let done = kb.delete_entity(&name).await?;
+    Ok(HttpResponse::Ok().json(done))
+}
+
+/// Deletes a document by id (`document:<key>`); `"deleted": false` when there was none.
+async fn delete_document(
+    kb: web::Data<KnowledgeBase>,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let deleted = kb.delete_document(&id).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "deleted": deleted })))
 }

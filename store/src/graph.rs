@@ -313,6 +313,98 @@ impl GraphIndex {
         true
     }
 
+    /// Removes a relationship; returns whether it was there.
+    pub fn remove_relationship(&mut self, source: &str, target: &str, ty: &str) -> bool {
+        let (Some(&src), Some(&dst), Some(&t)) = (
+            self.ids.get(source),
+            self.ids.get(target),
+            self.type_ids.get(ty),
+        ) else {
+            return false;
+        };
+        let Some(e) = self.edge_ids.remove(&(src, dst, t)) else {
+            return false;
+        };
+        self.nodes[src as usize].adj.retain(|a| a.edge != e);
+        self.nodes[dst as usize].adj.retain(|a| a.edge != e);
+        // The last edge moves into the hole: its id changes from `last` to `e`.
+        let last = (self.edges.len() - 1) as u32;
+        self.edges.swap_remove(e as usize);
+        if e != last {
+            let moved = &self.edges[e as usize];
+            let (ms, md, mt) = (moved.src, moved.dst, moved.ty);
+            self.edge_ids.insert((ms, md, mt), e);
+            for n in [ms, md] {
+                for a in &mut self.nodes[n as usize].adj {
+                    if a.edge == last {
+                        a.edge = e;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Removes an entity and every relationship touching it; returns whether it was there.
+    pub fn remove_entity(&mut self, name: &str) -> bool {
+        let Some(&i) = self.ids.get(name) else {
+            return false;
+        };
+        let mut touching: Vec<(String, String, Arc<str>)> = self.nodes[i as usize]
+            .adj
+            .iter()
+            .map(|a| {
+                let e = &self.edges[a.edge as usize];
+                (
+                    self.name_of(e.src).to_string(),
+                    self.name_of(e.dst).to_string(),
+                    self.types[e.ty as usize].clone(),
+                )
+            })
+            .collect();
+        touching.sort();
+        touching.dedup();
+        for (s, d, t) in touching {
+            self.remove_relationship(&s, &d, &t);
+        }
+        self.ids.remove(name);
+        // The last node moves into the hole: every reference to `last` becomes `i`. It has
+        // no edge to the removed node any more, so no reference to `i` is left behind.
+        let last = (self.nodes.len() - 1) as u32;
+        self.nodes.swap_remove(i as usize);
+        if i != last {
+            if let Some(id) = self
+                .ids
+                .get_mut(self.nodes[i as usize].entity.name.as_str())
+            {
+                *id = i;
+            }
+            let adj = self.nodes[i as usize].adj.clone();
+            for a in &adj {
+                let m = if a.neighbour == last { i } else { a.neighbour };
+                for b in &mut self.nodes[m as usize].adj {
+                    if b.neighbour == last {
+                        b.neighbour = i;
+                    }
+                }
+                let edge = &mut self.edges[a.edge as usize];
+                if edge.src == last || edge.dst == last {
+                    let old = (edge.src, edge.dst, edge.ty);
+                    if edge.src == last {
+                        edge.src = i;
+                    }
+                    if edge.dst == last {
+                        edge.dst = i;
+                    }
+                    let new = (edge.src, edge.dst, edge.ty);
+                    self.edge_ids.remove(&old);
+                    self.edge_ids.insert(new, a.edge);
+                }
+            }
+        }
+        true
+    }
+
     /// Case-insensitive substring search over names, ranked exact, prefix, other.
     pub fn search(&self, query: &str, entity_type: Option<&str>, limit: usize) -> Vec<EntityRef> {
         let q = fold_case(query);

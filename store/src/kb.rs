@@ -65,6 +65,16 @@ pub const WRITE_BATCH: usize = 1000;
 /// statement's size: 100 rows wrote entities three times as fast as 1000 (docs/benchmarks.md).
 const INSERT_ROWS: usize = 100;
 
+/// What [`KnowledgeBase::delete_entity`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EntityDeletion {
+    pub deleted: bool,
+    /// Relationships removed with it.
+    pub relationships: usize,
+    /// Documents whose link to it was removed.
+    pub documents_unlinked: usize,
+}
+
 /// Counts of each table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
@@ -445,6 +455,103 @@ impl KnowledgeBase {
             written(extra);
         }
         Ok(())
+    }
+
+    /// Deletes an entity, every relationship touching it, and the link of its documents to it
+    /// (the documents stay, with `entity_name` null). Deleting an entity that does not exist
+    /// changes nothing. Each step is its own write, in an order that a retry completes.
+    pub async fn delete_entity(&self, name: &str) -> Result<EntityDeletion> {
+        crate::model::check_name("name", name)?;
+        #[derive(serde::Deserialize)]
+        struct EdgeRow {
+            source_name: String,
+            target_name: String,
+            relationship_type: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Row {
+            #[serde(default)]
+            outs: Vec<EdgeRow>,
+            #[serde(default)]
+            ins: Vec<EdgeRow>,
+        }
+        let id = RecordId::new(table::ENTITY, keys::entity(name));
+        let rows: Vec<Row> = self
+            .run(
+                "SELECT ->relates.{source_name, target_name, relationship_type} AS outs, <-relates.{source_name, target_name, relationship_type} AS ins FROM $ids",
+                obj([("ids", vec![id.clone()].into_value())]),
+            )
+            .await?;
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(EntityDeletion::default());
+        };
+        let mut edges: Vec<(String, String, String)> = row
+            .outs
+            .into_iter()
+            .chain(row.ins)
+            .map(|e| (e.source_name, e.target_name, e.relationship_type))
+            .collect();
+        edges.sort();
+        edges.dedup();
+        let edge_ids: Vec<RecordId> = edges
+            .iter()
+            .map(|(s, d, t)| RecordId::new(table::RELATES, keys::relationship(s, d, t)))
+            .collect();
+        self.exec(
+            "DELETE $edges; DELETE $id",
+            obj([("edges", edge_ids.into_value()), ("id", id.into_value())]),
+        )
+        .await?;
+        let unlinked: Vec<String> = self
+            .run(
+                "UPDATE document SET entity_name = NONE, entity = NONE WHERE entity_name = $name RETURN VALUE meta::id(id)",
+                obj([("name", name.to_string().into_value())]),
+            )
+            .await?;
+        if let Some(index) = &self.index {
+            index.write().remove_entity(name);
+        }
+        {
+            let mut vectors = self.vectors.write();
+            for key in &unlinked {
+                vectors.set_entity(key, None);
+            }
+        }
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        Ok(EntityDeletion {
+            deleted: true,
+            relationships: edges.len(),
+            documents_unlinked: unlinked.len(),
+        })
+    }
+
+    /// Deletes one document by id (`document:<key>` or the key); false when there was none.
+    pub async fn delete_document(&self, id: &str) -> Result<bool> {
+        let key = id.strip_prefix("document:").unwrap_or(id);
+        let valid = key.len() == 33
+            && key.starts_with('d')
+            && key[1..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid {
+            return Err(StoreError::invalid(
+                "id",
+                "must be a document id: document:d followed by 32 hex digits",
+            ));
+        }
+        let rid = RecordId::new(table::DOCUMENT, key);
+        let found: Vec<String> = self
+            .run(
+                "SELECT VALUE meta::id(id) FROM $ids",
+                obj([("ids", vec![rid.clone()].into_value())]),
+            )
+            .await?;
+        if found.is_empty() {
+            return Ok(false);
+        }
+        self.exec("DELETE $id", obj([("id", rid.into_value())]))
+            .await?;
+        self.vectors.write().remove(key);
+        Ok(true)
     }
 
     /// The in-process vector index of document embeddings.

@@ -29,7 +29,7 @@ pub mod vectors;
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
 pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalQuery};
-pub use kb::{Counts, KnowledgeBase, StoreConfig};
+pub use kb::{Counts, EntityDeletion, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,

@@ -139,6 +139,14 @@ impl VectorIndex {
         s
     }
 
+    /// Sets the entity tag of `key`, if present.
+    pub fn set_entity(&mut self, key: &str, entity_name: Option<&str>) {
+        let entity_name = entity_name.map(|n| self.intern(n));
+        if let Some(&slot) = self.slots.get(key) {
+            self.tags[slot as usize].entity_name = entity_name;
+        }
+    }
+
     /// The tags of `key`.
     pub fn tags(&self, key: &str) -> Option<&DocTags> {
         Some(&self.tags[*self.slots.get(key)? as usize])

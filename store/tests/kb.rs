@@ -551,3 +551,85 @@ async fn entity_names_follow_writes() {
     names.sort();
     assert_eq!(names, vec!["Ada", "Babbage", "Engine", "London", "Zed"]);
 }
+
+#[test]
+fn removing_from_the_graph_index_matches_building_without() {
+    let records = generate::generate(Spec {
+        entities: 400,
+        relationships: 1500,
+        document_ratio: 0.0,
+        seed: 11,
+    });
+    let mut entities = Vec::new();
+    let mut rels = Vec::new();
+    for r in records {
+        match r {
+            Record::Entity(e) => entities.push(e.into_entity()),
+            Record::Relationship(r) => rels.push(r.into_relationship()),
+            Record::Document(_) => {}
+        }
+    }
+    // Self-loops and a pair of opposite edges, the awkward cases for renumbering.
+    for (s, d) in [(3, 3), (5, 6), (6, 5), (399, 399)] {
+        rels.push(kbq_store::Relationship {
+            source_name: generate::entity_name(s),
+            target_name: generate::entity_name(d),
+            relationship_type: "loops".into(),
+            properties: Default::default(),
+        });
+    }
+    let mut index = kbq_store::GraphIndex::build(entities.clone(), rels.clone());
+    // Remove hubs (low indices get most edges), the last node, and some single edges.
+    let gone: Vec<String> = [0, 3, 5, 17, 399, 200]
+        .iter()
+        .map(|&i| generate::entity_name(i))
+        .collect();
+    for name in &gone {
+        assert!(index.remove_entity(name), "{name}");
+        assert!(!index.remove_entity(name));
+    }
+    let mut removed_rels = Vec::new();
+    for r in rels.iter().step_by(7) {
+        if gone.contains(&r.source_name) || gone.contains(&r.target_name) {
+            continue;
+        }
+        assert!(index.remove_relationship(&r.source_name, &r.target_name, &r.relationship_type));
+        removed_rels.push(r.clone());
+    }
+    let kept_entities: Vec<_> = entities
+        .into_iter()
+        .filter(|e| !gone.contains(&e.name))
+        .collect();
+    let kept_rels: Vec<_> = rels
+        .into_iter()
+        .filter(|r| !gone.contains(&r.source_name) && !gone.contains(&r.target_name))
+        .filter(|r| !removed_rels.contains(r))
+        .collect();
+    let fresh = kbq_store::GraphIndex::build(kept_entities.clone(), kept_rels.clone());
+    assert_eq!(index.entity_count(), fresh.entity_count());
+    assert_eq!(index.relationship_count(), fresh.relationship_count());
+    for e in &kept_entities {
+        for direction in [Direction::Out, Direction::In, Direction::Both] {
+            let q = q(&e.name, direction, 3, 60);
+            assert_eq!(
+                index.traverse(&q),
+                fresh.traverse(&q),
+                "{} {direction:?}",
+                e.name
+            );
+        }
+    }
+    for name in &gone {
+        assert!(index.entity(name).is_none());
+        assert!(
+            index
+                .traverse(&q(name, Direction::Both, 2, 50))
+                .entities
+                .is_empty()
+        );
+    }
+    assert_eq!(
+        index.search("entity 00", None, 500),
+        fresh.search("entity 00", None, 500)
+    );
+}

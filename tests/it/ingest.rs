@@ -210,3 +210,123 @@ async fn ingestion_checks_the_body_and_needs_the_write_scope() {
     assert_eq!(found, Value::Null, "a refused write changes nothing");
     t.stop().await;
 }
+
+#[tokio::test]
+async fn deleting_an_entity_removes_its_edges_and_unlinks_its_documents() {
+    let t = TestServer::start().await;
+    let delete = |path: String| {
+        let req = t.http.delete(t.url(&path)).bearer_auth(crate::support::KEY);
+        async move { read(req.send().await.unwrap()).await }
+    };
+    let (status, _, body) = delete("/data/v1/ingest/entities/Babbage".into()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"deleted": true, "relationships": 3, "documents_unlinked": 0})
+    );
+    let (_, found) = t.get("/data/v1/query/graph/entity/Babbage").await;
+    assert_eq!(found, Value::Null);
+    let (_, walk) = t
+        .post(
+            "/data/v1/query/graph",
+            json!({"entity_name": "Ada", "depth": 3}),
+        )
+        .await;
+    let names: Vec<&str> = walk["entities_found"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(!names.contains(&"Babbage"), "{walk}");
+    assert!(
+        names.contains(&"Engine"),
+        "still reached through London: {walk}"
+    );
+
+    let (_, _, body) = delete("/data/v1/ingest/entities/London".into()).await;
+    assert_eq!(
+        body,
+        json!({"deleted": true, "relationships": 2, "documents_unlinked": 1})
+    );
+    // The document stays, unlinked, and filters see the change at once.
+    let (_, found) = t
+        .post(
+            "/v1/rag/semantic",
+            json!({"query": "city", "filters": {"entity_name": "London"}}),
+        )
+        .await;
+    assert_eq!(found["total"], 0, "{found}");
+    let (_, found) = t.post("/v1/rag/keyword", json!({"query": "city"})).await;
+    assert_eq!(found["results"][0]["title"], "London");
+    assert_eq!(found["results"][0]["entity_name"], Value::Null);
+
+    let (_, _, body) = delete("/data/v1/ingest/entities/London".into()).await;
+    assert_eq!(
+        body,
+        json!({"deleted": false, "relationships": 0, "documents_unlinked": 0})
+    );
+    let (_, _, body) = delete("/data/v1/ingest/entities/OS%2F360".into()).await;
+    assert_eq!(body["deleted"], true);
+    let (status, _, err) = delete("/data/v1/ingest/entities/%20".into()).await;
+    assert_eq!(status, 400);
+    assert_error(&err, "invalid_request", Some("name"));
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_document_removes_it_from_every_search() {
+    let t = TestServer::start().await;
+    let (_, found) = t
+        .post("/v1/rag/keyword", json!({"query": "mechanical"}))
+        .await;
+    let id = found["results"][0]["id"].as_str().unwrap().to_string();
+    let delete = |id: String| {
+        let req = t
+            .http
+            .delete(t.url(&format!("/data/v1/ingest/documents/{id}")))
+            .bearer_auth(crate::support::KEY);
+        async move { read(req.send().await.unwrap()).await }
+    };
+    let (status, _, body) = delete(id.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"deleted": true}));
+    let (_, body) = t
+        .post("/v1/rag/keyword", json!({"query": "mechanical"}))
+        .await;
+    assert_eq!(body["total"], 0);
+    let (_, body) = t
+        .post(
+            "/v1/rag/semantic",
+            json!({"query": "A mechanical computer designed by Babbage", "limit": 100}),
+        )
+        .await;
+    assert!(
+        body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["id"] != id.as_str()),
+        "{body}"
+    );
+    let (_, docs) = t
+        .post(
+            "/data/v1/query/graph/documents",
+            json!({"entity_name": "Engine", "max_depth": 1}),
+        )
+        .await;
+    assert!(
+        docs["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["id"] != id.as_str()),
+        "{docs}"
+    );
+    let (_, _, body) = delete(id).await;
+    assert_eq!(body, json!({"deleted": false}));
+    let (status, _, err) = delete("document:nothex".into()).await;
+    assert_eq!(status, 400);
+    assert_error(&err, "invalid_request", Some("id"));
+    t.stop().await;
+}
