@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kbq::config::KeyEntry;
 use kbq::versions::SystemClock;
+use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support::{TestServer, assert_error, read, test_config};
@@ -214,10 +215,8 @@ async fn ingestion_checks_the_body_and_needs_the_write_scope() {
 #[tokio::test]
 async fn deleting_an_entity_removes_its_edges_and_unlinks_its_documents() {
     let t = TestServer::start().await;
-    let delete = |path: String| {
-        let req = t.http.delete(t.url(&path)).bearer_auth(crate::support::KEY);
-        async move { read(req.send().await.unwrap()).await }
-    };
+    let server = &t;
+    let delete = |path: String| async move { server.call(Method::DELETE, &path, None).await };
     let (status, _, body) = delete("/data/v1/ingest/entities/Babbage".into()).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -281,12 +280,10 @@ async fn deleting_a_document_removes_it_from_every_search() {
         .post("/v1/rag/keyword", json!({"query": "mechanical"}))
         .await;
     let id = found["results"][0]["id"].as_str().unwrap().to_string();
-    let delete = |id: String| {
-        let req = t
-            .http
-            .delete(t.url(&format!("/data/v1/ingest/documents/{id}")))
-            .bearer_auth(crate::support::KEY);
-        async move { read(req.send().await.unwrap()).await }
+    let server = &t;
+    let delete = |id: String| async move {
+        let path = format!("/data/v1/ingest/documents/{id}");
+        server.call(Method::DELETE, &path, None).await
     };
     let (status, _, body) = delete(id.clone()).await;
     assert_eq!(status, 200, "{body}");
