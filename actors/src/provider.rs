@@ -156,6 +156,13 @@ impl tower::Service<async_openai::middleware::HttpRequestFactory> for PlainHttp 
     }
 }
 
+/// Resolves once nobody waits for the reply any more.
+async fn requester_gone<T>(reply: &ractor::RpcReplyPort<T>) {
+    while !reply.is_closed() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A `Retry-After` value (RFC 9110: whole seconds, or an HTTP date) as a wait from `now`,
 /// at most [`MAX_RETRY_AFTER`]. A date in the past means no wait.
 fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
@@ -368,7 +375,7 @@ impl Actor for ProviderActor {
                         .with_max_delay(retry.max_delay)
                         .with_max_times(retry.max_retries)
                         .with_jitter();
-                    let result = attempt
+                    let work = attempt
                         .retry(backoff)
                         .when(ProviderError::is_transient)
                         .adjust(|e, delay| match e {
@@ -378,9 +385,15 @@ impl Actor for ProviderActor {
                                 ..
                             } => delay.map(|_| after.to_owned()),
                             _ => delay,
-                        })
-                        .await;
-                    let _ = reply.send(result);
+                        });
+                    // A requester that went away (a cancelled session) stops the attempt in
+                    // flight and every retry after it.
+                    tokio::select! {
+                        result = work => {
+                            let _ = reply.send(result);
+                        }
+                        () = requester_gone(&reply) => {}
+                    }
                 });
             }
             ProviderMessage::Probe => {
