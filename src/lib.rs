@@ -20,6 +20,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod middleware;
+pub mod peer;
 pub mod routes;
 pub mod server;
 pub mod versions;

@@ -135,6 +135,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .wrap(from_fn(middleware::error_bodies))
             .wrap(from_fn(middleware::request_id))
     })
+    .on_connect(crate::peer::on_connect)
     .shutdown_timeout(config.server.shutdown_timeout_secs)
     .disable_signals();
     if config.server.workers > 0 {

@@ -10,6 +10,7 @@ use crate::auth::{KeyIdentity, Scope, require_scope};
 use crate::config::AgentSection;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ValidJson;
+use crate::peer::PeerWatch;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -147,8 +148,20 @@ async fn chat(
         .get::<KeyIdentity>()
         .map(|k| k.id.to_string())
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidApiKey, "an API key is required"))?;
-    // If the client goes away, actix drops this future, and with it the session.
-    let reply = match agent.chat(request, owner).await {
+    // actix keeps running a handler whose client has gone: the peer watch notices instead,
+    // and dropping the chat future kills the session.
+    let chat = agent.chat(request, owner);
+    let result = match http.conn_data::<PeerWatch>() {
+        Some(watch) => tokio::select! {
+            result = chat => result,
+            () = watch.closed() => {
+                tracing::info!("the client closed the connection; session cancelled");
+                return Err(ApiError::unavailable("the client closed the connection"));
+            }
+        },
+        None => chat.await,
+    };
+    let reply = match result {
         Ok(reply) => reply,
         Err(AgentError::NoProvider) => {
             return Err(ApiError::unavailable(

@@ -358,7 +358,6 @@ async fn a_session_that_runs_out_of_time_stops_its_provider_call_and_retries() {
 }
 
 #[tokio::test]
-#[ignore = "actix-web does not drop a handler when its client disconnects (actix-web#3462)"]
 async fn a_client_that_disconnects_cancels_its_session() {
     let llm = ScriptedLlm::start().await;
     llm.push(Step::Hang);
