@@ -4,9 +4,13 @@
 //! `cargo bench -p kbq-store --bench traversal` (release). Scale with BENCH_ENTITIES and
 //! BENCH_RELATIONSHIPS (defaults 100000 and 300000). Prints a Markdown report.
 
+#[allow(dead_code)] // each bench uses part of it
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{env, stats};
 use kbq_store::generate::{self, Rng, Spec};
 use kbq_store::import::{self, Phase, Progress};
 use kbq_store::{Direction, HashingEmbedder, KnowledgeBase, Record, StoreConfig, TraversalQuery};
@@ -18,29 +22,6 @@ impl Progress for Timer {
         self.0.lock().push((phase, Instant::now(), total));
     }
     fn advance(&self, _: u64) {}
-}
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-struct Stats {
-    mean: Duration,
-    p50: Duration,
-    p99: Duration,
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
-    let n = samples.len();
-    Stats {
-        mean: samples.iter().sum::<Duration>() / n as u32,
-        p50: samples[n / 2],
-        p99: samples[(n * 99 / 100).min(n - 1)],
-    }
 }
 
 fn us(d: Duration) -> String {

@@ -4,38 +4,16 @@
 //! `cargo bench --workspace --bench vectors` (release). Scale with BENCH_DOCUMENTS (default
 //! 100000) and BENCH_QUERIES (default 1000). Prints a Markdown report.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{Stats, env, stats};
 use kbq_store::generate::{self, Rng, Spec, WORDS};
 use kbq_store::import::{self, Silent};
 use kbq_store::{Embedder, HashingEmbedder, KnowledgeBase, Record, StoreConfig};
 use surrealdb::types::{Object, SurrealValue, Value};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-struct Stats {
-    mean: Duration,
-    p50: Duration,
-    p95: Duration,
-    p99: Duration,
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
-    let n = samples.len();
-    Stats {
-        mean: samples.iter().sum::<Duration>() / n as u32,
-        p50: samples[n / 2],
-        p95: samples[(n * 95 / 100).min(n - 1)],
-        p99: samples[(n * 99 / 100).min(n - 1)],
-    }
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
