@@ -186,24 +186,20 @@ async fn search(
 
 /// The raw path segment after `/entity/`, percent-decoded in full (so `%2F` is a slash in the
 /// name, not a separator).
-fn entity_name_of(req: &HttpRequest) -> Result<String, ApiError> {
-    const MARK: &str = "/query/graph/entity/";
+/// The name in the rest of the path after `mark`, percent-decoded (spaces, slashes, unicode)
+/// and checked by the name rules as `field`.
+pub(crate) fn name_in_path(req: &HttpRequest, mark: &str, field: &str) -> Result<String, ApiError> {
     let path = req.uri().path();
-    let raw = path
-        .find(MARK)
-        .map(|i| &path[i + MARK.len()..])
-        .unwrap_or("");
+    let raw = path.find(mark).map_or("", |i| &path[i + mark.len()..]);
     let decoded = percent_encoding::percent_decode_str(raw)
         .decode_utf8()
-        .map_err(|_| {
-            ApiError::invalid("entity_name", "entity_name must be percent-encoded UTF-8")
-        })?;
-    name("entity_name", &decoded)?;
+        .map_err(|_| ApiError::invalid(field, format!("{field} must be percent-encoded UTF-8")))?;
+    name(field, &decoded)?;
     Ok(decoded.into_owned())
 }
 
 async fn entity(graph: web::Data<GraphPool>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    let name = entity_name_of(&req)?;
+    let name = name_in_path(&req, "/query/graph/entity/", "entity_name")?;
     let found = graph.entity(name).await?;
     Ok(HttpResponse::Ok().json(found))
 }

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::routes::graph::name_in_path;
 
 /// Most records in one JSON array.
 pub const MAX_BATCH: usize = 10_000;
@@ -196,12 +197,7 @@ async fn delete_entity(
     kb: web::Data<KnowledgeBase>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    const MARK: &str = "/ingest/entities/";
-    let path = req.uri().path();
-    let raw = path.find(MARK).map_or("", |i| &path[i + MARK.len()..]);
-    let name = percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| ApiError::invalid("name", "the name must be percent-encoded UTF-8"))?;
+    let name = name_in_path(&req, "/ingest/entities/", "name")?;
     let done = kb.delete_entity(&name).await?;
     Ok(HttpResponse::Ok().json(done))
 }

@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 
-use kbq_store::{Document, DocumentFilter, DocumentHit, DocumentsQuery, KnowledgeBase, StoreError};
+use kbq_store::{
+    Document, DocumentFilter, DocumentHit, DocumentsQuery, GraphDocument, KnowledgeBase, StoreError,
+};
 use serde::Serialize;
 
 use crate::extract::EntityExtractor;
@@ -130,6 +132,31 @@ pub async fn search(
     })
 }
 
+/// The graph documents of each of `entities` (walked `depth` hops, at most `limit` each), in
+/// entity order: a document reached from two entities appears twice.
+pub async fn around_entities(
+    kb: &KnowledgeBase,
+    entities: &[String],
+    depth: u32,
+    limit: usize,
+) -> Result<Vec<GraphDocument>, StoreError> {
+    let mut out = Vec::new();
+    for entity in entities {
+        let found = kb
+            .graph_documents(&DocumentsQuery {
+                start: entity.clone(),
+                entity_type: None,
+                relationship_types: None,
+                max_depth: depth,
+                limit,
+                resolve_documents: true,
+            })
+            .await?;
+        out.extend(found.results);
+    }
+    Ok(out)
+}
+
 /// How a graph-expanded document was reached.
 struct Reached {
     score: f64,
@@ -154,39 +181,27 @@ async fn hybrid(
     if q.graph_depth > 0 {
         entities = extractor.extract(&q.query).await?;
         entities.truncate(MAX_QUERY_ENTITIES);
-        for entity in &entities {
-            let found = kb
-                .graph_documents(&DocumentsQuery {
-                    start: entity.clone(),
-                    entity_type: None,
-                    relationship_types: None,
-                    max_depth: q.graph_depth,
-                    limit: pool,
-                    resolve_documents: true,
-                })
-                .await?;
-            for r in found.results {
-                if !q.filter.accepts_document(&r.document) {
-                    continue;
-                }
-                let better = reached
-                    .get(&r.document.id)
-                    .is_none_or(|seen| r.score > seen.score);
-                if better {
-                    reached.insert(
-                        r.document.id.clone(),
-                        Reached {
-                            score: r.score,
-                            relationship: r.relationship.clone(),
-                            related_entity: r.related_entity.clone(),
-                        },
-                    );
-                }
-                graph.push(DocumentHit {
-                    document: r.document,
-                    score: r.score,
-                });
+        for r in around_entities(kb, &entities, q.graph_depth, pool).await? {
+            if !q.filter.accepts_document(&r.document) {
+                continue;
             }
+            let better = reached
+                .get(&r.document.id)
+                .is_none_or(|seen| r.score > seen.score);
+            if better {
+                reached.insert(
+                    r.document.id.clone(),
+                    Reached {
+                        score: r.score,
+                        relationship: r.relationship.clone(),
+                        related_entity: r.related_entity.clone(),
+                    },
+                );
+            }
+            graph.push(DocumentHit {
+                document: r.document,
+                score: r.score,
+            });
         }
         graph.sort_by(|a, b| b.score.total_cmp(&a.score));
         let mut seen = std::collections::HashSet::new();

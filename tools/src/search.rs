@@ -1,10 +1,11 @@
 //! SemanticSearchTool and HybridSearchTool.
 
 use async_trait::async_trait;
-use kbq_store::{DocumentHit, DocumentsQuery};
+use kbq_store::DocumentHit;
 use serde_json::{Value, json};
 
 use crate::fusion::rrf;
+use crate::rag::around_entities;
 use crate::tool::{Args, Tool, ToolContext, ToolError, snippet};
 
 const SNIPPET_CHARS: usize = 320;
@@ -80,24 +81,14 @@ impl Tool for HybridSearchTool {
         let mut entities = ctx.extractor.extract(&query).await?;
         entities.truncate(MAX_QUERY_ENTITIES);
         let semantic = ctx.kb.semantic_search(&query, limit * 2).await?;
-        let mut graph: Vec<DocumentHit> = Vec::new();
-        for entity in &entities {
-            let found = ctx
-                .kb
-                .graph_documents(&DocumentsQuery {
-                    start: entity.clone(),
-                    entity_type: None,
-                    relationship_types: None,
-                    max_depth: 1,
-                    limit: limit * 2,
-                    resolve_documents: true,
-                })
-                .await?;
-            graph.extend(found.results.into_iter().map(|r| DocumentHit {
+        let mut graph: Vec<DocumentHit> = around_entities(&ctx.kb, &entities, 1, limit * 2)
+            .await?
+            .into_iter()
+            .map(|r| DocumentHit {
                 document: r.document,
                 score: r.score,
-            }));
-        }
+            })
+            .collect();
         graph.sort_by(|a, b| b.score.total_cmp(&a.score));
         let mut fused = rrf(vec![("graph", graph), ("semantic", semantic)], |h| {
             h.document.id.clone()
