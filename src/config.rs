@@ -22,6 +22,8 @@ pub struct Config {
     pub agent: AgentSection,
     /// LLM providers in priority order; none means the built-in provider alone.
     pub providers: Vec<ProviderSection>,
+    /// Model names of `POST /v1/chat/completions`.
+    pub chat: ChatSection,
     pub health: HealthSection,
     pub limits: LimitsSection,
     pub auth: AuthSection,
@@ -88,6 +90,16 @@ pub struct AgentSection {
     pub tool_workers: usize,
     /// Longest wait for one tool call.
     pub tool_timeout_ms: u64,
+}
+
+/// The model name that means every provider in priority order, with fallback.
+pub const DEFAULT_MODEL: &str = "kbq";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChatSection {
+    /// Model names beyond `kbq` and the provider names: each tries its providers in order.
+    pub aliases: BTreeMap<String, Vec<String>>,
 }
 
 /// One LLM provider.
@@ -244,6 +256,7 @@ impl Default for Config {
             graph: GraphSection::default(),
             agent: AgentSection::default(),
             providers: Vec::new(),
+            chat: ChatSection::default(),
             health: HealthSection::default(),
             limits: LimitsSection::default(),
             auth: AuthSection::default(),
@@ -593,6 +606,32 @@ impl Config {
                 "log.level",
                 "must be a tracing filter such as info or kbq=debug,info",
             );
+        }
+        let providers: Vec<&str> = if self.providers.is_empty() {
+            vec!["builtin"]
+        } else {
+            self.providers.iter().map(|p| p.name.as_str()).collect()
+        };
+        for (alias, chain) in &self.chat.aliases {
+            let key = format!("chat.aliases.{alias}");
+            if alias.trim().is_empty()
+                || alias == DEFAULT_MODEL
+                || providers.contains(&alias.as_str())
+            {
+                return bad(
+                    &key,
+                    "must be a new model name (not empty, `kbq` or a provider's name)",
+                );
+            }
+            if chain.is_empty() {
+                return bad(&key, "must list at least one provider");
+            }
+            if let Some(p) = chain.iter().find(|p| !providers.contains(&p.as_str())) {
+                return bad(
+                    &key,
+                    &format!("names `{p}`, which is not a configured provider"),
+                );
+            }
         }
         Ok(())
     }

@@ -42,11 +42,14 @@ pub enum ErrorCode {
     /// 503: the knowledge base (or another dependency) cannot answer now.
     #[serde(rename = "service_unavailable")]
     ServiceUnavailable,
+    /// 502: every language-model provider tried for the request failed.
+    #[serde(rename = "upstream_error")]
+    Upstream,
 }
 
 impl ErrorCode {
     /// All codes, for docs and tests.
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidApiKey,
         ErrorCode::InsufficientScope,
@@ -57,6 +60,7 @@ impl ErrorCode {
         ErrorCode::RateLimitExceeded,
         ErrorCode::Internal,
         ErrorCode::ServiceUnavailable,
+        ErrorCode::Upstream,
     ];
 
     pub fn status(self) -> StatusCode {
@@ -71,6 +75,7 @@ impl ErrorCode {
             ErrorCode::RateLimitExceeded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Upstream => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -86,6 +91,7 @@ impl ErrorCode {
             ErrorCode::RateLimitExceeded => "RATE_LIMIT_EXCEEDED",
             ErrorCode::Internal => "internal_error",
             ErrorCode::ServiceUnavailable => "service_unavailable",
+            ErrorCode::Upstream => "upstream_error",
         }
     }
 
@@ -99,6 +105,7 @@ impl ErrorCode {
             410 => ErrorCode::VersionSunset,
             413 => ErrorCode::PayloadTooLarge,
             429 => ErrorCode::RateLimitExceeded,
+            502 => ErrorCode::Upstream,
             503 => ErrorCode::ServiceUnavailable,
             400..=499 => ErrorCode::InvalidRequest,
             _ => ErrorCode::Internal,

@@ -103,6 +103,10 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let graph = web::Data::new(runtime.graph.clone());
     let agent = web::Data::new(runtime.agent.clone());
     let agent_limits = web::Data::new(config.agent.clone());
+    let models = web::Data::new(crate::routes::completions::Models::new(
+        &runtime.agent.providers(),
+        &config.chat.aliases,
+    ));
     let rate_limits = web::Data::new(crate::limits::RateLimits {
         graph: crate::limits::Budget::new(
             config.limits.graph_per_minute,
@@ -125,6 +129,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(graph.clone())
             .app_data(agent.clone())
             .app_data(agent_limits.clone())
+            .app_data(models.clone())
             .app_data(rate_limits.clone())
             .app_data(kb_data.clone())
             .app_data(rag_timeout.clone())

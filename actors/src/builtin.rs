@@ -6,29 +6,115 @@
 //! Tool choice, from the last user message: "remember ..." / "note that ..." stores a memory;
 //! "what do you remember", "recall", "what did I tell you" search memory; memory stats, health
 //! or "how many memories" check memory; a message naming a known entity gets
-//! KnowledgeGraphTool and HybridSearchTool; anything else gets HybridSearchTool.
+//! KnowledgeGraphTool and HybridSearchTool; anything else gets HybridSearchTool. Only the
+//! tools a request offers are called.
+//!
+//! Through the OpenAI chat completions endpoint a client offers its own tools: a
+//! `tool_choice` naming a function calls it (with the planned arguments when it is a kbq tool,
+//! else the user's message in each required string parameter); `required` calls the planned
+//! tools, or the first offered one; `auto` calls the planned tools that are offered. When
+//! nothing is called (no tools, `none`, or no planned tool offered) the provider answers from
+//! the knowledge base itself, running the retrieval tools in process.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kbq_tools::EntityExtractor;
+use kbq_store::KnowledgeBase;
+use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
 use serde_json::{Value, json};
 
 use crate::provider::{Backend, ChatRequest, ChatResponse, ProviderError, Usage};
 
 pub struct BuiltinBackend {
     name: String,
+    kb: Arc<KnowledgeBase>,
     extractor: Arc<EntityExtractor>,
+    toolbox: Toolbox,
     calls: AtomicU64,
 }
 
+/// The text of a message's `content`: a string, or the text parts of an array of parts.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// Arguments for a tool the built-in provider has no plan for: the user's message in each
+/// required string parameter (or the first string parameter when none is required).
+fn generic_arguments(tool: &Value, text: &str) -> Value {
+    let params = &tool["function"]["parameters"];
+    let props = params["properties"].as_object();
+    let is_string = |name: &str| {
+        props
+            .and_then(|p| p.get(name))
+            .is_some_and(|p| p["type"] == "string")
+    };
+    let mut names: Vec<String> = params["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|n| is_string(n))
+        .map(str::to_string)
+        .collect();
+    if names.is_empty()
+        && let Some(first) = props.and_then(|p| p.iter().find(|(_, v)| v["type"] == "string"))
+    {
+        names.push(first.0.clone());
+    }
+    Value::Object(names.into_iter().map(|n| (n, json!(text))).collect())
+}
+
 impl BuiltinBackend {
-    pub fn new(name: &str, extractor: Arc<EntityExtractor>) -> Self {
+    pub fn new(name: &str, kb: Arc<KnowledgeBase>, extractor: Arc<EntityExtractor>) -> Self {
         BuiltinBackend {
             name: name.into(),
+            kb,
             extractor,
+            toolbox: Toolbox::default(),
             calls: AtomicU64::new(0),
         }
+    }
+
+    fn call_id(&self) -> String {
+        format!("builtin_{}", self.calls.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Answers from the knowledge base itself, for a request that offers no tools to call:
+    /// runs the planned retrieval tools in process and describes what they found. Memory
+    /// belongs to API keys, so it is only reachable through the agent.
+    async fn answer_directly(&self, text: &str) -> Result<String, ProviderError> {
+        let ctx = ToolContext {
+            kb: self.kb.clone(),
+            extractor: self.extractor.clone(),
+            owner: String::new(),
+        };
+        let mut parts = Vec::new();
+        for (name, args) in self.plan(text).await? {
+            if name.starts_with("Memory") {
+                parts.push(
+                    "Memory is kept per API key and only the agent (POST /v1/agent/chat) reaches it."
+                        .to_string(),
+                );
+                continue;
+            }
+            let Some(tool) = self.toolbox.get(name) else {
+                continue;
+            };
+            let result = match tool.call(&ctx, &args).await {
+                Ok(v) => v,
+                Err(e) => e.to_result(),
+            };
+            parts.push(describe(name, &result));
+        }
+        Ok(parts.join("\n\n"))
     }
 
     async fn plan(&self, text: &str) -> Result<Vec<(&'static str, Value)>, ProviderError> {
@@ -171,7 +257,17 @@ fn describe(tool: &str, result: &Value) -> String {
             result["knowledge_base"]["relationships"],
             result["knowledge_base"]["documents"]
         ),
-        other => format!("({other} answered.)"),
+        other => {
+            let text = match result {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            let cut = (0..=text.len().min(400))
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            format!("{other} answered: {}", &text[..cut])
+        }
     }
 }
 
@@ -194,26 +290,56 @@ impl Backend for BuiltinBackend {
         let prompt_tokens = request
             .messages
             .iter()
-            .map(|m| words(m["content"].as_str().unwrap_or_default()))
+            .map(|m| words(&text_of(&m["content"])))
             .sum();
         let after = &request.messages[last_user + 1..];
+        let mut finish = "stop";
         let message = if !after.iter().any(|m| m["role"] == "tool") {
-            let text = request.messages[last_user]["content"]
-                .as_str()
-                .unwrap_or_default();
-            let calls: Vec<Value> = self
-                .plan(text)
-                .await?
-                .into_iter()
-                .filter(|(name, _)| request.tools.iter().any(|t| t["function"]["name"] == *name))
-                .map(|(name, args)| {
-                    let id = format!("builtin_{}", self.calls.fetch_add(1, Ordering::Relaxed));
-                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
-                })
-                .collect();
-            if calls.is_empty() {
-                json!({"role": "assistant", "content": "I have no tools available to answer that."})
+            let text = text_of(&request.messages[last_user]["content"]);
+            let offered = |name: &str| {
+                request
+                    .tools
+                    .iter()
+                    .find(|t| t["function"]["name"] == *name)
+            };
+            let planned = || async {
+                Ok::<_, ProviderError>(
+                    self.plan(&text)
+                        .await?
+                        .into_iter()
+                        .filter(|(name, _)| offered(name).is_some())
+                        .map(|(name, args)| (name.to_string(), args))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let choice = request.tool_choice.clone().unwrap_or(json!("auto"));
+            let calls: Vec<(String, Value)> = if request.tools.is_empty() || choice == "none" {
+                Vec::new()
+            } else if let Some(name) = choice["function"]["name"].as_str() {
+                let args = match planned().await?.into_iter().find(|(n, _)| n == name) {
+                    Some((_, args)) => args,
+                    None => generic_arguments(offered(name).unwrap_or(&Value::Null), &text),
+                };
+                vec![(name.to_string(), args)]
             } else {
+                let mut calls = planned().await?;
+                if calls.is_empty() && choice == "required" {
+                    let first = &request.tools[0];
+                    let name = first["function"]["name"].as_str().unwrap_or_default();
+                    calls.push((name.to_string(), generic_arguments(first, &text)));
+                }
+                calls
+            };
+            if calls.is_empty() {
+                json!({"role": "assistant", "content": self.answer_directly(&text).await?})
+            } else {
+                finish = "tool_calls";
+                let calls: Vec<Value> = calls
+                    .into_iter()
+                    .map(|(name, args)| {
+                        json!({"id": self.call_id(), "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+                    })
+                    .collect();
                 json!({"role": "assistant", "content": Value::Null, "tool_calls": calls})
             }
         } else {
@@ -237,15 +363,16 @@ impl Backend for BuiltinBackend {
                     let tool = names
                         .get(m["tool_call_id"].as_str().unwrap_or_default())
                         .map_or("tool", String::as_str);
+                    let content = text_of(&m["content"]);
                     let result: Value =
-                        serde_json::from_str(m["content"].as_str().unwrap_or("null"))
-                            .unwrap_or(Value::Null);
+                        serde_json::from_str(&content).unwrap_or(Value::String(content));
                     describe(tool, &result)
                 })
                 .collect();
             let mut answer = parts.join("\n\n");
-            let budget = request.max_tokens as usize * 4;
+            let budget = request.max_tokens.unwrap_or(u32::MAX) as usize * 4;
             if answer.len() > budget {
+                finish = "length";
                 let cut = (0..=budget)
                     .rev()
                     .find(|i| answer.is_char_boundary(*i))
@@ -256,6 +383,7 @@ impl Backend for BuiltinBackend {
         };
         let completion_tokens = words(message["content"].as_str().unwrap_or_default());
         Ok(ChatResponse {
+            finish_reason: Some(finish.to_string()),
             usage: Usage {
                 prompt_tokens,
                 completion_tokens,

@@ -42,7 +42,7 @@ use ractor::{Actor, ActorRef, SpawnErr};
 
 pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
-pub use provider::{Backend, RetryPolicy};
+pub use provider::{Backend, ChatRequest, ChatResponse, RetryPolicy, Usage};
 pub use root::{RootMessage, RootSupervisor};
 pub use session::{
     Agent, AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
@@ -147,9 +147,11 @@ impl Runtime {
             .iter()
             .map(|p| {
                 let backend: Arc<dyn Backend> = match &p.kind {
-                    ProviderKind::Builtin => {
-                        Arc::new(builtin::BuiltinBackend::new(&p.name, extractor.clone()))
-                    }
+                    ProviderKind::Builtin => Arc::new(builtin::BuiltinBackend::new(
+                        &p.name,
+                        kb.clone(),
+                        extractor.clone(),
+                    )),
                     ProviderKind::OpenAi {
                         base_url,
                         model,

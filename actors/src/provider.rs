@@ -14,18 +14,27 @@ use serde_json::{Value, json};
 use crate::health::{HealthMessage, Outcome};
 
 /// One request to a model: OpenAI chat messages and tool definitions, as JSON.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     pub messages: Vec<Value>,
     pub tools: Vec<Value>,
-    pub temperature: f64,
-    pub max_tokens: u32,
+    /// OpenAI's `tool_choice` (`"auto"`, `"none"`, `"required"` or a named function); `None`
+    /// means `"auto"` when tools are offered.
+    pub tool_choice: Option<Value>,
+    /// `None` leaves the model's default.
+    pub temperature: Option<f64>,
+    /// `None` leaves the model's default.
+    pub max_tokens: Option<u32>,
+    /// Further OpenAI request fields passed through unchanged (`top_p`, `stop`, `seed`, ...).
+    pub options: serde_json::Map<String, Value>,
 }
 
 /// The model's answer: an assistant message (content and/or tool_calls).
 #[derive(Debug, Clone)]
 pub struct ChatResponse {
     pub message: Value,
+    /// The model's `finish_reason` when it gave one (`stop`, `length`, `tool_calls`, ...).
+    pub finish_reason: Option<String>,
     pub usage: Usage,
     /// The provider that answered.
     pub provider: String,
@@ -226,16 +235,19 @@ impl Backend for OpenAiBackend {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        let mut body = json!({
-            "model": self.model,
-            "messages": request.messages,
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-            "stream": false,
-        });
+        let mut body = Value::Object(request.options.clone());
+        body["model"] = json!(self.model);
+        body["messages"] = json!(request.messages);
+        body["stream"] = json!(false);
+        if let Some(t) = request.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = request.max_tokens {
+            body["max_tokens"] = json!(m);
+        }
         if !request.tools.is_empty() {
             body["tools"] = json!(request.tools);
-            body["tool_choice"] = json!("auto");
+            body["tool_choice"] = request.tool_choice.clone().unwrap_or(json!("auto"));
         }
         let chat = self.client.chat();
         let call = async { chat.create_byot::<_, Value>(body).await.map_err(classify) };
@@ -258,6 +270,9 @@ impl Backend for OpenAiBackend {
             total_tokens: u["total_tokens"].as_u64().unwrap_or(0),
         };
         Ok(ChatResponse {
+            finish_reason: answer["choices"][0]["finish_reason"]
+                .as_str()
+                .map(str::to_string),
             message,
             usage,
             provider: self.name.clone(),

@@ -113,7 +113,26 @@ impl ProviderRouter {
         request: &ChatRequest,
         timeout: Duration,
     ) -> Result<ChatResponse, AgentError> {
+        self.complete_in(None, request, timeout).await
+    }
+
+    /// As [`complete`](Self::complete), over the providers of `chain` in its order (all
+    /// providers in priority order when `None`). Ejected providers are skipped.
+    pub async fn complete_in(
+        &self,
+        chain: Option<&[String]>,
+        request: &ChatRequest,
+        timeout: Duration,
+    ) -> Result<ChatResponse, AgentError> {
         let available = self.board.available();
+        let available: Vec<String> = match chain {
+            None => available,
+            Some(chain) => chain
+                .iter()
+                .filter(|n| available.contains(n))
+                .cloned()
+                .collect(),
+        };
         if available.is_empty() {
             return Err(AgentError::NoProvider);
         }
@@ -193,6 +212,30 @@ impl Agent {
     /// Finds known entity names in text (shared with the RAG endpoints).
     pub fn extractor(&self) -> &Arc<EntityExtractor> {
         &self.deps.extractor
+    }
+
+    /// The configured providers' names, in priority order.
+    pub fn providers(&self) -> Vec<String> {
+        self.deps
+            .router
+            .providers
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// One model call through the provider actors (retries, health, fallback along `chain`;
+    /// every provider in priority order when `None`), without tools run by kbq: the OpenAI
+    /// chat completions endpoint. Dropping the future abandons the call and its retries.
+    pub async fn complete(
+        &self,
+        chain: Option<&[String]>,
+        request: &ChatRequest,
+    ) -> Result<ChatResponse, AgentError> {
+        self.deps
+            .router
+            .complete_in(chain, request, self.deps.limits.provider_timeout)
+            .await
     }
 
     /// Answers one chat turn for the key `owner`. Dropping the future stops the session.
@@ -339,8 +382,9 @@ async fn run(
         let ask = ChatRequest {
             messages: messages.clone(),
             tools: tools.clone(),
-            temperature: request.temperature,
-            max_tokens: request.max_tokens,
+            temperature: Some(request.temperature),
+            max_tokens: Some(request.max_tokens),
+            ..ChatRequest::default()
         };
         let answer = match tokio::time::timeout(
             left,

@@ -1,6 +1,7 @@
 //! Mounts every route. One file per resource group, each with its own `configure`.
 
 pub mod agent;
+pub mod completions;
 pub mod graph;
 pub mod ingest;
 pub mod openai;
@@ -48,6 +49,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .wrap(from_fn(|req, next| limits::limit(Route::Agent, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(agent::configure)
+                .configure(completions::configure)
                 .configure(openai::configure),
         );
 }

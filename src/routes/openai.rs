@@ -6,7 +6,6 @@ use std::time::Duration;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, web};
 use base64::Engine as _;
-use kbq_actors::Agent;
 use kbq_store::KnowledgeBase;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -14,6 +13,7 @@ use serde_json::{Value, json};
 use crate::auth::{Scope, require_scope};
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::ValidJson;
+use crate::routes::completions::{ModelKind, Models};
 
 /// Most inputs in one embeddings request.
 pub const MAX_INPUTS: usize = 256;
@@ -35,14 +35,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
-/// The providers (chat models, by provider name) and the embedder.
-async fn models(agent: web::Data<Agent>, kb: web::Data<KnowledgeBase>) -> HttpResponse {
-    let mut data: Vec<Value> = agent
-        .health()
-        .report()
-        .providers
-        .into_iter()
-        .map(|p| json!({"id": p.name, "object": "model", "created": 0, "owned_by": format!("kbq:{}", p.kind)}))
+/// The chat models (`kbq`, the aliases, each provider) and the embedder.
+async fn models(models: web::Data<Models>, kb: web::Data<KnowledgeBase>) -> HttpResponse {
+    let mut data: Vec<Value> = models
+        .names()
+        .iter()
+        .map(|(name, kind)| {
+            let owner = match kind {
+                ModelKind::Default => "kbq:all-providers",
+                ModelKind::Alias => "kbq:alias",
+                ModelKind::Provider => "kbq:provider",
+            };
+            json!({"id": name, "object": "model", "created": 0, "owned_by": owner})
+        })
         .collect();
     data.push(json!({"id": kb.embedder().name(), "object": "model", "created": 0, "owned_by": "kbq:embedder"}));
     HttpResponse::Ok().json(json!({"object": "list", "data": data}))

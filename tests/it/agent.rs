@@ -13,7 +13,12 @@ use crate::support::{KEY, TestServer, assert_error, eventually, read, test_confi
 const CHAT: &str = "/v1/agent/chat";
 const HEALTH: &str = "/v1/agent/health";
 
-fn openai(name: &str, llm: &ScriptedLlm, retries: usize, timeout_ms: u64) -> ProviderSection {
+pub(crate) fn openai(
+    name: &str,
+    llm: &ScriptedLlm,
+    retries: usize,
+    timeout_ms: u64,
+) -> ProviderSection {
     ProviderSection {
         name: name.into(),
         kind: ProviderKindName::Openai,
@@ -25,7 +30,7 @@ fn openai(name: &str, llm: &ScriptedLlm, retries: usize, timeout_ms: u64) -> Pro
     }
 }
 
-fn builtin() -> ProviderSection {
+pub(crate) fn builtin() -> ProviderSection {
     ProviderSection {
         name: "builtin".into(),
         kind: ProviderKindName::Builtin,
@@ -38,7 +43,7 @@ fn builtin() -> ProviderSection {
 }
 
 /// Fast health rules so tests see ejection and recovery quickly.
-fn agent_config(providers: Vec<ProviderSection>) -> Config {
+pub(crate) fn agent_config(providers: Vec<ProviderSection>) -> Config {
     let mut c = test_config();
     c.providers = providers;
     c.health.probe_interval_ms = 50;
@@ -48,7 +53,7 @@ fn agent_config(providers: Vec<ProviderSection>) -> Config {
     c
 }
 
-async fn start(config: Config) -> TestServer {
+pub(crate) async fn start(config: Config) -> TestServer {
     TestServer::start_with(config, Arc::new(SystemClock), true).await
 }
 

@@ -3,6 +3,7 @@
 
 mod agent;
 mod auth;
+mod completions;
 mod errors;
 mod graph;
 mod import_cli;

@@ -31,7 +31,7 @@ async fn models_lists_the_providers_and_the_embedder() {
             m["id"].as_str().unwrap()
         })
         .collect();
-    assert_eq!(ids, vec!["builtin", MODEL]);
+    assert_eq!(ids, vec!["kbq", "builtin", MODEL]);
     let (status, _, body) = read(t.http.get(t.url("/v1/models")).send().await.unwrap()).await;
     assert_eq!(status, 401);
     assert_error(&body, "INVALID_API_KEY", None);

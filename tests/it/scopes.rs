@@ -56,6 +56,12 @@ async fn each_route_needs_its_scope() {
             "agent",
         ),
         (Method::GET, "/v1/agent/health", None, "any"),
+        (
+            Method::POST,
+            "/v1/chat/completions",
+            Some(json!({"model": "kbq", "messages": [{"role": "user", "content": "Who is Ada?"}]})),
+            "agent",
+        ),
     ];
     for (method, path, body, needs) in routes {
         for (secret, holds) in [
