@@ -11,6 +11,7 @@ mod ingest;
 mod limits;
 mod openai;
 mod probes;
+mod python_compat;
 mod rag;
 mod scopes;
 pub mod scripted;
