@@ -18,6 +18,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub server: ServerConfig,
     pub store: StoreSection,
+    /// What embeds documents and queries.
+    pub embedder: EmbedderSection,
     pub graph: GraphSection,
     pub agent: AgentSection,
     /// LLM providers in priority order; none means the built-in provider alone.
@@ -90,6 +92,53 @@ pub struct AgentSection {
     pub tool_workers: usize,
     /// Longest wait for one tool call.
     pub tool_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderKind {
+    /// The built-in, offline feature-hashing embedder.
+    Hashing,
+    /// Any OpenAI-compatible `/embeddings` endpoint.
+    Openai,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbedderSection {
+    pub kind: EmbedderKind,
+    /// The vectors' length: for `hashing` any size, for `openai` the model's output size.
+    pub dimension: usize,
+    /// For `openai`: the API base, e.g. https://api.openai.com/v1.
+    pub base_url: Option<String>,
+    /// For `openai`: the embedding model's name.
+    pub model: Option<String>,
+    /// For `openai`: the environment variable holding the API key.
+    pub api_key_env: Option<String>,
+    /// For `openai`: send `dimensions` with each request (text-embedding-3 and the like).
+    pub send_dimensions: bool,
+    /// For `openai`: most inputs per request.
+    pub batch_size: usize,
+    /// For `openai`: longest wait for one attempt.
+    pub timeout_ms: u64,
+    /// For `openai`: retries of a transient failure.
+    pub max_retries: usize,
+}
+
+impl Default for EmbedderSection {
+    fn default() -> Self {
+        EmbedderSection {
+            kind: EmbedderKind::Hashing,
+            dimension: kbq_store::HashingEmbedder::DEFAULT_DIMENSION,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            send_dimensions: false,
+            batch_size: 64,
+            timeout_ms: 30_000,
+            max_retries: 2,
+        }
+    }
 }
 
 /// The model name that means every provider in priority order, with fallback.
@@ -257,6 +306,7 @@ impl Default for Config {
             agent: AgentSection::default(),
             providers: Vec::new(),
             chat: ChatSection::default(),
+            embedder: EmbedderSection::default(),
             health: HealthSection::default(),
             limits: LimitsSection::default(),
             auth: AuthSection::default(),
@@ -607,6 +657,34 @@ impl Config {
                 "must be a tracing filter such as info or kbq=debug,info",
             );
         }
+        let e = &self.embedder;
+        if !(8..=8192).contains(&e.dimension) {
+            return bad("embedder.dimension", "must be between 8 and 8192");
+        }
+        if e.kind == EmbedderKind::Openai {
+            if !e
+                .base_url
+                .as_deref()
+                .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"))
+            {
+                return bad(
+                    "embedder.base_url",
+                    "must be an http:// or https:// URL for kind openai",
+                );
+            }
+            if e.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                return bad("embedder.model", "is required for kind openai");
+            }
+            if !(1..=2048).contains(&e.batch_size) {
+                return bad("embedder.batch_size", "must be between 1 and 2048");
+            }
+            if !(1..=600_000).contains(&e.timeout_ms) {
+                return bad("embedder.timeout_ms", "must be between 1 and 600000");
+            }
+            if e.max_retries > 10 {
+                return bad("embedder.max_retries", "must be at most 10");
+            }
+        }
         let providers: Vec<&str> = if self.providers.is_empty() {
             vec!["builtin"]
         } else {
@@ -634,6 +712,28 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The configured embedder. The API key is read from its variable here.
+    pub fn embedder(&self) -> std::sync::Arc<dyn kbq_store::Embedder> {
+        let e = &self.embedder;
+        match e.kind {
+            EmbedderKind::Hashing => {
+                std::sync::Arc::new(kbq_store::HashingEmbedder::new(e.dimension))
+            }
+            EmbedderKind::Openai => std::sync::Arc::new(kbq_actors::OpenAiEmbedder::new(
+                kbq_actors::OpenAiEmbedderConfig {
+                    base_url: e.base_url.clone().unwrap_or_default(),
+                    model: e.model.clone().unwrap_or_default(),
+                    api_key: e.api_key_env.as_deref().and_then(|v| std::env::var(v).ok()),
+                    dimension: e.dimension,
+                    send_dimensions: e.send_dimensions,
+                    batch_size: e.batch_size,
+                    timeout: Duration::from_millis(e.timeout_ms),
+                    max_retries: e.max_retries,
+                },
+            )),
+        }
     }
 
     /// The actor runtime's settings. API keys of providers are read from their variables here.

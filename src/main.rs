@@ -1,16 +1,15 @@
-//! The `kbq` command: `serve` (default), `import`, `keys new`.
+//! The `kbq` command: `serve` (default), `import`, `reindex`, `keys new`.
 
 use std::io::{BufReader, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use kbq::config::{Config, LogFormat};
 use kbq::server::{self, Options};
+use kbq_store::KnowledgeBase;
 use kbq_store::import::{self, Phase, Progress};
-use kbq_store::{HashingEmbedder, KnowledgeBase};
 
 #[derive(Parser)]
 #[command(
@@ -46,6 +45,12 @@ enum Command {
         #[arg(long)]
         store: Option<String>,
         file: PathBuf,
+    },
+    /// Embed every document again with the configured embedder (after changing `[embedder]`).
+    Reindex {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
     },
     /// Manage API keys.
     Keys {
@@ -117,6 +122,15 @@ fn main() -> ExitCode {
             init_logs(&config);
             runtime.block_on(import_file(config, file))
         }
+        Command::Reindex { store } => {
+            config.store.url = store.unwrap_or(config.store.url);
+            if let Err(e) = config.validate() {
+                eprintln!("kbq: {e}");
+                return ExitCode::from(2);
+            }
+            init_logs(&config);
+            runtime.block_on(reindex(config))
+        }
         Command::Keys { .. } => unreachable!("handled above"),
     }
 }
@@ -187,6 +201,7 @@ impl Progress for Bars {
             Phase::Entities => "entities",
             Phase::Relationships => "relationships",
             Phase::Documents => "documents",
+            Phase::Embeddings => "embeddings",
         };
         let bar = ProgressBar::new(total).with_prefix(name);
         bar.set_style(
@@ -206,7 +221,7 @@ impl Progress for Bars {
 }
 
 async fn import_file(config: Config, file: PathBuf) -> ExitCode {
-    let kb = KnowledgeBase::open(config.store_config(), Arc::new(HashingEmbedder::default())).await;
+    let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
     if let Err(e) = kb.ping().await {
         eprintln!(
             "kbq: cannot open the store {}: {e} (is a kbq server using this store? an embedded store has one user at a time: stop the server first)",
@@ -260,5 +275,41 @@ async fn import_file(config: Config, file: PathBuf) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+async fn reindex(config: Config) -> ExitCode {
+    let embedder = config.embedder();
+    let (name, dimension) = (embedder.name().to_string(), embedder.dimension());
+    let kb = KnowledgeBase::open_for_reembed(config.store_config(), embedder).await;
+    if let Err(e) = kb.ping().await {
+        eprintln!(
+            "kbq: cannot open the store {}: {e} (an embedded store has one user at a time: stop the server first)",
+            config.store.url
+        );
+        return ExitCode::from(2);
+    }
+    let started = std::time::Instant::now();
+    let bars = Bars {
+        bar: parking_lot::Mutex::new(None),
+    };
+    let result = kb.reembed(&bars).await;
+    if let Some(bar) = bars.bar.lock().take() {
+        bar.finish();
+    }
+    match result {
+        Ok(n) => {
+            println!(
+                "embedded {n} documents with {name} ({dimension} dimensions) in {:.1}s",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "kbq: reindex stopped: {e}; the store still records its previous embedder, so run it again to finish"
+            );
+            ExitCode::from(2)
+        }
     }
 }

@@ -9,7 +9,7 @@ use actix_web::middleware::from_fn;
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use kbq_actors::{Agent, GraphPool, Runtime};
-use kbq_store::{HashingEmbedder, KnowledgeBase};
+use kbq_store::KnowledgeBase;
 
 use crate::auth::Keys;
 use crate::config::Config;
@@ -65,7 +65,7 @@ impl Server {
 }
 
 pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
-    let kb = KnowledgeBase::open(config.store_config(), Arc::new(HashingEmbedder::default())).await;
+    let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
     if config.store.load_demo {
         match demo::load_if_empty(&kb).await {
             Ok(Some(report)) => tracing::info!(

@@ -18,12 +18,14 @@
 //! - [`graph`]: the graph worker, its request enum, and the [`GraphPool`] handle.
 //! - [`provider`]: the chat protocol, the OpenAI-compatible backend, and the ProviderActor.
 //! - [`builtin`]: the built-in, offline provider (retrieval and rules, not a model).
+//! - [`embedder`]: the OpenAI-compatible embedder the knowledge base may use.
 //! - [`health`]: the HealthBoard, its ejection rules, and the HealthActor.
 //! - [`tools`]: one factory of ToolWorkers per tool, and the [`ToolPool`] handle.
 //! - [`session`]: [`Agent`], the ProviderRouter, the ChatSessionActor and its supervisor.
 //! - [`root`]: the [`RootSupervisor`] and its restart policy.
 
 pub mod builtin;
+pub mod embedder;
 pub mod graph;
 pub mod health;
 pub mod provider;
@@ -40,6 +42,7 @@ use kbq_tools::{EntityExtractor, Toolbox};
 use parking_lot::RwLock;
 use ractor::{Actor, ActorRef, SpawnErr};
 
+pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use provider::{Backend, ChatRequest, ChatResponse, RetryPolicy, Usage};

@@ -128,11 +128,11 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// The HTTP service for async-openai: sends each request once with reqwest (no retry layer)
 /// and records a response's `Retry-After` (in seconds) for the call that made it.
 #[derive(Clone)]
-struct PlainHttp {
+pub(crate) struct PlainHttp {
     http: reqwest::Client,
 }
 
-fn plain_http(http: reqwest::Client) -> PlainHttp {
+pub(crate) fn plain_http(http: reqwest::Client) -> PlainHttp {
     PlainHttp { http }
 }
 
@@ -187,7 +187,7 @@ fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration
 }
 
 /// Runs one async-openai call, attaching the `Retry-After` it saw to a transient error.
-async fn with_retry_after<T>(
+pub(crate) async fn with_retry_after<T>(
     call: impl Future<Output = Result<T, ProviderError>>,
 ) -> Result<T, ProviderError> {
     RETRY_AFTER
@@ -206,7 +206,7 @@ async fn with_retry_after<T>(
         .await
 }
 
-fn classify(e: OpenAIError) -> ProviderError {
+pub(crate) fn classify(e: OpenAIError) -> ProviderError {
     match e {
         OpenAIError::ApiError(resp) => {
             let status = resp.status_code.as_u16();

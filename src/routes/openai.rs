@@ -111,14 +111,23 @@ async fn embeddings(
         ));
     }
     let dimension = embedder.dimension();
-    if let Some(d) = req.dimensions
-        && d != dimension as i64
-    {
-        return Err(ApiError::invalid(
-            "dimensions",
-            format!("{} has a fixed dimension of {dimension}", embedder.name()),
-        ));
-    }
+    let shorten = match req.dimensions {
+        None => None,
+        Some(d) if d == dimension as i64 => None,
+        Some(d) if embedder.can_shorten() && (1..dimension as i64).contains(&d) => Some(d as usize),
+        Some(_) if embedder.can_shorten() => {
+            return Err(ApiError::invalid(
+                "dimensions",
+                format!("dimensions must be between 1 and {dimension}"),
+            ));
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "dimensions",
+                format!("{} has a fixed dimension of {dimension}", embedder.name()),
+            ));
+        }
+    };
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -132,7 +141,13 @@ async fn embeddings(
     let texts = inputs(req.input)?;
     // An approximation of tokens: words, as whitespace separates them.
     let tokens: usize = texts.iter().map(|t| t.split_whitespace().count()).sum();
-    let vectors = tokio::time::timeout(EMBED_TIMEOUT, embedder.embed(&texts))
+    let embed = async {
+        match shorten {
+            Some(d) => embedder.embed_shortened(&texts, d).await,
+            None => embedder.embed(&texts).await,
+        }
+    };
+    let vectors = tokio::time::timeout(EMBED_TIMEOUT, embed)
         .await
         .map_err(|_| {
             ApiError::new(

@@ -12,6 +12,20 @@ pub trait Embedder: Send + Sync + 'static {
     fn name(&self) -> &str;
     fn dimension(&self) -> usize;
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+    /// Whether [`embed_shortened`](Self::embed_shortened) works: models such as OpenAI's
+    /// text-embedding-3 can return fewer dimensions on request.
+    fn can_shorten(&self) -> bool {
+        false
+    }
+    /// Vectors of `dimensions` components, for the embeddings API only (the store keeps
+    /// [`dimension`](Self::dimension)).
+    async fn embed_shortened(&self, texts: &[String], dimensions: usize) -> Result<Vec<Vec<f32>>> {
+        let _ = (texts, dimensions);
+        Err(crate::StoreError::Invalid {
+            field: "dimensions".into(),
+            reason: format!("{} cannot change its dimension", self.name()),
+        })
+    }
 }
 
 /// A deterministic, offline embedder: signed feature hashing of lower-cased words (weight 1)

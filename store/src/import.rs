@@ -32,6 +32,8 @@ pub enum Phase {
     Entities,
     Relationships,
     Documents,
+    /// Documents embedded again (`kbq reindex`).
+    Embeddings,
 }
 
 /// Receives progress: `start` once per phase with its total, then `advance` per batch.

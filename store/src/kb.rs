@@ -96,6 +96,9 @@ pub struct KnowledgeBase {
     vectors: Arc<RwLock<VectorIndex>>,
     /// Bumped on every entity write through this knowledge base.
     generation: std::sync::atomic::AtomicU64,
+    /// Opened by [`KnowledgeBase::open_for_reembed`]: a store embedded by another embedder is
+    /// accepted (and its vectors not loaded) so that [`KnowledgeBase::reembed`] can convert it.
+    adopt_embedder: bool,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -106,7 +109,22 @@ impl KnowledgeBase {
     /// Creates the knowledge base and tries to connect once. An unreachable database is not an
     /// error here: requests answer `Unavailable` until a later attempt succeeds.
     pub async fn open(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
+        Self::open_with(config, embedder, false).await
+    }
+
+    /// As [`open`](Self::open), for [`reembed`](Self::reembed): a store whose documents
+    /// another embedder wrote is accepted, and its old vectors are not loaded.
+    pub async fn open_for_reembed(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
+        Self::open_with(config, embedder, true).await
+    }
+
+    async fn open_with(
+        config: StoreConfig,
+        embedder: Arc<dyn Embedder>,
+        adopt_embedder: bool,
+    ) -> Arc<Self> {
         let kb = Arc::new(KnowledgeBase {
+            adopt_embedder,
             index: config
                 .graph_index
                 .then(|| RwLock::new(GraphIndex::default())),
@@ -212,8 +230,70 @@ impl KnowledgeBase {
             );
             *index.write() = built;
         }
-        self.load_vectors(&c).await?;
+        if !self.adopt_embedder {
+            self.load_vectors(&c).await?;
+        }
         Ok(c)
+    }
+
+    /// Embeds every document again with this knowledge base's embedder, then records that
+    /// embedder as the store's: how a store moves to another embedder (`kbq reindex`), so that
+    /// vectors of two models never mix in a search. The old record stays until every document
+    /// is done: after an interrupted run the old configuration still serves the store (the
+    /// documents already converted, if their dimension differs, are left out of semantic
+    /// search), and a second run finishes the work. Returns the number of documents embedded.
+    pub async fn reembed(&self, progress: &dyn crate::import::Progress) -> Result<u64> {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            id: String,
+            title: String,
+            content: String,
+        }
+        let docs: Vec<Doc> = self
+            .run(
+                "SELECT meta::id(id) AS id, title, content FROM type::table($t)",
+                obj([("t", table::DOCUMENT.into_value())]),
+            )
+            .await?;
+        progress.start(crate::import::Phase::Embeddings, docs.len() as u64);
+        for chunk in docs.chunks(INSERT_ROWS) {
+            let texts: Vec<String> = chunk
+                .iter()
+                .map(|d| format!("{}\n{}", d.title, d.content))
+                .collect();
+            let vectors = self.embedder.embed(&texts).await?;
+            let rows: Vec<Value> = chunk
+                .iter()
+                .zip(&vectors)
+                .map(|(d, v)| {
+                    row([
+                        (
+                            "id",
+                            RecordId::new(table::DOCUMENT, d.id.as_str()).into_value(),
+                        ),
+                        ("embedding", vector_bytes(v)),
+                    ])
+                })
+                .collect();
+            self.exec(
+                "FOR $r IN $rows { UPDATE $r.id SET embedding = $r.embedding };",
+                obj([("rows", rows.into_value())]),
+            )
+            .await?;
+            progress.advance(chunk.len() as u64);
+        }
+        let dim = self.embedder.dimension();
+        self.exec(
+            "UPSERT kbq_meta:embedder CONTENT { name: $name, dimension: $dimension }",
+            obj([
+                ("name", self.embedder.name().into_value()),
+                ("dimension", (dim as i64).into_value()),
+            ]),
+        )
+        .await?;
+        let c = self.connection().await?;
+        self.load_vectors(&c).await?;
+        Ok(docs.len() as u64)
     }
 
     async fn define_schema(&self, c: &Connected) -> Result<()> {
@@ -260,8 +340,12 @@ impl KnowledgeBase {
                 .await
             }
             Some(have) if *have == want => Ok(()),
+            Some(have) if self.adopt_embedder => {
+                tracing::info!(%have, %want, "the store changes embedder");
+                Ok(())
+            }
             Some(have) => Err(StoreError::Query(format!(
-                "the store's documents were embedded with {have}, but kbq is configured with {want}"
+                "the store's documents were embedded with {have}, but kbq is configured with {want}: run `kbq reindex` to embed them again with the configured embedder"
             ))),
         }
     }
@@ -571,6 +655,7 @@ impl KnowledgeBase {
             .await?;
         let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
         let mut index = VectorIndex::new(self.embedder.dimension());
+        let mut skipped = 0usize;
         for row in rows {
             let Value::Object(row) = row else { continue };
             let (Some(Value::String(id)), Some(embedding)) = (row.get("id"), row.get("embedding"))
@@ -586,9 +671,16 @@ impl KnowledgeBase {
                 content_type: text("content_type").unwrap_or_default(),
                 entity_name: text("entity_name"),
             };
-            if let Some(v) = vector_from(embedding) {
-                index.upsert(id, &v, tags);
+            match vector_from(embedding) {
+                Some(v) if v.len() == index.dimension() => index.upsert(id, &v, tags),
+                _ => skipped += 1,
             }
+        }
+        if skipped > 0 {
+            tracing::warn!(
+                skipped,
+                "documents without a vector of this embedder's dimension are left out of semantic search; `kbq reindex` embeds them"
+            );
         }
         tracing::info!(
             documents = index.len(),

@@ -4,6 +4,7 @@
 mod agent;
 mod auth;
 mod completions;
+mod embedder;
 mod errors;
 mod graph;
 mod import_cli;

@@ -3,9 +3,10 @@
 //! real model. It is a real actix-web server (one worker, its own thread), so the provider's
 //! HTTP client, timeouts and retries run exactly as in production.
 //!
-//! Routes: `POST /v1/chat/completions` plays the next step; `GET /v1/models` is the provider's
-//! health probe. Every other route answers 404, and every route answers 503 while the server
-//! is set down. Error bodies have OpenAI's shape:
+//! Routes: `POST /v1/chat/completions` plays the next step; `POST /v1/embeddings` answers with
+//! word-count vectors ([`scripted_embedding`]); `GET /v1/models` is the provider's health
+//! probe. Every other route answers 404, and every route answers 503 while the server is set
+//! down. Error bodies have OpenAI's shape:
 //! `{"error":{"message":..,"type":..,"code":null}}`.
 
 use std::collections::VecDeque;
@@ -63,6 +64,7 @@ struct Script {
     probes: usize,
     completions: u64,
     tool_calls: u64,
+    embedding_requests: Vec<Value>,
 }
 
 impl ScriptedLlm {
@@ -77,6 +79,11 @@ impl ScriptedLlm {
                 .service(
                     web::resource("/v1/chat/completions")
                         .route(web::post().to(chat_completions))
+                        .default_service(web::to(unrouted)),
+                )
+                .service(
+                    web::resource("/v1/embeddings")
+                        .route(web::post().to(embeddings))
                         .default_service(web::to(unrouted)),
                 )
                 .service(
@@ -118,6 +125,11 @@ impl ScriptedLlm {
     /// that is not JSON is answered 400 and not recorded.
     pub fn requests(&self) -> Vec<Value> {
         self.script.lock().requests.clone()
+    }
+
+    /// Bodies of every POST /v1/embeddings received so far, in order.
+    pub fn embedding_requests(&self) -> Vec<Value> {
+        self.script.lock().embedding_requests.clone()
     }
 
     /// Authorization header values seen on chat requests, in order.
@@ -251,6 +263,62 @@ fn completion(
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }))
+}
+
+/// Dimension of scripted embeddings when a request gives no `dimensions`.
+pub const EMBEDDING_DIMENSION: usize = 16;
+
+/// A scripted embedding: counts of lower-cased words, each hashed (FNV-1a) to a component,
+/// so that equal texts get equal vectors and texts sharing words similar ones. Not unit
+/// length, so that kbq's normalising is visible.
+pub fn scripted_embedding(text: &str, dimension: usize) -> Vec<f32> {
+    let mut v = vec![0f32; dimension];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let h = word
+            .to_lowercase()
+            .bytes()
+            .fold(0xcbf29ce484222325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+            });
+        v[(h % dimension as u64) as usize] += 1.0;
+    }
+    v
+}
+
+/// `POST /v1/embeddings`: [`scripted_embedding`] of each input, in OpenAI's shape.
+async fn embeddings(script: web::Data<Mutex<Script>>, body: web::Json<Value>) -> HttpResponse {
+    {
+        let mut script = script.lock();
+        script.embedding_requests.push(body.0.clone());
+        if script.down {
+            return outage();
+        }
+    }
+    let dimension = body["dimensions"]
+        .as_u64()
+        .map_or(EMBEDDING_DIMENSION, |d| d as usize);
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect(),
+        _ => return error_response(StatusCode::BAD_REQUEST, "input must be text", None),
+    };
+    let data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, t)| json!({"object": "embedding", "index": index, "embedding": scripted_embedding(t, dimension)}))
+        .collect();
+    HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": data,
+        "model": body["model"],
+        "usage": {"prompt_tokens": inputs.len(), "total_tokens": inputs.len()},
     }))
 }
 

@@ -1,0 +1,191 @@
+//! [`OpenAiEmbedder`]: the knowledge base's embedder backed by any OpenAI-compatible
+//! `/embeddings` endpoint (OpenAI, Ollama, vLLM, llama.cpp server, ...), through async-openai
+//! with the same single-attempt HTTP service and `Retry-After` handling as the providers.
+
+use std::time::Duration;
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use backon::{ExponentialBuilder, Retryable};
+use kbq_store::{Embedder, StoreError};
+use serde_json::{Value, json};
+
+use crate::provider::{ProviderError, classify, plain_http, with_retry_after};
+
+/// What an [`OpenAiEmbedder`] is built from.
+#[derive(Debug, Clone)]
+pub struct OpenAiEmbedderConfig {
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<String>,
+    /// The vectors' length; every answer is checked against it.
+    pub dimension: usize,
+    /// Send `dimensions` with each request (models that can shorten their vectors).
+    pub send_dimensions: bool,
+    /// Most inputs per request; longer lists are split.
+    pub batch_size: usize,
+    /// Longest wait for one attempt.
+    pub timeout: Duration,
+    /// Retries of a transient failure (timeouts, connection errors, 408, 429, 5xx).
+    pub max_retries: usize,
+}
+
+pub struct OpenAiEmbedder {
+    config: OpenAiEmbedderConfig,
+    client: Client<OpenAIConfig>,
+}
+
+impl OpenAiEmbedder {
+    pub fn new(config: OpenAiEmbedderConfig) -> Self {
+        let api = OpenAIConfig::new()
+            .with_api_base(config.base_url.trim_end_matches('/'))
+            .with_api_key(config.api_key.clone().unwrap_or_else(|| "none".into()));
+        let client = Client::with_config(api).with_http_service(plain_http(reqwest::Client::new()));
+        OpenAiEmbedder { config, client }
+    }
+
+    async fn attempt(
+        &self,
+        texts: &[String],
+        dimensions: Option<usize>,
+    ) -> Result<Vec<Vec<f32>>, ProviderError> {
+        let mut body =
+            json!({"model": self.config.model, "input": texts, "encoding_format": "float"});
+        if let Some(d) = dimensions {
+            body["dimensions"] = json!(d);
+        }
+        let embeddings = self.client.embeddings();
+        let call = async {
+            embeddings
+                .create_byot::<_, Value>(body)
+                .await
+                .map_err(classify)
+        };
+        let answer = tokio::time::timeout(self.config.timeout, with_retry_after(call))
+            .await
+            .map_err(|_| ProviderError::Transient {
+                message: format!("no answer within {:?}", self.config.timeout),
+                retry_after: None,
+            })??;
+        let mut data = answer["data"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| ProviderError::Permanent("the answer has no data array".into()))?;
+        // OpenAI answers in input order, but says each item's index: trust the index.
+        data.sort_by_key(|d| d["index"].as_u64().unwrap_or(u64::MAX));
+        if data.len() != texts.len() {
+            return Err(ProviderError::Permanent(format!(
+                "{} inputs gave {} embeddings",
+                texts.len(),
+                data.len()
+            )));
+        }
+        let want = dimensions.unwrap_or(self.config.dimension);
+        data.iter()
+            .map(|d| {
+                let v: Vec<f32> = d["embedding"]
+                    .as_array()
+                    .ok_or_else(|| {
+                        ProviderError::Permanent("an embedding is not an array of numbers".into())
+                    })?
+                    .iter()
+                    .map(|x| x.as_f64().map(|x| x as f32))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        ProviderError::Permanent("an embedding holds a non-number".into())
+                    })?;
+                if v.len() != want {
+                    return Err(ProviderError::Permanent(format!(
+                        "the model gave {} dimensions, {want} are configured",
+                        v.len()
+                    )));
+                }
+                Ok(normalized(v))
+            })
+            .collect()
+    }
+
+    async fn embed_batches(
+        &self,
+        texts: &[String],
+        dimensions: Option<usize>,
+    ) -> kbq_store::Result<Vec<Vec<f32>>> {
+        let mut out = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(self.config.batch_size.max(1)) {
+            let backoff = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(2))
+                .with_max_times(self.config.max_retries)
+                .with_jitter();
+            let vectors = (|| self.attempt(batch, dimensions))
+                .retry(backoff)
+                .when(ProviderError::is_transient)
+                .adjust(|e, delay| match e {
+                    ProviderError::Transient {
+                        retry_after: Some(after),
+                        ..
+                    } => delay.map(|_| after.to_owned()),
+                    _ => delay,
+                })
+                .await
+                .map_err(|e| match e {
+                    ProviderError::Transient { message, .. } => StoreError::Unavailable(format!(
+                        "the embedder {}: {message}",
+                        self.config.model
+                    )),
+                    ProviderError::Permanent(m) => {
+                        StoreError::Query(format!("the embedder {}: {m}", self.config.model))
+                    }
+                })?;
+            out.extend(vectors);
+        }
+        Ok(out)
+    }
+}
+
+/// Unit length, so that the dot product is the cosine similarity (most models already are).
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+#[async_trait::async_trait]
+impl Embedder for OpenAiEmbedder {
+    /// The model's name: what `POST /v1/embeddings` asks for, and what the store records.
+    fn name(&self) -> &str {
+        &self.config.model
+    }
+
+    fn dimension(&self) -> usize {
+        self.config.dimension
+    }
+
+    async fn embed(&self, texts: &[String]) -> kbq_store::Result<Vec<Vec<f32>>> {
+        let dims = self.config.send_dimensions.then_some(self.config.dimension);
+        self.embed_batches(texts, dims).await
+    }
+
+    fn can_shorten(&self) -> bool {
+        self.config.send_dimensions
+    }
+
+    async fn embed_shortened(
+        &self,
+        texts: &[String],
+        dimensions: usize,
+    ) -> kbq_store::Result<Vec<Vec<f32>>> {
+        if !self.config.send_dimensions {
+            return Err(StoreError::Invalid {
+                field: "dimensions".into(),
+                reason: format!(
+                    "{} is configured without send_dimensions",
+                    self.config.model
+                ),
+            });
+        }
+        self.embed_batches(texts, Some(dimensions)).await
+    }
+}
