@@ -4,6 +4,7 @@
 mod agent;
 mod auth;
 mod completions;
+mod doc_examples;
 mod embedder;
 mod errors;
 mod graph;
