@@ -132,8 +132,8 @@ pub async fn search(
     })
 }
 
-/// The graph documents of each of `entities` (walked `depth` hops, at most `limit` each), in
-/// entity order: a document reached from two entities appears twice.
+/// The graph documents of each of `entities` (walked `depth` hops, at most `limit` each),
+/// best score first, each document once.
 pub async fn around_entities(
     kb: &KnowledgeBase,
     entities: &[String],
@@ -154,6 +154,11 @@ pub async fn around_entities(
             .await?;
         out.extend(found.results);
     }
+    // A document reached from two named entities counts once, where it scored best: a
+    // fusion then ranks it once in the graph list rather than adding two of its ranks.
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|d| seen.insert(d.document.id.clone()));
     Ok(out)
 }
 

@@ -152,6 +152,26 @@ async fn hybrid_search_fuses_graph_and_semantic_results() {
 }
 
 #[tokio::test]
+async fn a_document_reached_from_two_named_entities_counts_once() {
+    let ctx = context("k").await;
+    // Alan Turing's document is his own and, one hop away, Kurt Gödel's neighbour's.
+    let r = call(
+        &ctx,
+        "HybridSearchTool",
+        json!({"query": "Alan Turing and Kurt Gödel", "limit": 5}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["entities"], json!(["Alan Turing", "Kurt Gödel"]));
+    // Reciprocal rank fusion of two lists: one rank from each list at most, 2 / 61 at best.
+    for x in r["results"].as_array().unwrap() {
+        let score = x["score"].as_f64().unwrap();
+        // (Scores are rounded to six decimals.)
+        assert!(score <= 2.0 / 61.0 + 1e-6, "counted twice in a list: {x}");
+    }
+}
+
+#[tokio::test]
 async fn memory_is_stored_recalled_and_counted_per_key() {
     let alice = context("alice").await;
     let bob = ToolContext {
