@@ -9,6 +9,7 @@ mod import_cli;
 mod ingest;
 mod limits;
 mod openai;
+mod openapi;
 mod probes;
 mod rag;
 mod scopes;
