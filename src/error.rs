@@ -8,38 +8,31 @@ use actix_web::{HttpResponse, ResponseError};
 use kbq_actors::GraphError;
 use kbq_store::StoreError;
 use serde::Serialize;
+use utoipa::ToSchema;
 
-/// Every public error code, with its HTTP status. docs/errors.md lists the same table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// Every public error code, with its HTTP status and meaning ([`ErrorCode::status`],
+/// [`ErrorCode::meaning`]). docs/errors.md lists the same table, and so does the OpenAPI
+/// document (`crate::openapi`), from these functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 pub enum ErrorCode {
-    /// 400: a missing, mistyped or out-of-range field, or a body that is not JSON.
     #[serde(rename = "invalid_request")]
     InvalidRequest,
-    /// 401: no API key, or one that kbq does not know.
     #[serde(rename = "INVALID_API_KEY")]
     InvalidApiKey,
-    /// 404: no such path, or an unknown API version.
     #[serde(rename = "not_found")]
     NotFound,
-    /// 405: the path exists but not with this method.
     #[serde(rename = "method_not_allowed")]
     MethodNotAllowed,
-    /// 410: the API version has passed its sunset date.
     #[serde(rename = "version_sunset")]
     VersionSunset,
-    /// 403: the key is valid but lacks the scope the route needs.
     #[serde(rename = "insufficient_scope")]
     InsufficientScope,
-    /// 413: the body is larger than `server.max_body_bytes`.
     #[serde(rename = "payload_too_large")]
     PayloadTooLarge,
-    /// 429: the key has used up its request budget.
     #[serde(rename = "RATE_LIMIT_EXCEEDED")]
     RateLimitExceeded,
-    /// 500: a fault inside kbq; the request id in the logs tells which.
     #[serde(rename = "internal_error")]
     Internal,
-    /// 503: the knowledge base (or another dependency) cannot answer now.
     #[serde(rename = "service_unavailable")]
     ServiceUnavailable,
     /// 502: every language-model provider tried for the request failed.
@@ -76,6 +69,29 @@ impl ErrorCode {
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Upstream => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// What the code tells a client.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidRequest => {
+                "a missing, mistyped, unknown or out-of-range field, or a body that is not a JSON object"
+            }
+            ErrorCode::InvalidApiKey => "no API key, or one that kbq does not know",
+            ErrorCode::InsufficientScope => {
+                "the key is valid but lacks the scope the route needs (`admin` holds all)"
+            }
+            ErrorCode::NotFound => "no such path, or an API version that kbq does not serve",
+            ErrorCode::MethodNotAllowed => "the path exists but not with this method",
+            ErrorCode::VersionSunset => "the API version has passed its sunset date",
+            ErrorCode::PayloadTooLarge => "the body is larger than `server.max_body_bytes`",
+            ErrorCode::RateLimitExceeded => "the key has used up its request budget",
+            ErrorCode::Internal => "a fault inside kbq; the request id in the logs tells which",
+            ErrorCode::ServiceUnavailable => {
+                "the knowledge base (or another dependency) cannot answer now; retry later"
+            }
+            ErrorCode::Upstream => "every language-model provider tried for the request failed",
         }
     }
 
@@ -123,17 +139,21 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
+/// The one error body: every failure, whichever layer answers, has this shape.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize)]
-struct Inner<'a> {
-    code: ErrorCode,
-    message: &'a str,
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail<'a> {
+    pub code: ErrorCode,
+    /// For people; its wording may change.
+    pub message: &'a str,
+    /// The request field at fault (a JSON path such as `history[2].role`), only when one is.
     #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'a str>,
+    #[schema(nullable = false)]
+    pub field: Option<&'a str>,
 }
 
 impl ApiError {
@@ -181,8 +201,8 @@ impl ResponseError for ApiError {
         if self.code == ErrorCode::InvalidApiKey {
             res.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
         }
-        res.json(Body {
-            error: Inner {
+        res.json(ErrorBody {
+            error: ErrorDetail {
                 code: self.code,
                 message: &self.message,
                 field: self.field.as_deref(),

@@ -5,6 +5,7 @@
 //! - [`config`]: layered configuration (defaults, TOML file, `KBQ_*` variables) and its rules.
 //! - [`server`]: assembles the knowledge base, the actor runtime and the actix-web server.
 //! - [`routes`]: one module per resource group, each with its handlers and `configure`.
+//! - [`openapi`]: the OpenAPI 3.1 document, generated from the handlers and their types.
 //! - [`extract`]: the JSON body extractor whose errors name the field at fault.
 //! - [`error`]: the public error-code table and the one error body.
 //! - [`limits`]: per-key rate limits (governor), a budget for graph and one for agent routes.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod middleware;
+pub mod openapi;
 pub mod peer;
 pub mod routes;
 pub mod server;

@@ -104,15 +104,15 @@ impl Versions {
             .collect();
         Versions { versions, clock }
     }
+}
 
-    /// The version named by a path's prefix, if the path has one.
-    fn of_path<'a>(&self, path: &'a str) -> Option<&'a str> {
-        let rest = path.strip_prefix("/data").unwrap_or(path);
-        let seg = rest.strip_prefix('/')?.split('/').next()?;
-        let is_version =
-            seg.len() > 1 && seg.starts_with('v') && seg[1..].bytes().all(|b| b.is_ascii_digit());
-        is_version.then_some(seg)
-    }
+/// The version named by a path's prefix (`/v1/...`, `/data/v1/...`), if the path has one.
+pub fn version_of(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/data").unwrap_or(path);
+    let seg = rest.strip_prefix('/')?.split('/').next()?;
+    let is_version =
+        seg.len() > 1 && seg.starts_with('v') && seg[1..].bytes().all(|b| b.is_ascii_digit());
+    is_version.then_some(seg)
 }
 
 /// Middleware: 410 after sunset; deprecation headers once deprecated.
@@ -123,9 +123,8 @@ pub async fn apply_version_policy(
     let Some(versions) = req.app_data::<web::Data<Versions>>().cloned() else {
         return Ok(next.call(req).await?.map_into_left_body());
     };
-    let Some((name, version)) = versions
-        .of_path(req.path())
-        .and_then(|n| versions.versions.get(n).map(|v| (n.to_string(), v)))
+    let Some((name, version)) =
+        version_of(req.path()).and_then(|n| versions.versions.get(n).map(|v| (n.to_string(), v)))
     else {
         return Ok(next.call(req).await?.map_into_left_body());
     };

@@ -26,6 +26,7 @@ pub struct HealthPolicy {
 }
 
 /// The overall value.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Health {
@@ -48,6 +49,7 @@ struct Entry {
 }
 
 /// One provider's state as reported.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderStatus {
     pub name: String,
@@ -65,6 +67,7 @@ pub struct ProviderStatus {
 }
 
 /// A consistent copy of the board.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize)]
 pub struct HealthReport {
     pub status: Health,

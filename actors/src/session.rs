@@ -41,6 +41,7 @@ pub struct AgentRequest {
 }
 
 /// One tool call the agent made, in call order.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ToolCallRecord {
     pub tool: String,
@@ -49,6 +50,7 @@ pub struct ToolCallRecord {
 }
 
 /// Why the loop ended.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {

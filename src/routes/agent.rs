@@ -3,12 +3,15 @@
 use actix_web::http::StatusCode;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
-use kbq_actors::{Agent, AgentError, AgentRequest, Health, Role, StopReason, ToolCallRecord};
+use kbq_actors::{
+    Agent, AgentError, AgentRequest, Health, HealthReport, Role, StopReason, ToolCallRecord,
+};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::auth::{KeyIdentity, Scope, require_scope};
 use crate::config::AgentSection;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
 use crate::peer::PeerWatch;
 
@@ -21,14 +24,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(web::resource("/agent/health").route(web::get().to(health)));
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryEntry {
     pub role: String,
     pub content: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatRequest {
     pub message: String,
@@ -38,7 +41,7 @@ pub struct ChatRequest {
     pub max_tokens: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatUsage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -47,13 +50,15 @@ pub struct ChatUsage {
     pub steps: u32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatResponse {
     pub success: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub response: Option<String>,
     pub tool_calls: Vec<ToolCallRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub error: Option<String>,
     pub stop_reason: StopReason,
     pub usage: ChatUsage,
@@ -136,6 +141,22 @@ fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, Api
     })
 }
 
+/// Answers a message with the tool-using agent.
+///
+/// The agent picks and calls built-in tools on its own; the answer lists each call. A run that
+/// started but failed is still a 200, with `success: false` and a `stop_reason`
+/// (docs/agent.md).
+#[utoipa::path(
+    post,
+    path = "/v1/agent/chat",
+    tag = "agent",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The run's answer, tool calls and usage", body = ChatResponse),
+        (status = 503, description = "`service_unavailable`: no language-model provider is available, or the client closed the connection", body = ErrorBody),
+    ),
+    security(("bearer" = ["agent"]), ("api_key" = ["agent"])),
+)]
 async fn chat(
     agent: web::Data<Agent>,
     limits: web::Data<AgentSection>,
@@ -202,8 +223,20 @@ async fn chat(
     }))
 }
 
-/// The cached health report: never waits on a provider. 200 when healthy or degraded, 503
-/// when unhealthy (the body is the report either way).
+/// The providers' health, from the cached report: never waits on a provider.
+///
+/// 200 when healthy or degraded, 503 when unhealthy (the body is the report either way).
+#[utoipa::path(
+    get,
+    path = "/v1/agent/health",
+    tag = "agent",
+    responses(
+        (status = 200, description = "`healthy` or `degraded`", body = HealthReport),
+        (status = 503, description = "`unhealthy`: no provider is up. The body is the report, not an error", body = HealthReport),
+    ),
+    // Any key will do: no scope.
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn health(agent: web::Data<Agent>) -> HttpResponse {
     let report = agent.health().report();
     let status = if report.status == Health::Unhealthy {

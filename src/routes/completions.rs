@@ -79,32 +79,44 @@ impl Models {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
 /// The request body. Unknown fields are refused (as OpenAI does), naming the field.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
+    /// `kbq`, an alias from `[chat.aliases]`, or a provider's name.
     pub model: String,
+    /// OpenAI chat messages (`system`, `developer`, `user`, `assistant`, `tool`), 1 to 1000.
+    #[schema(value_type = Vec<Object>)]
     pub messages: Vec<Value>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub max_tokens: Option<i64>,
     pub max_completion_tokens: Option<i64>,
+    /// OpenAI function tools, at most 128.
+    #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
+    /// `none`, `auto`, `required`, or `{"type": "function", "function": {"name": ...}}`.
+    #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
+    /// Answer as server-sent events of `chat.completion.chunk`s, ending with `data: [DONE]`.
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// Must be 1.
     pub n: Option<i64>,
+    /// A string or up to 4 strings.
+    #[schema(value_type = Option<Object>)]
     pub stop: Option<Value>,
     pub seed: Option<i64>,
     pub presence_penalty: Option<f64>,
     pub frequency_penalty: Option<f64>,
+    #[schema(value_type = Option<Object>)]
     pub response_format: Option<Value>,
     /// Accepted and ignored, as OpenAI uses it for abuse monitoring.
     pub user: Option<String>,
@@ -483,7 +495,25 @@ fn usage_json(answer: &ChatResponse) -> Value {
     })
 }
 
-async fn completions(
+/// OpenAI's chat completions, through the provider actors (docs/api.md).
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "openai",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "A `chat.completion`; with `stream: true`, `text/event-stream` chunks ending with `data: [DONE]`",
+            content(
+                (crate::openapi::ChatCompletion = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        (status = 404, description = "`not_found`: no such model (`field` is `model`)", body = crate::error::ErrorBody),
+        (status = 502, description = "`upstream_error`: every provider tried failed", body = crate::error::ErrorBody),
+        (status = 503, description = "`service_unavailable`: every provider behind the model is ejected", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["agent"]), ("api_key" = ["agent"])),
+)]
+pub(crate) async fn completions(
     agent: web::Data<Agent>,
     models: web::Data<Models>,
     limits: web::Data<AgentSection>,

@@ -5,8 +5,9 @@ use kbq_actors::GraphPool;
 use kbq_store::model::check_name;
 use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalQuery};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::ValidJson;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -75,7 +76,7 @@ fn entity_type(value: Option<String>) -> Result<Option<String>, ApiError> {
 
 // ---- traverse -----------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TraversalRequest {
     pub entity_name: String,
@@ -85,7 +86,7 @@ pub struct TraversalRequest {
     pub limit: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct EntityAtDepth<'a> {
     #[serde(flatten)]
     pub entity: &'a Entity,
@@ -93,7 +94,7 @@ pub struct EntityAtDepth<'a> {
     pub depth: u32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TraversalResponse<'a> {
     pub entity_name: &'a str,
     pub entities_found: Vec<EntityAtDepth<'a>>,
@@ -104,6 +105,21 @@ pub struct TraversalResponse<'a> {
     pub truncated: bool,
 }
 
+/// Walks the graph breadth-first from an entity.
+///
+/// The start entity comes first, with `depth` 0. The walk's rules (canonical order, cycles,
+/// `truncated`) are in docs/api.md, "Traversal".
+#[utoipa::path(
+    post,
+    path = "/data/v1/query/graph",
+    tag = "graph",
+    request_body = TraversalRequest,
+    responses(
+        (status = 200, description = "The entities reached and the edges examined; empty lists for an unknown entity", body = TraversalResponse),
+        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn traverse(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<TraversalRequest>,
@@ -148,7 +164,7 @@ async fn traverse(
 
 // ---- search -------------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     pub query: String,
@@ -156,7 +172,7 @@ pub struct SearchRequest {
     pub limit: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct SearchResponse<'a> {
     pub query: &'a str,
     pub entity_type: Option<&'a str>,
@@ -164,6 +180,21 @@ pub struct SearchResponse<'a> {
     pub total: usize,
 }
 
+/// Finds entities whose name contains the query, ignoring case.
+///
+/// Exact matches first, then names that start with the query, then the rest; by name within
+/// each group.
+#[utoipa::path(
+    post,
+    path = "/data/v1/query/graph/search",
+    tag = "graph",
+    request_body = SearchRequest,
+    responses(
+        (status = 200, description = "The matching entities, best first", body = SearchResponse),
+        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn search(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<SearchRequest>,
@@ -198,6 +229,23 @@ pub(crate) fn name_in_path(req: &HttpRequest, mark: &str, field: &str) -> Result
     Ok(decoded.into_owned())
 }
 
+/// One entity by exact name, or `null`.
+#[utoipa::path(
+    get,
+    path = "/data/v1/query/graph/entity/{entity_name}",
+    tag = "graph",
+    params((
+        "entity_name" = String,
+        Path,
+        description = "The exact name, percent-encoded: everything after `/entity/` is decoded in full, so `OS%2F360` is `OS/360`",
+    )),
+    responses(
+        (status = 200, description = "The entity, or `null` when there is none", body = Option<Entity>),
+        (status = 400, description = "`invalid_request`: the name is blank, too long, or not UTF-8", body = ErrorBody),
+        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn entity(graph: web::Data<GraphPool>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let name = name_in_path(&req, "/query/graph/entity/", "entity_name")?;
     let found = graph.entity(name).await?;
@@ -206,7 +254,7 @@ async fn entity(graph: web::Data<GraphPool>, req: HttpRequest) -> Result<HttpRes
 
 // ---- documents ----------------------------------------------------------------------------
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DocumentsRequest {
     pub entity_name: String,
@@ -217,7 +265,7 @@ pub struct DocumentsRequest {
     pub resolve_documents: Option<bool>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct GraphDocumentResult<'a> {
     pub id: &'a str,
     pub title: &'a str,
@@ -231,7 +279,7 @@ pub struct GraphDocumentResult<'a> {
     pub related_entity: Option<&'a str>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DocumentsResponse<'a> {
     pub entity_name: &'a str,
     pub entity_type: Option<&'a str>,
@@ -240,6 +288,20 @@ pub struct DocumentsResponse<'a> {
     pub total: usize,
 }
 
+/// Walks the graph from an entity, then returns the documents of the entities reached, scored.
+///
+/// `score = 0.7 * proximity + 0.3 * similarity` (docs/api.md, "Graph documents").
+#[utoipa::path(
+    post,
+    path = "/data/v1/query/graph/documents",
+    tag = "graph",
+    request_body = DocumentsRequest,
+    responses(
+        (status = 200, description = "The documents, best first, and the entities reached", body = DocumentsResponse),
+        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn documents(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<DocumentsRequest>,

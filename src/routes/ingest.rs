@@ -5,12 +5,13 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_store::import::{self, ImportReport, Silent};
-use kbq_store::{KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record};
+use kbq_store::{EntityDeletion, KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::routes::graph::name_in_path;
 
 /// Most records in one JSON array.
@@ -25,14 +26,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/documents/{id}").route(web::delete().to(delete_document)));
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Failure {
     /// Position in the array, from 0.
     pub index: usize,
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct BatchReport {
     /// Records in the array.
     pub received: usize,
@@ -128,6 +129,20 @@ async fn write_batch<T: DeserializeOwned>(
     }))
 }
 
+/// Upserts entities from a JSON array of 1 to 10,000.
+///
+/// An invalid record is reported by its position and the valid ones are written.
+#[utoipa::path(
+    post,
+    path = "/data/v1/ingest/entities",
+    tag = "ingest",
+    request_body = Vec<NewEntity>,
+    responses(
+        (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
 async fn entities(
     kb: web::Data<KnowledgeBase>,
     body: web::Bytes,
@@ -135,6 +150,20 @@ async fn entities(
     write_batch::<NewEntity>(&kb, &body, "entities", Record::Entity).await
 }
 
+/// Upserts relationships from a JSON array of 1 to 10,000.
+///
+/// An invalid record is reported by its position and the valid ones are written.
+#[utoipa::path(
+    post,
+    path = "/data/v1/ingest/relationships",
+    tag = "ingest",
+    request_body = Vec<NewRelationship>,
+    responses(
+        (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
 async fn relationships(
     kb: web::Data<KnowledgeBase>,
     body: web::Bytes,
@@ -142,6 +171,20 @@ async fn relationships(
     write_batch::<NewRelationship>(&kb, &body, "relationships", Record::Relationship).await
 }
 
+/// Upserts documents from a JSON array of 1 to 10,000.
+///
+/// An invalid record is reported by its position and the valid ones are written.
+#[utoipa::path(
+    post,
+    path = "/data/v1/ingest/documents",
+    tag = "ingest",
+    request_body = Vec<NewDocument>,
+    responses(
+        (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
 async fn documents(
     kb: web::Data<KnowledgeBase>,
     body: web::Bytes,
@@ -149,14 +192,14 @@ async fn documents(
     write_batch::<NewDocument>(&kb, &body, "documents", Record::Document).await
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct NdjsonFailure {
     /// 1-based line number, counting every line.
     pub line: usize,
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct NdjsonReport {
     pub records: usize,
     pub entities: usize,
@@ -184,15 +227,42 @@ impl From<ImportReport> for NdjsonReport {
     }
 }
 
-/// The import format, one record per line, exactly as `kbq import` reads a file.
+/// Imports NDJSON in the import format, one record per line, exactly as `kbq import` reads a file.
+///
+/// Each line is an object whose `kind` (`entity`, `relationship` or `document`) selects the
+/// record (docs/import-format.md). Any `Content-Type` is accepted.
+#[utoipa::path(
+    post,
+    path = "/data/v1/ingest/ndjson",
+    tag = "ingest",
+    request_body(content = String, content_type = "application/x-ndjson", description = "One record per line"),
+    responses(
+        (status = 200, description = "Counts by kind, and the lines that failed", body = NdjsonReport),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
 async fn ndjson(kb: web::Data<KnowledgeBase>, body: web::Bytes) -> Result<HttpResponse, ApiError> {
     let report = import::import(&kb, body.as_ref(), &Silent).await?;
     Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
 }
 
-/// Deletes an entity by exact name (percent-encoded, as in the entity lookup): its
-/// relationships go with it and its documents stay, unlinked. A missing entity is not an
+/// Deletes an entity and its relationships; its documents stay, unlinked.
+///
+/// The name is exact and percent-encoded, as in the entity lookup. A missing entity is not an
 /// error: the answer says `"deleted": false`.
+#[utoipa::path(
+    delete,
+    path = "/data/v1/ingest/entities/{name}",
+    tag = "ingest",
+    params(("name" = String, Path, description = "The exact name, percent-encoded (`OS%2F360` is `OS/360`)")),
+    responses(
+        (status = 200, description = "What was deleted", body = EntityDeletion),
+        (status = 400, description = "`invalid_request`: the name is blank, too long, or not UTF-8", body = ErrorBody),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
 async fn delete_entity(
     kb: web::Data<KnowledgeBase>,
     req: HttpRequest,
@@ -202,11 +272,30 @@ async fn delete_entity(
     Ok(HttpResponse::Ok().json(done))
 }
 
-/// Deletes a document by id (`document:<key>`); `"deleted": false` when there was none.
+/// What a document delete did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DocumentDeletion {
+    /// False when there was no such document.
+    pub deleted: bool,
+}
+
+/// Deletes a document by id; `"deleted": false` when there was none.
+#[utoipa::path(
+    delete,
+    path = "/data/v1/ingest/documents/{id}",
+    tag = "ingest",
+    params(("id" = String, Path, description = "`document:d` and 32 hex digits, or the part after `document:`")),
+    responses(
+        (status = 200, description = "Whether a document was deleted", body = DocumentDeletion),
+        (status = 400, description = "`invalid_request` (`field` `id`): not a document id", body = ErrorBody),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
 async fn delete_document(
     kb: web::Data<KnowledgeBase>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let deleted = kb.delete_document(&id).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "deleted": deleted })))
+    Ok(HttpResponse::Ok().json(DocumentDeletion { deleted }))
 }

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod completions;
+pub mod docs;
 pub mod graph;
 pub mod ingest;
 pub mod openai;
@@ -15,11 +16,13 @@ use crate::auth::{Scope, require_key, require_scope};
 use crate::error::{ApiError, ErrorCode};
 use crate::limits::{self, Route};
 
-/// All routes: probes at the root, the graph API under `/data/v1`, RAG search under
-/// `/v1/rag`, the agent API under `/v1`.
+/// All routes: probes and the API's description at the root, the graph API under `/data/v1`,
+/// RAG search under `/v1/rag`, the agent API under `/v1`. The OpenAPI document
+/// (`crate::openapi`) describes each one; tests/it/openapi.rs checks that against this.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // The last `wrap` runs first: the key is checked, then the key's budget is spent.
     cfg.configure(probes::configure)
+        .configure(docs::configure)
         // Registered before `/data/v1`, which would otherwise match first.
         .service(
             web::scope("/data/v1/ingest")

@@ -36,6 +36,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 }
 
 /// The chat models (`kbq`, the aliases, each provider) and the embedder.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "openai",
+    responses((status = 200, description = "OpenAI's model list", body = crate::openapi::ModelList)),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn models(models: web::Data<Models>, kb: web::Data<KnowledgeBase>) -> HttpResponse {
     let mut data: Vec<Value> = models
         .names()
@@ -53,9 +60,10 @@ async fn models(models: web::Data<Models>, kb: web::Data<KnowledgeBase>) -> Http
     HttpResponse::Ok().json(json!({"object": "list", "data": data}))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingsRequest {
+    #[schema(value_type = crate::openapi::EmbeddingsInput)]
     pub input: Value,
     pub model: String,
     pub dimensions: Option<i64>,
@@ -95,6 +103,18 @@ fn inputs(input: Value) -> Result<Vec<String>, ApiError> {
     Ok(texts)
 }
 
+/// Embeddings from the configured embedder, in OpenAI's shape.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "openai",
+    request_body = EmbeddingsRequest,
+    responses(
+        (status = 200, description = "One vector per input", body = crate::openapi::EmbeddingList),
+        (status = 503, description = "`service_unavailable`: the embedder did not answer in time", body = crate::error::ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn embeddings(
     kb: web::Data<KnowledgeBase>,
     ValidJson(req): ValidJson<EmbeddingsRequest>,

@@ -3,9 +3,10 @@
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use kbq_store::KnowledgeBase;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -20,19 +21,41 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
+/// A probe's answer.
+#[derive(Serialize, ToSchema)]
+pub struct ProbeStatus {
+    /// `ok` from `/livez`, `ready` from `/readyz`.
+    pub status: &'static str,
+}
+
 /// The process is up and serving HTTP.
+#[utoipa::path(
+    method(get, head),
+    path = "/livez",
+    tag = "probes",
+    responses((status = 200, description = "Up", body = ProbeStatus)),
+)]
 async fn livez() -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(json!({"status": "ok"}))
+        .json(ProbeStatus { status: "ok" })
 }
 
 /// The knowledge base answers; 503 when it does not.
+#[utoipa::path(
+    method(get, head),
+    path = "/readyz",
+    tag = "probes",
+    responses(
+        (status = 200, description = "Ready", body = ProbeStatus),
+        (status = 503, description = "`service_unavailable`: the knowledge base does not answer", body = ErrorBody),
+    ),
+)]
 async fn readyz(kb: web::Data<KnowledgeBase>) -> Result<HttpResponse, ApiError> {
     match kb.ping().await {
         Ok(()) => Ok(HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(json!({"status": "ready"}))),
+            .json(ProbeStatus { status: "ready" })),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");
             Err(ApiError::unavailable("not ready"))

@@ -8,10 +8,11 @@ use std::time::Duration;
 use actix_web::{HttpResponse, web};
 use kbq_actors::session::Agent;
 use kbq_store::{DocumentFilter, KnowledgeBase};
-use kbq_tools::rag::{self, Method, RagQuery};
+use kbq_tools::rag::{self, Method, RagAnswer, RagQuery};
 use serde::Deserialize;
+use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
 use crate::routes::graph::{name, ranged};
 
@@ -28,7 +29,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[derive(Debug, Clone, Copy)]
 pub struct RagTimeout(pub Duration);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RagRequest {
     pub query: String,
@@ -37,7 +38,7 @@ pub struct RagRequest {
     pub graph_depth: Option<i64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Filters {
     pub source: Option<String>,
@@ -106,6 +107,20 @@ async fn run(
     Ok(HttpResponse::Ok().json(answer))
 }
 
+/// Documents nearest to the query by embedding (cosine similarity).
+///
+/// `graph_depth` is refused here: it applies to hybrid search only.
+#[utoipa::path(
+    post,
+    path = "/v1/rag/semantic",
+    tag = "rag",
+    request_body = RagRequest,
+    responses(
+        (status = 200, description = "The documents found, best first", body = RagAnswer),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn semantic(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,
@@ -115,6 +130,20 @@ async fn semantic(
     run(Method::Semantic, req, kb, agent, timeout).await
 }
 
+/// Documents matching the query's words, by BM25 over title and content.
+///
+/// `graph_depth` is refused here: it applies to hybrid search only.
+#[utoipa::path(
+    post,
+    path = "/v1/rag/keyword",
+    tag = "rag",
+    request_body = RagRequest,
+    responses(
+        (status = 200, description = "The documents found, best first", body = RagAnswer),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn keyword(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,
@@ -124,6 +153,21 @@ async fn keyword(
     run(Method::Keyword, req, kb, agent, timeout).await
 }
 
+/// Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
+///
+/// Graph expansion adds the documents around the entities named in the query, up to
+/// `graph_depth` hops from each.
+#[utoipa::path(
+    post,
+    path = "/v1/rag/hybrid",
+    tag = "rag",
+    request_body = RagRequest,
+    responses(
+        (status = 200, description = "The documents found, best first", body = RagAnswer),
+        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`", body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
 async fn hybrid(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,

@@ -66,6 +66,7 @@ pub const WRITE_BATCH: usize = 1000;
 const INSERT_ROWS: usize = 100;
 
 /// What [`KnowledgeBase::delete_entity`] did.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct EntityDeletion {
     pub deleted: bool,

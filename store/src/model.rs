@@ -22,24 +22,29 @@ pub const MAX_NAME_BYTES: usize = 512;
 pub const MAX_CONTENT_BYTES: usize = 1 << 20;
 
 /// A node of the graph.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entity {
     pub id: String,
     pub name: String,
     pub entity_type: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub properties: Map<String, Value>,
 }
 
 /// A directed, typed edge between two entities, named by its ends.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Relationship {
     pub source_name: String,
     pub target_name: String,
     pub relationship_type: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub properties: Map<String, Value>,
 }
 
 /// A searchable document, optionally linked to the entity it describes.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Document {
     pub id: String,
@@ -53,16 +58,19 @@ pub struct Document {
 }
 
 /// An entity as written by a client or an import file (no id: the id follows from the name).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewEntity {
     pub name: String,
     pub entity_type: String,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub properties: Map<String, Value>,
 }
 
 /// A relationship as written by a client or an import file.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewRelationship {
@@ -70,10 +78,12 @@ pub struct NewRelationship {
     pub target_name: String,
     pub relationship_type: String,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub properties: Map<String, Value>,
 }
 
 /// A document as written by a client or an import file (no id: it follows from source and source_id).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewDocument {

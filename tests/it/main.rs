@@ -12,6 +12,7 @@ mod import_cli;
 mod ingest;
 mod limits;
 mod openai;
+mod openapi;
 mod probes;
 mod python_compat;
 mod rag;

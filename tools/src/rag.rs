@@ -15,6 +15,7 @@ use crate::fusion::rrf;
 /// Most entities from one query whose neighbourhoods hybrid search expands.
 pub const MAX_QUERY_ENTITIES: usize = 5;
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
@@ -33,6 +34,7 @@ pub struct RagQuery {
 }
 
 /// Each method's own score for a result; `None` when that method did not find it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Scores {
     /// Cosine similarity, -1 to 1.
@@ -43,6 +45,7 @@ pub struct Scores {
     pub graph: Option<f64>,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RagResult {
     /// `id`, `title`, `content`, `source`, `source_id`, `content_type`, `url`, `entity_name`.
@@ -60,6 +63,7 @@ pub struct RagResult {
     pub related_entity: Option<String>,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RagAnswer {
     pub query: String,

@@ -1,0 +1,341 @@
+//! The OpenAPI 3.1 document, generated from the code: each handler's `#[utoipa::path]`
+//! attribute gives its operation, and the request and response types derive `ToSchema`. It is
+//! served at `/openapi.json`, and read by the Swagger UI at `/docs/` ([`crate::routes::docs`]).
+//!
+//! What the layers in front of the handlers answer (src/routes/mod.rs) is added by [`Layers`],
+//! from the same facts that mount them, so no handler repeats it. The integration test
+//! `tests/it/openapi.rs` holds the document to the routes that are mounted.
+
+use serde::Serialize;
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::schema::Object;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Type};
+use utoipa::{Modify, OpenApi, ToSchema};
+
+use crate::error::{ErrorBody, ErrorCode};
+use crate::routes;
+
+/// The security scheme names: either header carries the key (docs/api.md, "Authentication").
+pub const BEARER: &str = "bearer";
+pub const API_KEY: &str = "api_key";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "kbq",
+        version = env!("CARGO_PKG_VERSION"),
+        description = "Knowledge base query service and agent runtime. Every route under \
+            `/data/v1` and `/v1` needs an API key, sent as `Authorization: Bearer KEY` or \
+            `X-API-Key: KEY`; a security requirement's list names the scope the route needs \
+            (`admin` holds every scope). The probes and this document need no key. Every error \
+            has the `ErrorBody` shape. docs/api.md has the rules that a schema cannot say."
+    ),
+    paths(
+        routes::graph::traverse,
+        routes::graph::search,
+        routes::graph::entity,
+        routes::graph::documents,
+        routes::rag::semantic,
+        routes::rag::keyword,
+        routes::rag::hybrid,
+        routes::ingest::entities,
+        routes::ingest::relationships,
+        routes::ingest::documents,
+        routes::ingest::ndjson,
+        routes::ingest::delete_entity,
+        routes::ingest::delete_document,
+        routes::agent::chat,
+        routes::agent::health,
+        routes::completions::completions,
+        routes::openai::models,
+        routes::openai::embeddings,
+        routes::probes::livez,
+        routes::probes::readyz,
+        routes::docs::openapi_json,
+    ),
+    components(schemas(ErrorBody, ErrorCode)),
+    modifiers(&Layers),
+    tags(
+        (name = "graph", description = "Graph queries under `/data/v1/query/graph` (scope `read`)"),
+        (name = "rag", description = "Document retrieval under `/v1/rag` (scope `read`); no language model"),
+        (name = "ingest", description = "Upserts and deletes under `/data/v1/ingest` (scope `write`)"),
+        (name = "agent", description = "The tool-using agent under `/v1/agent`"),
+        (name = "openai", description = "OpenAI-compatible shapes under `/v1` (scope `read`; `agent` for chat completions)"),
+        (name = "probes", description = "Liveness and readiness for load balancers; no key"),
+        (name = "docs", description = "This document; no key. The Swagger UI at `/docs/` reads it."),
+    )
+)]
+pub struct ApiDoc;
+
+/// Adds what no handler's attribute says: the two key schemes, one named response per error
+/// code, and on each operation the errors of the layers in front of its handler.
+struct Layers;
+
+impl Modify for Layers {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            BEARER,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("`Authorization: Bearer KEY`"))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            API_KEY,
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-API-Key",
+                "`X-API-Key: KEY`; read only when no `Authorization` header is sent",
+            ))),
+        );
+        for code in ErrorCode::ALL {
+            components
+                .responses
+                .insert(code.as_str().into(), RefOr::T(error_response(code)));
+        }
+        if let Some(RefOr::T(schema)) = components.schemas.get_mut("ErrorCode") {
+            describe_codes(schema);
+        }
+        for (path, item) in doc.paths.paths.iter_mut() {
+            for (method, op) in operations(item) {
+                add_layer_errors(path, op);
+                name_operation(method, op);
+            }
+        }
+    }
+}
+
+/// Operation ids are the handlers' names, which repeat across modules (`graph::documents`,
+/// `ingest::documents`): the tag goes in front. A HEAD operation shares its GET's handler, so
+/// `_head` goes behind.
+fn name_operation(method: &str, op: &mut Operation) {
+    let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
+    op.operation_id = op.operation_id.take().map(|id| {
+        let id = match tag {
+            Some(tag) => format!("{tag}_{id}"),
+            None => id,
+        };
+        if method == "head" {
+            format!("{id}_head")
+        } else {
+            id
+        }
+    });
+}
+
+/// A response with the error body, described by the code's line of the table.
+fn error_response(code: ErrorCode) -> Response {
+    let mut res = ResponseBuilder::new()
+        .description(format!("`{}`: {}", code.as_str(), code.meaning()))
+        .content(
+            "application/json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build(),
+        );
+    match code {
+        ErrorCode::InvalidApiKey => {
+            res = res.header(
+                "WWW-Authenticate",
+                HeaderBuilder::new()
+                    .schema(Some(Object::with_type(Type::String)))
+                    .description(Some("`Bearer`"))
+                    .build(),
+            );
+        }
+        ErrorCode::RateLimitExceeded | ErrorCode::ServiceUnavailable => {
+            res = res.header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(Some(Object::with_type(Type::Integer)))
+                    .description(Some("Seconds to wait before retrying"))
+                    .build(),
+            );
+        }
+        ErrorCode::InvalidRequest
+        | ErrorCode::NotFound
+        | ErrorCode::MethodNotAllowed
+        | ErrorCode::VersionSunset
+        | ErrorCode::InsufficientScope
+        | ErrorCode::PayloadTooLarge
+        | ErrorCode::Internal
+        | ErrorCode::Upstream => {}
+    }
+    res.build()
+}
+
+/// The `ErrorCode` schema lists every code with its status and meaning.
+fn describe_codes(schema: &mut utoipa::openapi::Schema) {
+    if let utoipa::openapi::Schema::Object(object) = schema {
+        let lines: Vec<String> = ErrorCode::ALL
+            .iter()
+            .map(|c| {
+                format!(
+                    "- `{}` ({}): {}",
+                    c.as_str(),
+                    c.status().as_u16(),
+                    c.meaning()
+                )
+            })
+            .collect();
+        object.description = Some(format!(
+            "Stable: clients may branch on it.\n\n{}",
+            lines.join("\n")
+        ));
+    }
+}
+
+/// Each operation of a path with its method's name.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut Operation)> {
+    [
+        ("get", &mut item.get),
+        ("put", &mut item.put),
+        ("post", &mut item.post),
+        ("delete", &mut item.delete),
+        ("options", &mut item.options),
+        ("head", &mut item.head),
+        ("patch", &mut item.patch),
+        ("trace", &mut item.trace),
+    ]
+    .into_iter()
+    .filter_map(|(method, op)| op.as_mut().map(|op| (method, op)))
+}
+
+/// The errors that the layers in front of a handler answer with, by the rules that mount them
+/// (src/routes/mod.rs, src/server.rs): a route that needs a key can answer 401 and 429, and 500
+/// like any handler; one that needs a scope 403; a versioned path 410 after its sunset; one
+/// that takes a body 413, and 400 when the body is JSON.
+fn add_layer_errors(path: &str, op: &mut Operation) {
+    let requirements = serde_json::to_value(&op.security).unwrap_or_default();
+    let requirements = requirements
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let keyed = !requirements.is_empty();
+    let scoped = requirements.iter().any(|r| {
+        r.as_object().is_some_and(|schemes| {
+            schemes
+                .values()
+                .any(|s| s.as_array().is_some_and(|s| !s.is_empty()))
+        })
+    });
+    let mut codes = Vec::new();
+    if let Some(RefOr::T(body)) = &op.request_body {
+        if body.content.contains_key("application/json") {
+            codes.push(ErrorCode::InvalidRequest);
+        }
+        codes.push(ErrorCode::PayloadTooLarge);
+    }
+    if keyed {
+        codes.push(ErrorCode::InvalidApiKey);
+    }
+    if scoped {
+        codes.push(ErrorCode::InsufficientScope);
+    }
+    if crate::versions::version_of(path).is_some() {
+        codes.push(ErrorCode::VersionSunset);
+    }
+    if keyed {
+        codes.extend([ErrorCode::RateLimitExceeded, ErrorCode::Internal]);
+    }
+    for code in codes {
+        op.responses
+            .responses
+            .entry(code.status().as_u16().to_string())
+            .or_insert_with(|| RefOr::Ref(Ref::from_response_name(code.as_str())));
+    }
+}
+
+// ---- shapes that handlers build with `json!` ------------------------------------------------
+
+/// `GET /v1/models`, in OpenAI's list shape.
+#[derive(Serialize, ToSchema)]
+pub struct ModelList {
+    /// Always `list`.
+    pub object: String,
+    /// The chat models (`kbq`, the aliases, each provider), then the embedder.
+    pub data: Vec<Model>,
+}
+
+/// `POST /v1/chat/completions`, in OpenAI's `chat.completion` shape.
+#[derive(Serialize, ToSchema)]
+pub struct ChatCompletion {
+    /// `chatcmpl-` and 32 hex digits.
+    pub id: String,
+    /// Always `chat.completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The provider that answered.
+    pub model: String,
+    /// One choice: `index` 0, the assistant `message` (`content`, `refusal`, `tool_calls`),
+    /// `logprobs` null, `finish_reason`.
+    #[schema(value_type = Vec<Object>)]
+    pub choices: Vec<serde_json::Value>,
+    /// `prompt_tokens`, `completion_tokens`, `total_tokens`, as the provider counted them.
+    #[schema(value_type = Object)]
+    pub usage: serde_json::Value,
+    /// Always null.
+    #[schema(value_type = Option<String>)]
+    pub system_fingerprint: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Model {
+    /// A chat model's name (`kbq`, an alias, a provider) or the embedder's.
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    /// Always 0.
+    pub created: u64,
+    /// `kbq:all-providers`, `kbq:alias`, `kbq:provider` or `kbq:embedder`.
+    pub owned_by: String,
+}
+
+/// `input` of `POST /v1/embeddings`: one string or an array of strings.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingsInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `POST /v1/embeddings`, in OpenAI's shape.
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingList {
+    /// Always `list`.
+    pub object: String,
+    /// One per input, in input order.
+    pub data: Vec<Embedding>,
+    /// The embedder's name.
+    pub model: String,
+    pub usage: EmbeddingUsage,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Embedding {
+    /// Always `embedding`.
+    pub object: String,
+    /// The input's position, from 0.
+    pub index: usize,
+    pub embedding: EmbeddingVector,
+}
+
+/// Numbers for `encoding_format` `float`; base64 of little-endian `f32`s for `base64`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingVector {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+/// Whitespace-separated words, an approximation of tokens.
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}

@@ -1,0 +1,604 @@
+//! The OpenAPI document against the routes that are mounted.
+//!
+//! The mounted routes are read from actix's own router, not from a list kept here: the paths
+//! from the `ResourceMap` of an app built by `kbq::routes::configure` (the function the server
+//! mounts), the methods by asking a running server each method on each path (a path that does
+//! not take a method answers 405). Then both ways: every mounted (method, path) is in the
+//! document, and every (method, path) in the document answers on the running server. The
+//! document's security requirements are held to the key and scope checks the same way, and
+//! the fields of each 200 object answer to its schema.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use actix_web::{App, HttpRequest, HttpResponse, web};
+use kbq::versions::SystemClock;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+use crate::support::{TestServer, read, test_config};
+
+/// Mounted paths that the document leaves out, and why: the Swagger UI's pages and files are
+/// for people, not operations of the API (`/docs` only redirects to `/docs/`).
+const NOT_OPERATIONS: [&str; 2] = ["/docs", "/docs/{_}"];
+
+const METHODS: [Method; 8] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::PATCH,
+    Method::DELETE,
+    Method::OPTIONS,
+    Method::TRACE,
+];
+
+/// Keys that hold one scope each, to check each operation's documented scope.
+const SCOPED_KEYS: [(&str, &str); 3] = [
+    ("read", "test-read-key-0123"),
+    ("write", "test-write-key-0123"),
+    ("agent", "test-agent-key-0123"),
+];
+
+async fn start() -> TestServer {
+    let mut config = test_config();
+    for (scope, key) in SCOPED_KEYS {
+        config.auth.keys.push(kbq::config::KeyEntry {
+            name: format!("only-{scope}"),
+            sha256: hex::encode(kbq::auth::hash(key)),
+            scopes: Some(vec![scope.to_string()]),
+        });
+    }
+    TestServer::start_with(config, Arc::new(SystemClock), true).await
+}
+
+async fn document(t: &TestServer) -> Value {
+    let res = t.http.get(t.url("/openapi.json")).send().await.unwrap();
+    let (status, headers, doc) = read(res).await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(headers["content-type"], "application/json");
+    doc
+}
+
+#[tokio::test]
+async fn the_document_is_openapi_3_1_and_needs_no_key() {
+    let t = start().await;
+    let doc = document(&t).await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["title"], "kbq");
+    assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+    let schemes = &doc["components"]["securitySchemes"];
+    assert_eq!(schemes["bearer"]["scheme"], "bearer");
+    assert_eq!(schemes["api_key"]["in"], "header");
+    assert_eq!(schemes["api_key"]["name"], "X-API-Key");
+    let ops = documented(&doc);
+    let ids: Vec<&str> = ops
+        .values()
+        .map(|op| op["operationId"].as_str().expect("an operationId"))
+        .collect();
+    let unique: BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "operationIds repeat: {ids:?}");
+    // Every error response has the one error body.
+    for (code, response) in doc["components"]["responses"].as_object().unwrap() {
+        assert_eq!(
+            response["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorBody",
+            "{code}"
+        );
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_docs_ui_is_served_by_kbq_itself() {
+    let t = start().await;
+    let res = t.http.get(t.url("/docs/")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let page = res.text().await.unwrap();
+    assert!(page.contains("swagger-ui"), "{page}");
+    // The page's scripts and styles are relative: they come from kbq, not a CDN.
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "{page}"
+    );
+    let res = t
+        .http
+        .get(t.url("/docs/swagger-initializer.js"))
+        .send()
+        .await
+        .unwrap();
+    let init = res.text().await.unwrap();
+    assert!(init.contains("\"/openapi.json\""), "{init}");
+    assert!(init.contains("\"validatorUrl\": \"none\""), "{init}");
+    for file in ["swagger-ui-bundle.js", "swagger-ui.css"] {
+        let res = t
+            .http
+            .get(t.url(&format!("/docs/{file}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{file}");
+    }
+    let res = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(t.url("/docs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 308);
+    assert_eq!(res.headers()["location"], "/docs/");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn every_mounted_route_is_documented_and_every_documented_route_answers() {
+    let t = start().await;
+    let doc = document(&t).await;
+    let documented = documented(&doc);
+
+    let mut mounted = BTreeSet::new();
+    let mut seen_patterns = BTreeSet::new();
+    for (path, sample) in mounted_paths().await {
+        seen_patterns.insert(path.clone());
+        if NOT_OPERATIONS.contains(&path.as_str()) {
+            continue;
+        }
+        for method in METHODS {
+            let (status, _, body) = t.call(method.clone(), &sample, None).await;
+            if status != StatusCode::NOT_FOUND && status != StatusCode::METHOD_NOT_ALLOWED {
+                mounted.insert((method.to_string(), path.clone()));
+            } else if method == Method::GET && status == StatusCode::NOT_FOUND {
+                panic!("GET {sample} was routed to nothing: {body}");
+            }
+        }
+    }
+    for path in NOT_OPERATIONS {
+        assert!(
+            seen_patterns.contains(path),
+            "{path} is excluded from the document but no longer mounted: drop it from NOT_OPERATIONS"
+        );
+    }
+    assert!(mounted.len() >= 20, "too few routes found: {mounted:?}");
+    std::fs::write(
+        "/tmp/openapi.json",
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap(); // TEMP
+
+    let missing: Vec<_> = mounted
+        .iter()
+        .filter(|r| !documented.contains_key(*r))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "mounted but missing from the OpenAPI document: {missing:?}"
+    );
+    for ((method, path), op) in &documented {
+        let sample = sample(path);
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let (status, _, body) = t.call(method.clone(), &sample, None).await;
+        assert!(
+            status != StatusCode::NOT_FOUND && status != StatusCode::METHOD_NOT_ALLOWED,
+            "documented but not answered: {method} {path} gave {status} {body}"
+        );
+        if status == StatusCode::OK && body.is_object() {
+            check_fields(
+                &doc,
+                &op["responses"]["200"],
+                &body,
+                &format!("{method} {path}"),
+            );
+        }
+        check_security(&t, &method, &sample, op).await;
+    }
+    t.stop().await;
+}
+
+/// The document's `security` says whether a key is needed and which scope: a request without
+/// a key gets 401 exactly when one is needed, and a key with one scope gets 403 exactly when
+/// the operation needs another.
+async fn check_security(t: &TestServer, method: &Method, path: &str, op: &Value) {
+    let requirements = op["security"].as_array().cloned().unwrap_or_default();
+    let mut scopes = BTreeSet::new();
+    for requirement in &requirements {
+        for (scheme, needed) in requirement.as_object().unwrap() {
+            assert!(["bearer", "api_key"].contains(&scheme.as_str()), "{path}");
+            scopes.extend(
+                needed
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string()),
+            );
+        }
+    }
+    assert!(
+        scopes.len() <= 1,
+        "{method} {path} names several scopes: {scopes:?}"
+    );
+    let res = t
+        .http
+        .request(method.clone(), t.url(path))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status() == 401,
+        !requirements.is_empty(),
+        "{method} {path} without a key gave {}",
+        res.status()
+    );
+    if requirements.is_empty() {
+        return;
+    }
+    for (scope, key) in SCOPED_KEYS {
+        let res = t
+            .http
+            .request(method.clone(), t.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        let refused = !scopes.is_empty() && !scopes.contains(scope);
+        assert_eq!(
+            res.status() == 403,
+            refused,
+            "{method} {path} with a `{scope}` key gave {}; the document names {scopes:?}",
+            res.status()
+        );
+    }
+}
+
+/// A 200 body's fields are the documented ones: none unknown, none required missing.
+fn check_fields(doc: &Value, response: &Value, body: &Value, what: &str) {
+    let schema = &response["content"]["application/json"]["schema"];
+    let Some((properties, required)) = object_fields(doc, schema) else {
+        return;
+    };
+    let keys: BTreeSet<String> = body.as_object().unwrap().keys().cloned().collect();
+    let unknown: Vec<_> = keys.difference(&properties).collect();
+    let missing: Vec<_> = required.difference(&keys).collect();
+    assert!(
+        unknown.is_empty() && missing.is_empty(),
+        "{what}: undocumented fields {unknown:?}, missing required fields {missing:?} in {body}"
+    );
+}
+
+/// The property names and required names of an object schema (following `$ref` and `allOf`),
+/// or `None` when the schema is not one object.
+fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTreeSet<String>)> {
+    if let Some(target) = schema["$ref"].as_str() {
+        let name = target.strip_prefix("#/components/schemas/")?;
+        return object_fields(doc, &doc["components"]["schemas"][name]);
+    }
+    if let Some(parts) = schema["allOf"].as_array() {
+        let mut fields = (BTreeSet::new(), BTreeSet::new());
+        for part in parts {
+            let (p, r) = object_fields(doc, part)?;
+            fields.0.extend(p);
+            fields.1.extend(r);
+        }
+        return Some(fields);
+    }
+    let properties = schema["properties"].as_object()?.keys().cloned().collect();
+    let required = schema["required"]
+        .as_array()
+        .map(|r| r.iter().map(|n| n.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default();
+    Some((properties, required))
+}
+
+/// (method, path) of each documented operation, with the operation.
+fn documented(doc: &Value) -> BTreeMap<(String, String), Value> {
+    let mut ops = BTreeMap::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if METHODS
+                .iter()
+                .any(|m| m.as_str().eq_ignore_ascii_case(method))
+            {
+                ops.insert((method.to_uppercase(), path.clone()), op.clone());
+            }
+        }
+    }
+    ops
+}
+
+/// A concrete path for an OpenAPI path: each `{param}` becomes `x`.
+fn sample(path: &str) -> String {
+    let mut out = String::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        out.push('x');
+        let close = rest[open..].find('}').expect("closed parameter") + open;
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// actix's pattern in OpenAPI's form: `{name:regex}` becomes `{name}`.
+fn openapi_path(pattern: &str) -> String {
+    let mut out = String::new();
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..=open]);
+        let close = rest[open..].find('}').expect("closed parameter") + open;
+        let inner = &rest[open + 1..close];
+        out.push_str(inner.split(':').next().unwrap());
+        out.push('}');
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Every path that `kbq::routes::configure` mounts (OpenAPI form) with a concrete path that
+/// actix routes to it, read from the app's `ResourceMap`.
+async fn mounted_paths() -> Vec<(String, String)> {
+    let app = actix_web::test::init_service(
+        App::new()
+            .configure(kbq::routes::configure)
+            .default_service(web::to(|req: HttpRequest| async move {
+                let rmap = req.resource_map();
+                let tree = DebugValue::parse(&format!("{rmap:?}"));
+                let mut patterns = Vec::new();
+                resources(&tree, "", &mut patterns);
+                let found: Vec<(String, String, Option<String>)> = patterns
+                    .into_iter()
+                    .map(|p| {
+                        let sample = sample(&openapi_path(&p));
+                        let matched = rmap.match_pattern(&sample);
+                        (p, sample, matched)
+                    })
+                    .collect();
+                HttpResponse::Ok().json(found)
+            })),
+    )
+    .await;
+    let req = actix_web::test::TestRequest::get()
+        .uri("/resource-map-for-the-test")
+        .to_request();
+    let found: Vec<(String, String, Option<String>)> =
+        actix_web::test::call_and_read_body_json(&app, req).await;
+    found
+        .into_iter()
+        .map(|(pattern, sample, matched)| {
+            // Another resource must not catch the sample first.
+            assert_eq!(matched.as_deref(), Some(pattern.as_str()), "{sample}");
+            (openapi_path(&pattern), sample)
+        })
+        .collect()
+}
+
+/// The full patterns of the resources (the leaves) in a `ResourceMap`'s debug form: each node
+/// is `ResourceMap { pattern: ResourceDef { patterns: Single("...") | List([...]), .. },
+/// nodes: None | Some([children]), .. }`. actix exposes no iterator over its routes, and its
+/// `Debug` is the one public view of them all; if that form changes, this fails loudly.
+fn resources(node: &DebugValue, prefix: &str, out: &mut Vec<String>) {
+    let DebugValue::Struct(name, fields) = node else {
+        panic!("not a ResourceMap: {node:?}")
+    };
+    assert_eq!(name, "ResourceMap");
+    let field = |f: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == f)
+            .map(|(_, v)| v)
+            .unwrap_or_else(|| panic!("no `{f}` in {node:?}"))
+    };
+    let DebugValue::Struct(_, def) = field("pattern") else {
+        panic!("no ResourceDef in {node:?}")
+    };
+    let patterns = &def
+        .iter()
+        .find(|(n, _)| n == "patterns")
+        .expect("patterns")
+        .1;
+    let patterns: Vec<String> = match patterns {
+        DebugValue::Tuple(kind, items) if kind == "Single" => vec![items[0].string()],
+        DebugValue::Tuple(kind, items) if kind == "List" => match &items[0] {
+            DebugValue::List(items) => items.iter().map(DebugValue::string).collect(),
+            other => panic!("patterns: {other:?}"),
+        },
+        other => panic!("patterns: {other:?}"),
+    };
+    for pattern in patterns {
+        let full = format!("{prefix}{pattern}");
+        match field("nodes") {
+            DebugValue::Atom(none) if none == "None" => out.push(full),
+            DebugValue::Tuple(some, items) if some == "Some" => match &items[0] {
+                DebugValue::List(children) => {
+                    for child in children {
+                        resources(child, &full, out);
+                    }
+                }
+                other => panic!("nodes: {other:?}"),
+            },
+            other => panic!("nodes: {other:?}"),
+        }
+    }
+}
+
+/// A value in Rust's `{:?}` form.
+#[derive(Debug)]
+enum DebugValue {
+    /// `Name { field: value, .. }`
+    Struct(String, Vec<(String, DebugValue)>),
+    /// `Name(value, ..)`, or `(value, ..)` with an empty name.
+    Tuple(String, Vec<DebugValue>),
+    /// `[value, ..]`
+    List(Vec<DebugValue>),
+    /// `{key: value, ..}`
+    Map(Vec<(DebugValue, DebugValue)>),
+    Str(String),
+    /// A unit, a number, a bool, `None`.
+    Atom(String),
+}
+
+impl DebugValue {
+    fn parse(text: &str) -> DebugValue {
+        let chars: Vec<char> = text.chars().collect();
+        let mut at = 0;
+        let value = Self::value(&chars, &mut at);
+        skip_space(&chars, &mut at);
+        assert_eq!(at, chars.len(), "trailing text in {text}");
+        value
+    }
+
+    fn string(&self) -> String {
+        match self {
+            DebugValue::Str(s) => s.clone(),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    fn value(c: &[char], at: &mut usize) -> DebugValue {
+        skip_space(c, at);
+        match c[*at] {
+            '"' => DebugValue::Str(quoted(c, at)),
+            '[' => DebugValue::List(Self::items(c, at, ']')),
+            '(' => DebugValue::Tuple(String::new(), Self::items(c, at, ')')),
+            '{' => DebugValue::Map(Self::entries(c, at)),
+            _ => {
+                let start = *at;
+                while *at < c.len() && !",:{}()[] ".contains(c[*at]) {
+                    *at += 1;
+                }
+                // `a::B` paths are part of a name.
+                while *at + 1 < c.len() && c[*at] == ':' && c[*at + 1] == ':' {
+                    *at += 2;
+                    while *at < c.len() && !",:{}()[] ".contains(c[*at]) {
+                        *at += 1;
+                    }
+                }
+                let name: String = c[start..*at].iter().collect();
+                let mut look = *at;
+                skip_space(c, &mut look);
+                match c.get(look) {
+                    Some('{') => {
+                        *at = look;
+                        DebugValue::Struct(name, Self::fields(c, at))
+                    }
+                    Some('(') if look == *at => DebugValue::Tuple(name, Self::items(c, at, ')')),
+                    _ => DebugValue::Atom(name),
+                }
+            }
+        }
+    }
+
+    /// `open value, value close`, with `at` on `open`.
+    fn items(c: &[char], at: &mut usize, close: char) -> Vec<DebugValue> {
+        *at += 1;
+        let mut items = Vec::new();
+        loop {
+            skip_space(c, at);
+            if c[*at] == close {
+                *at += 1;
+                return items;
+            }
+            items.push(Self::value(c, at));
+            skip_space(c, at);
+            if c[*at] == ',' {
+                *at += 1;
+            }
+        }
+    }
+
+    /// `{ name: value, .. }`, with `at` on `{`.
+    fn fields(c: &[char], at: &mut usize) -> Vec<(String, DebugValue)> {
+        Self::entries(c, at)
+            .into_iter()
+            .map(|(k, v)| match k {
+                DebugValue::Atom(name) => (name, v),
+                other => panic!("field name {other:?}"),
+            })
+            .collect()
+    }
+
+    fn entries(c: &[char], at: &mut usize) -> Vec<(DebugValue, DebugValue)> {
+        *at += 1;
+        let mut entries = Vec::new();
+        loop {
+            skip_space(c, at);
+            if c[*at] == '}' {
+                *at += 1;
+                return entries;
+            }
+            if c[*at] == '.' && c.get(*at + 1) == Some(&'.') {
+                // `..` of a non-exhaustive debug struct.
+                *at += 2;
+                continue;
+            }
+            let key = Self::value(c, at);
+            skip_space(c, at);
+            assert_eq!(c[*at], ':', "expected `:` after {key:?}");
+            *at += 1;
+            let value = Self::value(c, at);
+            entries.push((key, value));
+            skip_space(c, at);
+            if c[*at] == ',' {
+                *at += 1;
+            }
+        }
+    }
+}
+
+fn skip_space(c: &[char], at: &mut usize) {
+    while *at < c.len() && c[*at].is_whitespace() {
+        *at += 1;
+    }
+}
+
+/// A `"..."` string with Rust's debug escapes, with `at` on the opening quote.
+fn quoted(c: &[char], at: &mut usize) -> String {
+    *at += 1;
+    let mut s = String::new();
+    while c[*at] != '"' {
+        if c[*at] == '\\' {
+            *at += 1;
+            match c[*at] {
+                'n' => s.push('\n'),
+                't' => s.push('\t'),
+                'r' => s.push('\r'),
+                '0' => s.push('\0'),
+                'u' => {
+                    // \u{XXXX}
+                    let close = c[*at..].iter().position(|&ch| ch == '}').unwrap() + *at;
+                    let hex: String = c[*at + 2..close].iter().collect();
+                    s.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+                    *at = close;
+                }
+                other => s.push(other),
+            }
+        } else {
+            s.push(c[*at]);
+        }
+        *at += 1;
+    }
+    *at += 1;
+    s
+}
+
+#[test]
+fn the_debug_reader_reads_structs_tuples_lists_maps_and_strings() {
+    let v = DebugValue::parse(
+        r#"A { b: Some([C { d: "x\"{y}\\", e: None }]), f: {"k": (Weak)}, g: Single("/p/{n:.*}"), h: 1.5 }"#,
+    );
+    let mut out = Vec::new();
+    let tree = DebugValue::parse(
+        r#"ResourceMap { pattern: ResourceDef { id: 0, patterns: Single(""), is_prefix: true }, named: {}, parent: RefCell { value: (Weak) }, nodes: Some([ResourceMap { pattern: ResourceDef { patterns: Single("/v1"), segments: [Const("/v1")] }, named: {}, nodes: Some([ResourceMap { pattern: ResourceDef { patterns: List(["/a/{n:.*}", "/b"]) }, nodes: None }]) }]) }"#,
+    );
+    resources(&tree, "", &mut out);
+    assert_eq!(out, vec!["/v1/a/{n:.*}", "/v1/b"]);
+    let DebugValue::Struct(name, fields) = &v else {
+        panic!("{v:?}")
+    };
+    assert_eq!((name.as_str(), fields.len()), ("A", 4));
+    assert!(matches!(&fields[1].1, DebugValue::Map(entries) if entries.len() == 1));
+    assert_eq!(openapi_path("/v1/a/{n:.*}/{m}"), "/v1/a/{n}/{m}");
+    assert_eq!(sample("/v1/a/{n}/b"), "/v1/a/x/b");
+}
