@@ -1,4 +1,4 @@
-//! The `kbq` command: `serve` (default), `import`, `reindex`, `keys new`.
+//! The `kbq` command: `serve` (default), `import`, `reindex`, `gen`, `keys new`.
 
 use std::io::{BufReader, IsTerminal};
 use std::path::PathBuf;
@@ -52,6 +52,24 @@ enum Command {
         #[arg(long)]
         store: Option<String>,
     },
+    /// Write a synthetic knowledge base in the import format: seeded, power-law degrees,
+    /// generated document text. The same arguments always write the same file.
+    Gen {
+        /// Entities (2 to 10000000).
+        #[arg(long, default_value_t = 1000)]
+        entities: usize,
+        /// Relationships (fewer when the graph cannot hold that many distinct ones).
+        #[arg(long, default_value_t = 3000)]
+        relationships: usize,
+        /// Documents per entity, as a fraction from 0.0 to 1.0.
+        #[arg(long, default_value_t = 1.0)]
+        documents: f64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Where to write (`-` for standard output).
+        #[arg(long, short, default_value = "-")]
+        output: PathBuf,
+    },
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -81,6 +99,16 @@ fn main() -> ExitCode {
             hex::encode(kbq::auth::hash(&key))
         );
         return ExitCode::SUCCESS;
+    }
+    if let Some(Command::Gen {
+        entities,
+        relationships,
+        documents,
+        seed,
+        output,
+    }) = &cli.command
+    {
+        return generate(*entities, *relationships, *documents, *seed, output);
     }
     let mut config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
@@ -131,7 +159,7 @@ fn main() -> ExitCode {
             init_logs(&config);
             runtime.block_on(reindex(config))
         }
-        Command::Keys { .. } => unreachable!("handled above"),
+        Command::Keys { .. } | Command::Gen { .. } => unreachable!("handled above"),
     }
 }
 
@@ -312,4 +340,72 @@ async fn reindex(config: Config) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn generate(
+    entities: usize,
+    relationships: usize,
+    documents: f64,
+    seed: u64,
+    output: &std::path::Path,
+) -> ExitCode {
+    use std::io::Write;
+    if !(2..=10_000_000).contains(&entities) {
+        eprintln!("kbq: --entities must be between 2 and 10000000");
+        return ExitCode::from(2);
+    }
+    if !(0.0..=1.0).contains(&documents) {
+        eprintln!("kbq: --documents must be between 0.0 and 1.0");
+        return ExitCode::from(2);
+    }
+    let records = kbq_store::generate::generate(kbq_store::generate::Spec {
+        entities,
+        relationships,
+        document_ratio: documents,
+        seed,
+    });
+    let to_stdout = output.as_os_str() == "-";
+    let sink: Box<dyn Write> = if to_stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        match std::fs::File::create(output) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("kbq: cannot write {}: {e}", output.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let mut out = std::io::BufWriter::new(sink);
+    let bar = if to_stdout || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(records.len() as u64)
+    };
+    let mut counts = [0usize; 3];
+    for (i, r) in records.iter().enumerate() {
+        counts[match r {
+            kbq_store::Record::Entity(_) => 0,
+            kbq_store::Record::Relationship(_) => 1,
+            kbq_store::Record::Document(_) => 2,
+        }] += 1;
+        let line = serde_json::to_string(r).expect("records serialize");
+        if let Err(e) = writeln!(out, "{line}") {
+            eprintln!("kbq: writing failed: {e}");
+            return ExitCode::from(2);
+        }
+        if i % 10_000 == 0 {
+            bar.set_position(i as u64);
+        }
+    }
+    bar.finish_and_clear();
+    if let Err(e) = out.flush() {
+        eprintln!("kbq: writing failed: {e}");
+        return ExitCode::from(2);
+    }
+    eprintln!(
+        "generated {} entities, {} relationships, {} documents (seed {seed})",
+        counts[0], counts[1], counts[2]
+    );
+    ExitCode::SUCCESS
 }

@@ -73,3 +73,80 @@ fn bad_configuration_stops_start_up_naming_the_key() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
+
+#[test]
+fn gen_writes_a_seeded_power_law_graph_that_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let generate = |seed: &str, out: &str| {
+        let o = kbq(&[
+            "gen",
+            "--entities",
+            "400",
+            "--relationships",
+            "1200",
+            "--documents",
+            "0.5",
+            "--seed",
+            seed,
+            "-o",
+            out,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let summary = generate("7", &file("a.ndjson"));
+    generate("7", &file("b.ndjson"));
+    generate("8", &file("c.ndjson"));
+    let a = std::fs::read_to_string(file("a.ndjson")).unwrap();
+    assert_eq!(
+        a,
+        std::fs::read_to_string(file("b.ndjson")).unwrap(),
+        "same seed, same file"
+    );
+    assert_ne!(a, std::fs::read_to_string(file("c.ndjson")).unwrap());
+
+    // Counts as printed; degrees follow a power law: a few hubs, a long tail.
+    let lines: Vec<serde_json::Value> = a
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let count = |kind: &str| lines.iter().filter(|l| l["kind"] == kind).count();
+    let (e, r, d) = (count("entity"), count("relationship"), count("document"));
+    assert_eq!((e, r), (400, 1200));
+    assert!(
+        (120..=280).contains(&d),
+        "about half the entities have a document: {d}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "generated {e} entities, {r} relationships, {d} documents (seed 7)"
+        )),
+        "{summary}"
+    );
+    let mut in_degree = std::collections::HashMap::new();
+    for l in lines.iter().filter(|l| l["kind"] == "relationship") {
+        *in_degree
+            .entry(l["target_name"].as_str().unwrap().to_string())
+            .or_insert(0usize) += 1;
+    }
+    let mut degrees: Vec<usize> = in_degree.into_values().collect();
+    degrees.sort_unstable();
+    let (max, median) = (degrees[degrees.len() - 1], degrees[degrees.len() / 2]);
+    assert!(max >= 20 * median, "max in-degree {max}, median {median}");
+
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let out = kbq(&["import", "--store", &store, &file("a.ndjson")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!(
+        "imported {e} entities, {r} relationships, {d} documents"
+    )));
+
+    let bad = kbq(&["gen", "--entities", "1"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--entities"));
+}
