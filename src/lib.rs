@@ -20,6 +20,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod limits;
+pub mod metrics;
 pub mod middleware;
 pub mod openapi;
 pub mod peer;

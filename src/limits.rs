@@ -94,6 +94,12 @@ pub async fn limit(
             Ok(res.map_into_left_body())
         }
         Err(not_until) => {
+            if let Some(m) = req.app_data::<actix_web::web::Data<crate::metrics::Metrics>>() {
+                m.observe_rate_limited(match route {
+                    Route::Graph => "graph",
+                    Route::Agent => "agent",
+                });
+            }
             let wait = not_until.wait_time_from(DefaultClock::default().now());
             let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
             let secs = secs.max(1);

@@ -53,6 +53,7 @@ pub const API_KEY: &str = "api_key";
         routes::openai::embeddings,
         routes::probes::livez,
         routes::probes::readyz,
+        crate::metrics::metrics,
         routes::docs::openapi_json,
     ),
     components(schemas(ErrorBody, ErrorCode)),

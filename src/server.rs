@@ -121,6 +121,14 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let rag_timeout = web::Data::new(crate::routes::rag::RagTimeout(
         std::time::Duration::from_millis(config.graph.call_timeout_ms),
     ));
+    let mut pool_sizes = vec![("graph".to_string(), config.graph.workers.max(1))];
+    for tool in kbq_tools::Toolbox::default().tools() {
+        pool_sizes.push((
+            format!("tool:{}", tool.name()),
+            config.agent.tool_workers.max(1),
+        ));
+    }
+    let metrics = web::Data::new(crate::metrics::Metrics::new(pool_sizes));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -134,10 +142,12 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(kb_data.clone())
             .app_data(rag_timeout.clone())
             .app_data(payload.clone())
+            .app_data(metrics.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))
             .wrap(from_fn(middleware::error_bodies))
+            .wrap(from_fn(crate::metrics::record))
             .wrap(from_fn(middleware::request_id))
     })
     .on_connect(crate::peer::on_connect)

@@ -189,6 +189,11 @@ impl GraphPool {
         }
     }
 
+    /// Workers and queued requests of the pool, or `None` while it restarts.
+    pub async fn stats(&self) -> Option<crate::PoolStats> {
+        crate::pool_stats(self.factory()?).await
+    }
+
     /// The current factory, e.g. to kill it in a test of supervision.
     pub fn factory(&self) -> Option<FactoryRef<(), GraphRequest>> {
         self.factory.read().clone()

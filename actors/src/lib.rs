@@ -52,6 +52,37 @@ pub use session::{
 };
 pub use tools::ToolPool;
 
+/// A worker pool's state as its factory reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Workers busy with a request.
+    pub active_workers: usize,
+    /// Requests waiting for a worker.
+    pub queue_depth: usize,
+}
+
+/// Asks a factory for its stats; `None` when it does not answer within 100 ms.
+pub(crate) async fn pool_stats<K, M>(
+    factory: ractor::factory::FactoryRef<K, M>,
+) -> Option<PoolStats>
+where
+    K: ractor::factory::JobKey,
+    M: ractor::Message,
+{
+    let wait = Some(Duration::from_millis(100));
+    let (active, queued) = futures::join!(factory.active_workers(wait), factory.queue_depth(wait));
+    match (active, queued) {
+        (
+            Ok(ractor::rpc::CallResult::Success(active_workers)),
+            Ok(ractor::rpc::CallResult::Success(queue_depth)),
+        ) => Some(PoolStats {
+            active_workers,
+            queue_depth,
+        }),
+        _ => None,
+    }
+}
+
 /// Which model a provider talks to.
 #[derive(Debug, Clone)]
 pub enum ProviderKind {

@@ -107,6 +107,23 @@ impl ToolPool {
         }
     }
 
+    /// Workers and queued calls of each tool's pool, by tool name (pools restarting are left
+    /// out).
+    pub async fn stats(&self) -> Vec<(String, crate::PoolStats)> {
+        let mut out = Vec::new();
+        for (name, slot) in self.slots.iter() {
+            let factory = slot.read().clone();
+            if let Some(stats) = match factory {
+                Some(f) => crate::pool_stats(f).await,
+                None => None,
+            } {
+                out.push((name.clone(), stats));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
     /// Runs `name` and returns its result, or the error result the model should see.
     pub async fn call(
         &self,

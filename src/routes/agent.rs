@@ -207,6 +207,11 @@ async fn chat(
             }));
         }
     };
+    if let Some(m) = http.app_data::<web::Data<crate::metrics::Metrics>>() {
+        for call in &reply.tool_calls {
+            m.observe_tool_call(&call.tool, call.result.get("error").is_none());
+        }
+    }
     Ok(HttpResponse::Ok().json(ChatResponse {
         success: reply.success,
         response: reply.response,

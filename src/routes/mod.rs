@@ -22,6 +22,8 @@ use crate::limits::{self, Route};
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // The last `wrap` runs first: the key is checked, then the key's budget is spent.
     cfg.configure(probes::configure)
+        // Metrics for Prometheus: no key, like the probes; not versioned.
+        .service(web::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
         .configure(docs::configure)
         // Registered before `/data/v1`, which would otherwise match first.
         .service(

@@ -1,0 +1,335 @@
+//! Prometheus metrics at `GET /metrics` (text exposition format 0.0.4): requests by route,
+//! method and status, latency histograms by route, worker pools, providers, tool calls and
+//! rate-limit rejections. docs/operations.md lists every series.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, web};
+use dashmap::DashMap;
+use kbq_actors::{Agent, GraphPool};
+
+/// Upper bounds of the latency buckets, in seconds.
+pub const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The route label of a request no route matched: a label per path would let any client
+/// grow the series without bound.
+pub const UNMATCHED: &str = "unmatched";
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    /// Nanoseconds.
+    sum: AtomicU64,
+}
+
+/// Every counter and histogram; gauges are read at scrape time.
+#[derive(Default)]
+pub struct Metrics {
+    requests: DashMap<(String, String, u16), AtomicU64>,
+    latency: DashMap<String, Histogram>,
+    rate_limited: DashMap<&'static str, AtomicU64>,
+    tool_calls: DashMap<(String, &'static str), AtomicU64>,
+    /// Configured pool sizes, by pool label.
+    pool_sizes: Vec<(String, usize)>,
+}
+
+impl Metrics {
+    pub fn new(pool_sizes: Vec<(String, usize)>) -> Self {
+        Metrics {
+            pool_sizes,
+            ..Default::default()
+        }
+    }
+
+    pub fn observe_request(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        self.requests
+            .entry((route.to_string(), method.to_string(), status))
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+        let h = self.latency.entry(route.to_string()).or_default();
+        for (i, le) in BUCKETS.iter().enumerate() {
+            if seconds <= *le {
+                h.buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        h.count.fetch_add(1, Ordering::Relaxed);
+        h.sum.fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    /// A request refused with 429 by the budget of `group` (`graph` or `agent`).
+    pub fn observe_rate_limited(&self, group: &'static str) {
+        self.rate_limited
+            .entry(group)
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One tool call of an agent session; `ok` false when its result is an error.
+    pub fn observe_tool_call(&self, tool: &str, ok: bool) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.tool_calls
+            .entry((tool.to_string(), outcome))
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The exposition text, with the pools and providers read now.
+    pub async fn render(&self, graph: &GraphPool, agent: &Agent) -> String {
+        let mut out = String::new();
+        header(
+            &mut out,
+            "kbq_http_requests_total",
+            "counter",
+            "HTTP requests by route pattern, method and status.",
+        );
+        let mut rows: Vec<_> = self
+            .requests
+            .iter()
+            .map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed)))
+            .collect();
+        rows.sort();
+        for ((route, method, status), n) in rows {
+            let _ = writeln!(
+                out,
+                "kbq_http_requests_total{{route=\"{}\",method=\"{}\",status=\"{status}\"}} {n}",
+                escape(&route),
+                escape(&method)
+            );
+        }
+        header(
+            &mut out,
+            "kbq_http_request_duration_seconds",
+            "histogram",
+            "Time from a request's arrival to its response, by route pattern.",
+        );
+        let mut routes: Vec<String> = self.latency.iter().map(|e| e.key().clone()).collect();
+        routes.sort();
+        for route in routes {
+            let Some(h) = self.latency.get(&route) else {
+                continue;
+            };
+            let r = escape(&route);
+            for (i, le) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "kbq_http_request_duration_seconds_bucket{{route=\"{r}\",le=\"{le}\"}} {}",
+                    h.buckets[i].load(Ordering::Relaxed)
+                );
+            }
+            let count = h.count.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "kbq_http_request_duration_seconds_bucket{{route=\"{r}\",le=\"+Inf\"}} {count}"
+            );
+            let _ = writeln!(
+                out,
+                "kbq_http_request_duration_seconds_sum{{route=\"{r}\"}} {}",
+                h.sum.load(Ordering::Relaxed) as f64 / 1e9
+            );
+            let _ = writeln!(
+                out,
+                "kbq_http_request_duration_seconds_count{{route=\"{r}\"}} {count}"
+            );
+        }
+
+        let mut pools = Vec::new();
+        if let Some(s) = graph.stats().await {
+            pools.push(("graph".to_string(), s));
+        }
+        for (tool, s) in agent.tools().stats().await {
+            pools.push((format!("tool:{tool}"), s));
+        }
+        header(
+            &mut out,
+            "kbq_pool_workers",
+            "gauge",
+            "Workers configured in each actor pool.",
+        );
+        for (pool, size) in &self.pool_sizes {
+            let _ = writeln!(out, "kbq_pool_workers{{pool=\"{}\"}} {size}", escape(pool));
+        }
+        header(
+            &mut out,
+            "kbq_pool_active_workers",
+            "gauge",
+            "Workers of each actor pool busy with a request.",
+        );
+        for (pool, s) in &pools {
+            let _ = writeln!(
+                out,
+                "kbq_pool_active_workers{{pool=\"{}\"}} {}",
+                escape(pool),
+                s.active_workers
+            );
+        }
+        header(
+            &mut out,
+            "kbq_pool_queue_depth",
+            "gauge",
+            "Requests waiting for a worker, per actor pool.",
+        );
+        for (pool, s) in &pools {
+            let _ = writeln!(
+                out,
+                "kbq_pool_queue_depth{{pool=\"{}\"}} {}",
+                escape(pool),
+                s.queue_depth
+            );
+        }
+
+        let report = agent.health().report();
+        header(
+            &mut out,
+            "kbq_provider_up",
+            "gauge",
+            "1 while a provider is up, 0 while it is ejected.",
+        );
+        for p in &report.providers {
+            let _ = writeln!(
+                out,
+                "kbq_provider_up{{provider=\"{}\",kind=\"{}\"}} {}",
+                escape(&p.name),
+                p.kind,
+                u8::from(p.status == "up")
+            );
+        }
+        header(
+            &mut out,
+            "kbq_provider_consecutive_failures",
+            "gauge",
+            "Failed calls and probes in a row, per provider.",
+        );
+        for p in &report.providers {
+            let _ = writeln!(
+                out,
+                "kbq_provider_consecutive_failures{{provider=\"{}\"}} {}",
+                escape(&p.name),
+                p.consecutive_failures
+            );
+        }
+        header(
+            &mut out,
+            "kbq_provider_latency_seconds",
+            "gauge",
+            "Latency of each provider's last successful call or probe.",
+        );
+        for p in &report.providers {
+            if let Some(ms) = p.latency_ms {
+                let _ = writeln!(
+                    out,
+                    "kbq_provider_latency_seconds{{provider=\"{}\"}} {}",
+                    escape(&p.name),
+                    ms / 1000.0
+                );
+            }
+        }
+        header(
+            &mut out,
+            "kbq_tool_calls_total",
+            "counter",
+            "Tool calls made by agent sessions, by tool and outcome (ok or error).",
+        );
+        let mut calls: Vec<_> = self
+            .tool_calls
+            .iter()
+            .map(|e| (e.key().clone(), e.value().load(Ordering::Relaxed)))
+            .collect();
+        calls.sort();
+        for ((tool, outcome), n) in calls {
+            let _ = writeln!(
+                out,
+                "kbq_tool_calls_total{{tool=\"{}\",outcome=\"{outcome}\"}} {n}",
+                escape(&tool)
+            );
+        }
+        header(
+            &mut out,
+            "kbq_rate_limited_total",
+            "counter",
+            "Requests refused with 429, by rate-limit budget (graph or agent).",
+        );
+        let mut limited: Vec<_> = self
+            .rate_limited
+            .iter()
+            .map(|e| (*e.key(), e.value().load(Ordering::Relaxed)))
+            .collect();
+        limited.sort();
+        for (group, n) in limited {
+            let _ = writeln!(out, "kbq_rate_limited_total{{budget=\"{group}\"}} {n}");
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A label value as the exposition format wants it.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Middleware: counts every response by route pattern, method and status, and times it.
+pub async fn record(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let metrics = req.app_data::<web::Data<Metrics>>().cloned();
+    let method = req.method().to_string();
+    let res = next.call(req).await?;
+    if let Some(metrics) = metrics {
+        let route = res
+            .request()
+            .match_pattern()
+            .unwrap_or_else(|| UNMATCHED.to_string());
+        metrics.observe_request(
+            &route,
+            &method,
+            res.status().as_u16(),
+            started.elapsed().as_secs_f64(),
+        );
+    }
+    Ok(res)
+}
+
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "probes",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4", body = String, content_type = "text/plain")),
+)]
+pub async fn metrics(
+    metrics: web::Data<Metrics>,
+    graph: web::Data<GraphPool>,
+    agent: web::Data<Agent>,
+) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .insert_header(("Cache-Control", "no-store"))
+        .body(metrics.render(&graph, &agent).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape("x\ny"), "x\\ny");
+    }
+}
