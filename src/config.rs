@@ -71,6 +71,8 @@ pub struct GraphSection {
     pub workers: usize,
     /// Longest wait of a request for a graph worker's answer.
     pub call_timeout_ms: u64,
+    /// Requests that may wait for a busy graph pool; more get 503 at once.
+    pub queue_capacity: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -348,6 +350,7 @@ impl Default for GraphSection {
         GraphSection {
             workers: 4,
             call_timeout_ms: 15_000,
+            queue_capacity: 1024,
         }
     }
 }
@@ -568,6 +571,9 @@ impl Config {
         if !(1..=256).contains(&self.graph.workers) {
             return bad("graph.workers", "must be between 1 and 256");
         }
+        if self.graph.queue_capacity > 1_000_000 {
+            return bad("graph.queue_capacity", "must be between 0 and 1000000");
+        }
         for (i, k) in self.auth.keys.iter().enumerate() {
             if k.name.trim().is_empty() {
                 return bad(&format!("auth.keys[{i}].name"), "must not be empty");
@@ -773,6 +779,7 @@ impl Config {
         kbq_actors::RuntimeConfig {
             graph_workers: self.graph.workers,
             graph_call_timeout: ms(self.graph.call_timeout_ms),
+            graph_queue_capacity: self.graph.queue_capacity,
             tool_workers: self.agent.tool_workers,
             tool_timeout: ms(self.agent.tool_timeout_ms),
             providers,

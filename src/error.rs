@@ -235,7 +235,7 @@ impl From<GraphError> for ApiError {
     fn from(e: GraphError) -> Self {
         match e {
             GraphError::Store(e) => e.into(),
-            GraphError::Timeout(_) | GraphError::NotRunning(_) => {
+            GraphError::Timeout(_) | GraphError::NotRunning(_) | GraphError::Overloaded(_) => {
                 ApiError::unavailable(e.to_string())
             }
             GraphError::WorkerLost => {

@@ -2,6 +2,7 @@
 //! operations from the knowledge base, and [`GraphPool`], the handle the HTTP edge calls.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kbq_store::{
@@ -36,6 +37,12 @@ pub enum GraphRequest {
     /// Panic inside the worker: only for tests of supervision.
     #[cfg(feature = "fault-injection")]
     Panic,
+    /// Hold the worker until the sender is dropped or sends: only for tests of load.
+    #[cfg(feature = "fault-injection")]
+    Hold(
+        tokio::sync::oneshot::Receiver<()>,
+        RpcReplyPort<Result<(), StoreError>>,
+    ),
 }
 
 /// Why a graph call did not produce an answer.
@@ -53,6 +60,9 @@ pub enum GraphError {
     /// The pool is not running (shutting down, or being restarted).
     #[error("the graph workers are not running: {0}")]
     NotRunning(String),
+    /// Every worker is busy and the queue is full: the request was not queued.
+    #[error("the graph workers are busy: {0} requests are already running or queued")]
+    Overloaded(usize),
 }
 
 /// One worker of the pool. Stateless apart from its handle on the knowledge base.
@@ -104,6 +114,11 @@ impl Worker for GraphWorker {
             }
             #[cfg(feature = "fault-injection")]
             GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
+            #[cfg(feature = "fault-injection")]
+            GraphRequest::Hold(release, reply) => {
+                let _ = release.await;
+                let _ = reply.send(Ok(()));
+            }
         }
         Ok(key)
     }
@@ -142,14 +157,48 @@ pub(crate) async fn spawn_factory(
 pub struct GraphPool {
     pub(crate) factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
     timeout: Duration,
+    /// Requests admitted and not yet answered (running or queued).
+    in_flight: Arc<AtomicUsize>,
+    /// Most requests admitted at once: workers plus queue capacity.
+    admit: usize,
+}
+
+/// Gives back an admission when the call ends, however it ends.
+struct Admitted(Arc<AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl GraphPool {
     pub(crate) fn new(
         factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
         timeout: Duration,
+        admit: usize,
     ) -> Self {
-        GraphPool { factory, timeout }
+        GraphPool {
+            factory,
+            timeout,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            admit: admit.max(1),
+        }
+    }
+
+    /// Requests running or queued now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Holds one worker until `release` sends or is dropped; resolves when the worker lets
+    /// go. Only for tests of load.
+    #[cfg(feature = "fault-injection")]
+    pub async fn hold(
+        &self,
+        release: tokio::sync::oneshot::Receiver<()>,
+    ) -> Result<(), GraphError> {
+        self.call(|reply| GraphRequest::Hold(release, reply)).await
     }
 
     pub async fn traverse(&self, query: TraversalQuery) -> Result<Traversal, GraphError> {
@@ -206,6 +255,12 @@ impl GraphPool {
         let Some(factory) = self.factory() else {
             return Err(GraphError::NotRunning("restarting".into()));
         };
+        // Shed instead of queueing without bound: a full pool answers at once.
+        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
+        let _admitted = Admitted(self.in_flight.clone());
+        if before >= self.admit {
+            return Err(GraphError::Overloaded(before));
+        }
         match factory.call_job((), build, Some(self.timeout)).await {
             Ok(CallResult::Success(answer)) => Ok(answer?),
             Ok(CallResult::Timeout) => Err(GraphError::Timeout(self.timeout)),

@@ -112,6 +112,8 @@ pub struct RuntimeConfig {
     pub graph_workers: usize,
     /// Longest wait of an edge call into the graph workers.
     pub graph_call_timeout: Duration,
+    /// Requests that may wait for a graph worker; more are shed at once.
+    pub graph_queue_capacity: usize,
     pub tool_workers: usize,
     pub tool_timeout: Duration,
     /// Providers in priority order; empty means the built-in provider alone.
@@ -126,6 +128,7 @@ impl RuntimeConfig {
         RuntimeConfig {
             graph_workers: 4,
             graph_call_timeout: Duration::from_secs(15),
+            graph_queue_capacity: 1024,
             tool_workers: 4,
             tool_timeout: Duration::from_secs(10),
             providers: Vec::new(),
@@ -250,7 +253,11 @@ impl Runtime {
             limits: config.session,
         };
         Ok(Runtime {
-            graph: GraphPool::new(graph_slot, config.graph_call_timeout),
+            graph: GraphPool::new(
+                graph_slot,
+                config.graph_call_timeout,
+                config.graph_workers.max(1) + config.graph_queue_capacity,
+            ),
             agent: Agent {
                 deps: Arc::new(deps),
                 supervisor: session_slot,

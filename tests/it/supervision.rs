@@ -57,3 +57,67 @@ async fn a_stopped_graph_pool_is_restarted_by_the_root_supervisor() {
     assert_eq!(t.server().runtime().restarts().await, 1);
     t.stop().await;
 }
+
+#[tokio::test]
+async fn a_full_graph_pool_sheds_with_503_while_probes_and_health_answer() {
+    let mut config = crate::support::test_config();
+    config.graph.workers = 1;
+    config.graph.queue_capacity = 1;
+    let t = crate::support::TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let pool = t.server().graph.clone();
+    // One request holds the worker, one waits in the queue: the pool is full.
+    let (release_running, running) = tokio::sync::oneshot::channel();
+    let (release_queued, queued) = tokio::sync::oneshot::channel();
+    let holds = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let p2 = pool.clone();
+            let queued_call = tokio::spawn(async move { p2.hold(queued).await });
+            let first = pool.hold(running).await;
+            (first, queued_call.await.unwrap())
+        })
+    };
+    assert!(
+        crate::support::eventually(std::time::Duration::from_secs(10), || async {
+            pool.in_flight() == 2
+        })
+        .await
+    );
+    let (status, headers, body) = t
+        .call(
+            reqwest::Method::POST,
+            "/data/v1/query/graph",
+            Some(serde_json::json!({"entity_name": "Ada"})),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    crate::support::assert_error(&body, "service_unavailable", None);
+    assert!(body["error"]["message"].as_str().unwrap().contains("busy"));
+    assert_eq!(headers["retry-after"], "1");
+    // Probes and health do not queue behind the pool.
+    assert_eq!(
+        t.http.get(t.url("/livez")).send().await.unwrap().status(),
+        200
+    );
+    assert_eq!(t.get("/v1/agent/health").await.0, 200);
+    assert_eq!(pool.in_flight(), 2, "a shed request holds no place");
+
+    release_running.send(()).unwrap();
+    release_queued.send(()).unwrap();
+    let (first, second) = holds.await.unwrap();
+    assert!(first.is_ok() && second.is_ok());
+    assert_eq!(pool.in_flight(), 0);
+    let (status, body) = t
+        .post(
+            "/data/v1/query/graph",
+            serde_json::json!({"entity_name": "Ada"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    t.stop().await;
+}
