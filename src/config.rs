@@ -73,6 +73,8 @@ pub struct GraphSection {
     pub call_timeout_ms: u64,
     /// Requests that may wait for a busy graph pool; more get 503 at once.
     pub queue_capacity: usize,
+    /// Most graph workers: between `workers` and this, the pool follows its load.
+    pub max_workers: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -351,6 +353,7 @@ impl Default for GraphSection {
             workers: 4,
             call_timeout_ms: 15_000,
             queue_capacity: 1024,
+            max_workers: 16,
         }
     }
 }
@@ -571,6 +574,12 @@ impl Config {
         if !(1..=256).contains(&self.graph.workers) {
             return bad("graph.workers", "must be between 1 and 256");
         }
+        if !(self.graph.workers..=1024).contains(&self.graph.max_workers) {
+            return bad(
+                "graph.max_workers",
+                "must be between graph.workers and 1024",
+            );
+        }
         if self.graph.queue_capacity > 1_000_000 {
             return bad("graph.queue_capacity", "must be between 0 and 1000000");
         }
@@ -780,6 +789,7 @@ impl Config {
             graph_workers: self.graph.workers,
             graph_call_timeout: ms(self.graph.call_timeout_ms),
             graph_queue_capacity: self.graph.queue_capacity,
+            graph_max_workers: self.graph.max_workers,
             tool_workers: self.agent.tool_workers,
             tool_timeout: ms(self.agent.tool_timeout_ms),
             providers,

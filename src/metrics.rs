@@ -151,8 +151,9 @@ impl Metrics {
             &mut out,
             "kbq_pool_workers",
             "gauge",
-            "Workers configured in each actor pool.",
+            "Workers in each actor pool now (the graph pool's size follows its load).",
         );
+        let _ = writeln!(out, "kbq_pool_workers{{pool=\"graph\"}} {}", graph.size());
         for (pool, size) in &self.pool_sizes {
             let _ = writeln!(out, "kbq_pool_workers{{pool=\"{}\"}} {size}", escape(pool));
         }

@@ -121,7 +121,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let rag_timeout = web::Data::new(crate::routes::rag::RagTimeout(
         std::time::Duration::from_millis(config.graph.call_timeout_ms),
     ));
-    let mut pool_sizes = vec![("graph".to_string(), config.graph.workers.max(1))];
+    let mut pool_sizes = Vec::new();
     for tool in kbq_tools::Toolbox::default().tools() {
         pool_sizes.push((
             format!("tool:{}", tool.name()),

@@ -161,6 +161,8 @@ pub struct GraphPool {
     in_flight: Arc<AtomicUsize>,
     /// Most requests admitted at once: workers plus queue capacity.
     admit: usize,
+    /// The pool's current size (the capacity controller changes it).
+    size: Arc<AtomicUsize>,
 }
 
 /// Gives back an admission when the call ends, however it ends.
@@ -177,13 +179,20 @@ impl GraphPool {
         factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
         timeout: Duration,
         admit: usize,
+        size: Arc<AtomicUsize>,
     ) -> Self {
         GraphPool {
             factory,
             timeout,
             in_flight: Arc::new(AtomicUsize::new(0)),
             admit: admit.max(1),
+            size,
         }
+    }
+
+    /// Workers in the pool now.
+    pub fn size(&self) -> usize {
+        self.size.load(Ordering::Acquire)
     }
 
     /// Requests running or queued now.

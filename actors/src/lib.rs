@@ -5,7 +5,8 @@
 //! RootSupervisor                      restarts any child that fails or stops
 //! ├── HealthActor                     probes providers, records live outcomes on the HealthBoard
 //! ├── ProviderActor × providers       one per configured LLM provider, retries with backon
-//! ├── graph factory                   GraphWorker × graph.workers (restarted by the factory)
+//! ├── graph factory                   GraphWorker × graph.workers..=graph.max_workers
+//! ├── CapacityController              resizes the graph pool to its queue (when elastic)
 //! ├── tool factory × 6                ToolWorker × agent.tool_workers per built-in tool
 //! └── SessionSupervisor               parent of one ChatSessionActor per chat request
 //! ```
@@ -25,6 +26,7 @@
 //! - [`root`]: the [`RootSupervisor`] and its restart policy.
 
 pub mod builtin;
+pub mod capacity;
 pub mod embedder;
 pub mod graph;
 pub mod health;
@@ -114,6 +116,8 @@ pub struct RuntimeConfig {
     pub graph_call_timeout: Duration,
     /// Requests that may wait for a graph worker; more are shed at once.
     pub graph_queue_capacity: usize,
+    /// Most graph workers; above `graph_workers`, a controller sizes the pool to its load.
+    pub graph_max_workers: usize,
     pub tool_workers: usize,
     pub tool_timeout: Duration,
     /// Providers in priority order; empty means the built-in provider alone.
@@ -129,6 +133,7 @@ impl RuntimeConfig {
             graph_workers: 4,
             graph_call_timeout: Duration::from_secs(15),
             graph_queue_capacity: 1024,
+            graph_max_workers: 4,
             tool_workers: 4,
             tool_timeout: Duration::from_secs(10),
             providers: Vec::new(),
@@ -229,12 +234,18 @@ impl Runtime {
             board: board.clone(),
         };
         let graph_slot = Arc::new(RwLock::new(None));
+        let graph_min = config.graph_workers.max(1);
+        let graph_max = config.graph_max_workers.max(graph_min);
+        let graph_size = Arc::new(std::sync::atomic::AtomicUsize::new(graph_min));
         let session_slot = Arc::new(RwLock::new(None));
         let tools = ToolPool::new(tool_slots.clone(), config.tool_timeout);
         let args = root::RootArguments {
             kb: kb.clone(),
-            graph_workers: config.graph_workers.max(1),
+            graph_workers: graph_min,
+            graph_max_workers: graph_max,
+            graph_size: graph_size.clone(),
             graph_slot: graph_slot.clone(),
+            capacity_slot: Arc::new(RwLock::new(None)),
             toolbox: toolbox.clone(),
             tool_workers: config.tool_workers.max(1),
             tool_slots,
@@ -256,7 +267,8 @@ impl Runtime {
             graph: GraphPool::new(
                 graph_slot,
                 config.graph_call_timeout,
-                config.graph_workers.max(1) + config.graph_queue_capacity,
+                graph_max + config.graph_queue_capacity,
+                graph_size,
             ),
             agent: Agent {
                 deps: Arc::new(deps),

@@ -31,7 +31,10 @@ pub(crate) struct ProviderSpec {
 pub struct RootArguments {
     pub(crate) kb: Arc<KnowledgeBase>,
     pub(crate) graph_workers: usize,
+    pub(crate) graph_max_workers: usize,
+    pub(crate) graph_size: Arc<std::sync::atomic::AtomicUsize>,
     pub(crate) graph_slot: Slot<FactoryRef<(), GraphRequest>>,
+    pub(crate) capacity_slot: Slot<ActorRef<crate::capacity::CapacityMessage>>,
     pub(crate) toolbox: Toolbox,
     pub(crate) tool_workers: usize,
     pub(crate) tool_slots: HashMap<String, ToolSlot>,
@@ -60,6 +63,7 @@ const RESTART_PAUSE: Duration = Duration::from_millis(100);
 /// Which child an actor id belongs to.
 enum Child {
     Graph,
+    Capacity,
     Tool(String),
     Provider(usize),
     Health,
@@ -75,6 +79,9 @@ impl RootState {
         let a = &self.args;
         if id_of(&a.graph_slot) == Some(id) {
             return Some(Child::Graph);
+        }
+        if id_of(&a.capacity_slot) == Some(id) {
+            return Some(Child::Capacity);
         }
         if id_of(&a.health_slot) == Some(id) {
             return Some(Child::Health);
@@ -129,6 +136,18 @@ async fn spawn_child(
             let f = graph::spawn_factory(args.kb.clone(), args.graph_workers, root).await?;
             *args.graph_slot.write() = Some(f);
         }
+        Child::Capacity => {
+            let capacity = crate::capacity::CapacityArguments {
+                factory: args.graph_slot.clone(),
+                min: args.graph_workers,
+                max: args.graph_max_workers,
+                size: args.graph_size.clone(),
+            };
+            let (c, _) =
+                Actor::spawn_linked(None, crate::capacity::CapacityController, capacity, root)
+                    .await?;
+            *args.capacity_slot.write() = Some(c);
+        }
         Child::Tool(name) => {
             let tool = args.toolbox.get(name).cloned().ok_or("unknown tool")?;
             let f = tools::spawn_factory(tool, args.tool_workers, root).await?;
@@ -172,6 +191,9 @@ impl Actor for RootSupervisor {
             spawn_child(&Child::Provider(i), &args, root.clone()).await?;
         }
         spawn_child(&Child::Graph, &args, root.clone()).await?;
+        if args.graph_max_workers > args.graph_workers {
+            spawn_child(&Child::Capacity, &args, root.clone()).await?;
+        }
         let names: Vec<String> = args.tool_slots.keys().cloned().collect();
         for name in names {
             spawn_child(&Child::Tool(name), &args, root.clone()).await?;

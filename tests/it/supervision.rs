@@ -62,6 +62,7 @@ async fn a_stopped_graph_pool_is_restarted_by_the_root_supervisor() {
 async fn a_full_graph_pool_sheds_with_503_while_probes_and_health_answer() {
     let mut config = crate::support::test_config();
     config.graph.workers = 1;
+    config.graph.max_workers = 1;
     config.graph.queue_capacity = 1;
     let t = crate::support::TestServer::start_with(
         config,
@@ -119,5 +120,73 @@ async fn a_full_graph_pool_sheds_with_503_while_probes_and_health_answer() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn the_graph_pool_grows_while_requests_queue_and_shrinks_after() {
+    let mut config = crate::support::test_config();
+    config.graph.workers = 1;
+    config.graph.max_workers = 4;
+    let t = crate::support::TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let pool = t.server().graph.clone();
+    assert_eq!(pool.size(), 1);
+    // Three requests that hold their workers: one worker runs one, two queue, then the
+    // controller adds workers until all three run.
+    let mut releases = Vec::new();
+    let mut holds = Vec::new();
+    for _ in 0..3 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        releases.push(tx);
+        let pool = pool.clone();
+        holds.push(tokio::spawn(async move { pool.hold(rx).await }));
+    }
+    let grown = crate::support::eventually(std::time::Duration::from_secs(10), || async {
+        pool.stats()
+            .await
+            .is_some_and(|s| s.active_workers == 3 && s.queue_depth == 0)
+    })
+    .await;
+    assert!(grown, "size {} stats {:?}", pool.size(), pool.stats().await);
+    assert!((3..=4).contains(&pool.size()));
+    let (_, metrics) = {
+        let res = t.http.get(t.url("/metrics")).send().await.unwrap();
+        (res.status(), res.text().await.unwrap())
+    };
+    assert!(
+        metrics.contains(&format!(
+            "kbq_pool_workers{{pool=\"graph\"}} {}",
+            pool.size()
+        )),
+        "{metrics}"
+    );
+
+    for tx in releases {
+        tx.send(()).unwrap();
+    }
+    for h in holds {
+        assert!(h.await.unwrap().is_ok());
+    }
+    // Quiet now: back to the least size.
+    assert!(
+        crate::support::eventually(std::time::Duration::from_secs(15), || async {
+            pool.size() == 1
+        })
+        .await,
+        "size {}",
+        pool.size()
+    );
+    let (status, _) = t
+        .post(
+            "/data/v1/query/graph",
+            serde_json::json!({"entity_name": "Ada"}),
+        )
+        .await;
+    assert_eq!(status, 200);
     t.stop().await;
 }
