@@ -20,6 +20,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod limits;
+pub mod load;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;

@@ -1,4 +1,4 @@
-//! The `kbq` command: `serve` (default), `import`, `reindex`, `gen`, `keys new`.
+//! The `kbq` command: `serve` (default), `import`, `reindex`, `gen`, `load`, `keys new`.
 
 use std::io::{BufReader, IsTerminal};
 use std::path::PathBuf;
@@ -70,6 +70,33 @@ enum Command {
         #[arg(long, short, default_value = "-")]
         output: PathBuf,
     },
+    /// Drive a running kbq on this machine with a weighted mix of requests and report
+    /// throughput, latency percentiles and errors per route.
+    Load {
+        /// The server, on loopback.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The API key to send (also KBQ_LOAD_KEY).
+        #[arg(long, env = "KBQ_LOAD_KEY")]
+        key: String,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Longest run, in seconds.
+        #[arg(long, default_value_t = 10)]
+        duration: u64,
+        /// Most requests in the run.
+        #[arg(long)]
+        requests: Option<u64>,
+        /// Routes and weights: traverse, search, entity, documents, rag, chat, health, livez.
+        #[arg(long, default_value = kbq::load::DEFAULT_MIX)]
+        mix: String,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -109,6 +136,59 @@ fn main() -> ExitCode {
     }) = &cli.command
     {
         return generate(*entities, *relationships, *documents, *seed, output);
+    }
+    if let Some(Command::Load {
+        url,
+        key,
+        concurrency,
+        duration,
+        requests,
+        mix,
+        seed,
+        json,
+    }) = &cli.command
+    {
+        let mix = match kbq::load::parse_mix(mix) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("kbq: --mix: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if !(1..=4096).contains(concurrency) || !(1..=86_400).contains(duration) {
+            eprintln!("kbq: --concurrency must be 1 to 4096 and --duration 1 to 86400");
+            return ExitCode::from(2);
+        }
+        let options = kbq::load::LoadOptions {
+            url: url.trim_end_matches('/').to_string(),
+            key: key.clone(),
+            concurrency: *concurrency,
+            duration: std::time::Duration::from_secs(*duration),
+            max_requests: *requests,
+            mix,
+            seed: *seed,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        return match runtime.block_on(kbq::load::run(options)) {
+            Ok(report) if *json => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("reports serialize")
+                );
+                ExitCode::SUCCESS
+            }
+            Ok(report) => {
+                println!("{}", report.table());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("kbq: load: {e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let mut config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
@@ -159,7 +239,9 @@ fn main() -> ExitCode {
             init_logs(&config);
             runtime.block_on(reindex(config))
         }
-        Command::Keys { .. } | Command::Gen { .. } => unreachable!("handled above"),
+        Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
+            unreachable!("handled above")
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod graph;
 mod import_cli;
 mod ingest;
 mod limits;
+mod load;
 mod metrics;
 mod openai;
 mod openapi;
