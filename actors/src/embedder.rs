@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
-use backon::{ExponentialBuilder, Retryable};
 use kbq_store::{Embedder, StoreError};
 use serde_json::{Value, json};
 
-use crate::provider::{ProviderError, classify, plain_http, with_retry_after};
+use crate::provider::{ProviderError, classify, plain_http, with_retries, with_retry_after};
 
 /// What an [`OpenAiEmbedder`] is built from.
 #[derive(Debug, Clone)]
@@ -112,21 +111,12 @@ impl OpenAiEmbedder {
     ) -> kbq_store::Result<Vec<Vec<f32>>> {
         let mut out = Vec::with_capacity(texts.len());
         for batch in texts.chunks(self.config.batch_size.max(1)) {
-            let backoff = ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(100))
-                .with_max_delay(Duration::from_secs(2))
-                .with_max_times(self.config.max_retries)
-                .with_jitter();
-            let vectors = (|| self.attempt(batch, dimensions))
-                .retry(backoff)
-                .when(ProviderError::is_transient)
-                .adjust(|e, delay| match e {
-                    ProviderError::Transient {
-                        retry_after: Some(after),
-                        ..
-                    } => delay.map(|_| after.to_owned()),
-                    _ => delay,
-                })
+            let retry = crate::RetryPolicy {
+                max_retries: self.config.max_retries,
+                min_delay: Duration::from_millis(100),
+                max_delay: Duration::from_secs(2),
+            };
+            let vectors = with_retries(|| self.attempt(batch, dimensions), retry)
                 .await
                 .map_err(|e| match e {
                     ProviderError::Transient { message, .. } => StoreError::Unavailable(format!(

@@ -301,6 +301,33 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
 }
 
+/// Runs `attempt` until it succeeds, fails permanently, or `retry` is spent: jittered
+/// exponential backoff, or the `Retry-After` a transient failure carries.
+pub(crate) async fn with_retries<T, Fut>(
+    attempt: impl FnMut() -> Fut,
+    retry: RetryPolicy,
+) -> Result<T, ProviderError>
+where
+    Fut: Future<Output = Result<T, ProviderError>>,
+{
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(retry.min_delay)
+        .with_max_delay(retry.max_delay)
+        .with_max_times(retry.max_retries)
+        .with_jitter();
+    attempt
+        .retry(backoff)
+        .when(ProviderError::is_transient)
+        .adjust(|e, delay| match e {
+            ProviderError::Transient {
+                retry_after: Some(after),
+                ..
+            } => delay.map(|_| after.to_owned()),
+            _ => delay,
+        })
+        .await
+}
+
 /// What a ProviderActor is built from.
 pub struct ProviderArguments {
     pub name: String,
@@ -385,22 +412,7 @@ impl Actor for ProviderActor {
                         report(&health, outcome);
                         result
                     };
-                    let backoff = ExponentialBuilder::default()
-                        .with_min_delay(retry.min_delay)
-                        .with_max_delay(retry.max_delay)
-                        .with_max_times(retry.max_retries)
-                        .with_jitter();
-                    let work = attempt
-                        .retry(backoff)
-                        .when(ProviderError::is_transient)
-                        .adjust(|e, delay| match e {
-                            // Honour the provider's Retry-After when it says one.
-                            ProviderError::Transient {
-                                retry_after: Some(after),
-                                ..
-                            } => delay.map(|_| after.to_owned()),
-                            _ => delay,
-                        });
+                    let work = with_retries(attempt, retry);
                     // A requester that went away (a cancelled session) stops the attempt in
                     // flight and every retry after it.
                     tokio::select! {

@@ -110,6 +110,16 @@ async fn an_openai_compatible_embedder_serves_documents_queries_and_the_api() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["results"][0]["source_id"], "z", "{body}");
     assert!(body["results"][0]["score"].as_f64().unwrap() > 0.99);
+
+    // An embedder that is down is retried (twice by default), then the request gets 503.
+    llm.set_down(true);
+    let before = llm.embedding_requests().len();
+    let (status, err) = t
+        .post("/v1/embeddings", json!({"model": MODEL, "input": "zebra"}))
+        .await;
+    assert_eq!(status, 503, "{err}");
+    assert_error(&err, "service_unavailable", None);
+    assert_eq!(llm.embedding_requests().len(), before + 3);
     t.stop().await;
     llm.stop().await;
 }
