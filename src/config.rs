@@ -96,6 +96,8 @@ pub struct AgentSection {
     pub tool_workers: usize,
     /// Longest wait for one tool call.
     pub tool_timeout_ms: u64,
+    /// Calls that may wait for each tool's workers; more fail at once.
+    pub tool_queue_capacity: usize,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -369,6 +371,7 @@ impl Default for AgentSection {
             max_tokens_limit: 4096,
             tool_workers: 4,
             tool_timeout_ms: 10_000,
+            tool_queue_capacity: 256,
         }
     }
 }
@@ -579,6 +582,9 @@ impl Config {
                 "graph.max_workers",
                 "must be between graph.workers and 1024",
             );
+        }
+        if self.agent.tool_queue_capacity > 1_000_000 {
+            return bad("agent.tool_queue_capacity", "must be between 0 and 1000000");
         }
         if self.graph.queue_capacity > 1_000_000 {
             return bad("graph.queue_capacity", "must be between 0 and 1000000");
@@ -792,6 +798,7 @@ impl Config {
             graph_max_workers: self.graph.max_workers,
             tool_workers: self.agent.tool_workers,
             tool_timeout: ms(self.agent.tool_timeout_ms),
+            tool_queue_capacity: self.agent.tool_queue_capacity,
             providers,
             health: kbq_actors::HealthPolicy {
                 probe_interval: ms(self.health.probe_interval_ms),

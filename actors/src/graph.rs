@@ -165,15 +165,6 @@ pub struct GraphPool {
     size: Arc<AtomicUsize>,
 }
 
-/// Gives back an admission when the call ends, however it ends.
-struct Admitted(Arc<AtomicUsize>);
-
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 impl GraphPool {
     pub(crate) fn new(
         factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
@@ -265,11 +256,8 @@ impl GraphPool {
             return Err(GraphError::NotRunning("restarting".into()));
         };
         // Shed instead of queueing without bound: a full pool answers at once.
-        let before = self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let _admitted = Admitted(self.in_flight.clone());
-        if before >= self.admit {
-            return Err(GraphError::Overloaded(before));
-        }
+        let _admitted =
+            crate::Admission::take(&self.in_flight, self.admit).map_err(GraphError::Overloaded)?;
         match factory.call_job((), build, Some(self.timeout)).await {
             Ok(CallResult::Success(answer)) => Ok(answer?),
             Ok(CallResult::Timeout) => Err(GraphError::Timeout(self.timeout)),

@@ -54,6 +54,31 @@ pub use session::{
 };
 pub use tools::ToolPool;
 
+/// One admitted request of a bounded pool; the place is given back when it drops.
+pub(crate) struct Admission(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Admission {
+    /// Takes a place if fewer than `limit` are taken; else says how many are.
+    pub(crate) fn take(
+        counter: &Arc<std::sync::atomic::AtomicUsize>,
+        limit: usize,
+    ) -> Result<Admission, usize> {
+        use std::sync::atomic::Ordering;
+        let before = counter.fetch_add(1, Ordering::AcqRel);
+        let admission = Admission(counter.clone());
+        if before >= limit {
+            return Err(before);
+        }
+        Ok(admission)
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// A worker pool's state as its factory reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
@@ -120,6 +145,8 @@ pub struct RuntimeConfig {
     pub graph_max_workers: usize,
     pub tool_workers: usize,
     pub tool_timeout: Duration,
+    /// Calls that may wait for each tool's workers; more fail at once (the model sees why).
+    pub tool_queue_capacity: usize,
     /// Providers in priority order; empty means the built-in provider alone.
     pub providers: Vec<ProviderConfig>,
     pub health: HealthPolicy,
@@ -136,6 +163,7 @@ impl RuntimeConfig {
             graph_max_workers: 4,
             tool_workers: 4,
             tool_timeout: Duration::from_secs(10),
+            tool_queue_capacity: 256,
             providers: Vec::new(),
             health: HealthPolicy {
                 probe_interval: Duration::from_secs(5),
@@ -238,7 +266,11 @@ impl Runtime {
         let graph_max = config.graph_max_workers.max(graph_min);
         let graph_size = Arc::new(std::sync::atomic::AtomicUsize::new(graph_min));
         let session_slot = Arc::new(RwLock::new(None));
-        let tools = ToolPool::new(tool_slots.clone(), config.tool_timeout);
+        let tools = ToolPool::new(
+            tool_slots.clone(),
+            config.tool_timeout,
+            config.tool_workers.max(1) + config.tool_queue_capacity,
+        );
         let args = root::RootArguments {
             kb: kb.clone(),
             graph_workers: graph_min,

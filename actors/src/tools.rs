@@ -26,6 +26,9 @@ pub enum ToolJob {
     /// Panic inside the worker: only for tests of supervision.
     #[cfg(feature = "fault-injection")]
     Panic,
+    /// Hold the worker until the sender sends or is dropped: only for tests of load.
+    #[cfg(feature = "fault-injection")]
+    Hold(tokio::sync::oneshot::Receiver<()>, RpcReplyPort<()>),
 }
 
 /// A worker that runs one tool.
@@ -59,6 +62,11 @@ impl Worker for ToolWorker {
             }
             #[cfg(feature = "fault-injection")]
             ToolJob::Panic => panic!("tool worker panicked on request (fault injection)"),
+            #[cfg(feature = "fault-injection")]
+            ToolJob::Hold(release, reply) => {
+                let _ = release.await;
+                let _ = reply.send(());
+            }
         }
         Ok(key)
     }
@@ -97,13 +105,20 @@ pub(crate) type ToolSlot = Arc<RwLock<Option<FactoryRef<(), ToolJob>>>>;
 pub struct ToolPool {
     pub(crate) slots: Arc<HashMap<String, ToolSlot>>,
     timeout: Duration,
+    /// Calls admitted and not yet answered, per tool.
+    in_flight: Arc<HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
+    /// Most calls admitted at once per tool: workers plus queue capacity.
+    admit: usize,
 }
 
 impl ToolPool {
-    pub(crate) fn new(slots: HashMap<String, ToolSlot>, timeout: Duration) -> Self {
+    pub(crate) fn new(slots: HashMap<String, ToolSlot>, timeout: Duration, admit: usize) -> Self {
+        let in_flight = slots.keys().map(|k| (k.clone(), Arc::default())).collect();
         ToolPool {
             slots: Arc::new(slots),
             timeout,
+            in_flight: Arc::new(in_flight),
+            admit: admit.max(1),
         }
     }
 
@@ -124,6 +139,46 @@ impl ToolPool {
         out
     }
 
+    /// Bounded like the graph pool: a full tool pool fails the call at once.
+    fn admit(&self, name: &str) -> Result<Option<crate::Admission>, ToolError> {
+        match self.in_flight.get(name) {
+            Some(counter) => crate::Admission::take(counter, self.admit)
+                .map(Some)
+                .map_err(|n| {
+                    ToolError::Failed(format!(
+                        "{name} is busy: {n} calls are already running or queued; try again later"
+                    ))
+                }),
+            None => Ok(None),
+        }
+    }
+
+    /// Holds one worker of `name` until `release` sends or is dropped, as a call would (it
+    /// takes a place in the pool). Only for tests of load.
+    #[cfg(feature = "fault-injection")]
+    pub async fn hold(
+        &self,
+        name: &str,
+        release: tokio::sync::oneshot::Receiver<()>,
+    ) -> Result<(), ToolError> {
+        let Some(factory) = self.slots.get(name).and_then(|s| s.read().clone()) else {
+            return Err(ToolError::UnknownTool(name.to_string()));
+        };
+        let _admitted = self.admit(name)?;
+        factory
+            .call_job((), |reply| ToolJob::Hold(release, reply), None)
+            .await
+            .map(|_| ())
+            .map_err(|e| ToolError::Failed(e.to_string()))
+    }
+
+    /// Calls of `name` running or queued now.
+    pub fn in_flight(&self, name: &str) -> usize {
+        self.in_flight
+            .get(name)
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::Acquire))
+    }
+
     /// Runs `name` and returns its result, or the error result the model should see.
     pub async fn call(
         &self,
@@ -134,6 +189,7 @@ impl ToolPool {
         let Some(factory) = self.slots.get(name).and_then(|s| s.read().clone()) else {
             return Err(ToolError::UnknownTool(name.to_string()));
         };
+        let _admitted = self.admit(name)?;
         let ctx = Box::new(ctx.clone());
         match factory
             .call_job(

@@ -190,3 +190,62 @@ async fn the_graph_pool_grows_while_requests_queue_and_shrinks_after() {
     assert_eq!(status, 200);
     t.stop().await;
 }
+
+#[tokio::test]
+async fn a_full_tool_pool_fails_the_call_at_once_and_the_model_sees_why() {
+    let mut config = crate::support::test_config();
+    config.store.load_demo = true;
+    config.agent.tool_workers = 1;
+    config.agent.tool_queue_capacity = 0;
+    let t = crate::support::TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        false,
+    )
+    .await;
+    let tools = t.server().agent.tools().clone();
+    let (release, held) = tokio::sync::oneshot::channel();
+    let hold = {
+        let tools = tools.clone();
+        tokio::spawn(async move { tools.hold("HybridSearchTool", held).await })
+    };
+    assert!(
+        crate::support::eventually(std::time::Duration::from_secs(10), || async {
+            tools.in_flight("HybridSearchTool") == 1
+        })
+        .await
+    );
+    // The built-in provider calls KnowledgeGraphTool and HybridSearchTool: the first
+    // answers, the second is refused at once rather than queued behind the held worker.
+    let (status, body) = t
+        .post(
+            "/v1/agent/chat",
+            serde_json::json!({"message": "Who influenced Alan Turing?"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let calls = body["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["tool"], "KnowledgeGraphTool");
+    assert!(calls[0]["result"].get("error").is_none(), "{body}");
+    assert_eq!(calls[1]["tool"], "HybridSearchTool");
+    assert!(
+        calls[1]["result"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("busy"),
+        "{body}"
+    );
+    release.send(()).unwrap();
+    assert!(hold.await.unwrap().is_ok());
+    let (_, body) = t
+        .post(
+            "/v1/agent/chat",
+            serde_json::json!({"message": "Who influenced Alan Turing?"}),
+        )
+        .await;
+    assert!(
+        body["tool_calls"][1]["result"].get("error").is_none(),
+        "{body}"
+    );
+    t.stop().await;
+}
