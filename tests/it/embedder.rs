@@ -8,7 +8,7 @@ use kbq::versions::SystemClock;
 use serde_json::{Value, json};
 
 use crate::scripted::{EMBEDDING_DIMENSION, ScriptedLlm};
-use crate::support::{TestServer, assert_error, test_config};
+use crate::support::{TestServer, assert_error, kbq_cli, test_config};
 
 const MODEL: &str = "scripted-embed";
 
@@ -124,15 +124,6 @@ async fn an_openai_compatible_embedder_serves_documents_queries_and_the_api() {
     llm.stop().await;
 }
 
-async fn kbq(args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .args(args)
-        .env_remove("KBQ_CONFIG")
-        .output()
-        .await
-        .expect("kbq runs")
-}
-
 #[tokio::test]
 async fn reindex_moves_a_store_to_another_embedder() {
     let llm = ScriptedLlm::start().await;
@@ -154,7 +145,7 @@ async fn reindex_moves_a_store_to_another_embedder() {
     let openai = openai.to_str().unwrap();
 
     // Written with the built-in embedder.
-    let out = kbq(&["import", "--store", &store, fixture.to_str().unwrap()]).await;
+    let out = kbq_cli(&["import", "--store", &store, fixture.to_str().unwrap()]).await;
     assert!(
         out.status.success(),
         "{}",
@@ -162,7 +153,7 @@ async fn reindex_moves_a_store_to_another_embedder() {
     );
 
     // Another embedder may not use the store before it is reindexed.
-    let out = kbq(&[
+    let out = kbq_cli(&[
         "import",
         "--config",
         openai,
@@ -179,7 +170,7 @@ async fn reindex_moves_a_store_to_another_embedder() {
     );
     assert!(llm.embedding_requests().is_empty());
 
-    let out = kbq(&["reindex", "--config", openai, "--store", &store]).await;
+    let out = kbq_cli(&["reindex", "--config", openai, "--store", &store]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -200,7 +191,7 @@ async fn reindex_moves_a_store_to_another_embedder() {
     assert_eq!(inputs, 3);
 
     // The store now refuses the old embedder, and serves with the new one.
-    let out = kbq(&["import", "--store", &store, empty.to_str().unwrap()]).await;
+    let out = kbq_cli(&["import", "--store", &store, empty.to_str().unwrap()]).await;
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(MODEL), "{err}");

@@ -3,16 +3,10 @@
 
 use serde_json::Value;
 
-use crate::support::{KEY, TestServer};
+use crate::support::{KEY, TestServer, kbq_cli};
 
 async fn kbq_load(args: &[&str]) -> std::process::Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .arg("load")
-        .args(args)
-        .env_remove("KBQ_CONFIG")
-        .output()
-        .await
-        .expect("kbq runs")
+    kbq_cli(&[&["load"], args].concat()).await
 }
 
 #[tokio::test]

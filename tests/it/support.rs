@@ -224,3 +224,14 @@ pub fn store_routes() -> Vec<(Method, &'static str, Option<Value>)> {
         ),
     ]
 }
+
+/// Runs the `kbq` binary with `args` (no `KBQ_CONFIG` from the environment), without
+/// blocking the runtime, so servers in this test keep answering it.
+pub async fn kbq_cli(args: &[&str]) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(args)
+        .env_remove("KBQ_CONFIG")
+        .output()
+        .await
+        .expect("kbq runs")
+}
