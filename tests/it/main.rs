@@ -18,6 +18,7 @@ mod openapi;
 mod probes;
 mod python_compat;
 mod rag;
+mod remote;
 mod scopes;
 pub mod scripted;
 mod scripted_server;

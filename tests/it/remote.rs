@@ -1,0 +1,170 @@
+//! kbq on a real SurrealDB server over `ws://`. These tests need the server binary that
+//! `scripts/surrealdb-server` builds (once, several minutes), so they are ignored by default:
+//!
+//! ```sh
+//! KBQ_SURREALDB_SERVER=$(scripts/surrealdb-server) cargo test --workspace --test it -- --ignored remote
+//! ```
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kbq::config::Config;
+use kbq::versions::SystemClock;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support::{TestServer, eventually, test_config};
+
+/// A SurrealDB server on a loopback port, killed when dropped.
+struct SurrealServer {
+    child: Child,
+    port: u16,
+}
+
+impl SurrealServer {
+    /// Starts the server on `port` (0: a free one) with `storage` (`memory` or
+    /// `surrealkv://PATH`), and waits until it accepts connections.
+    async fn start(port: u16, storage: &str) -> SurrealServer {
+        let bin = std::env::var("KBQ_SURREALDB_SERVER")
+            .expect("KBQ_SURREALDB_SERVER names the binary scripts/surrealdb-server prints");
+        let port = if port == 0 {
+            TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        } else {
+            port
+        };
+        let child = Command::new(Path::new(&bin))
+            .args([
+                "start",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--user",
+                "root",
+                "--pass",
+                "root",
+                "--log",
+                "warn",
+                storage,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the SurrealDB server starts");
+        let up = eventually(Duration::from_secs(30), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        assert!(up, "the SurrealDB server did not listen on {port}");
+        SurrealServer { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SurrealServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn remote_config(db: &SurrealServer, graph_index: bool) -> Config {
+    let mut c = test_config();
+    c.store.url = db.url();
+    c.store.username = Some("root".into());
+    c.store.password = Some("root".into());
+    c.store.graph_index = graph_index;
+    c
+}
+
+/// The graph API's answers to a fixed set of requests.
+async fn answers(t: &TestServer) -> Vec<Value> {
+    let mut out = Vec::new();
+    for (method, path, body) in crate::support::store_routes() {
+        let (status, _, body) = t.call(method, path, body).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        out.push(body);
+    }
+    let (status, _, body) = t
+        .call(
+            Method::POST,
+            "/data/v1/query/graph",
+            Some(json!({"entity_name": "Ada", "depth": 3, "direction": "out"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    out.push(body);
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs KBQ_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_graph_api_answers_as_the_embedded_store_does() {
+    let embedded = TestServer::start().await;
+    let want = answers(&embedded).await;
+    embedded.stop().await;
+    for graph_index in [true, false] {
+        let db = SurrealServer::start(0, "memory").await;
+        let t =
+            TestServer::start_with(remote_config(&db, graph_index), Arc::new(SystemClock), true)
+                .await;
+        let got = answers(&t).await;
+        assert_eq!(got, want, "graph_index = {graph_index}");
+        t.stop().await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs KBQ_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = format!("surrealkv://{}", dir.path().join("db").display());
+    let mut db = SurrealServer::start(0, &storage).await;
+    let port = db.port;
+    // Graph queries go to SurrealDB, so an outage shows on them as well as on /readyz.
+    let t = TestServer::start_with(remote_config(&db, false), Arc::new(SystemClock), true).await;
+    let traverse = || async {
+        t.call(
+            Method::POST,
+            "/data/v1/query/graph",
+            Some(json!({"entity_name": "Ada"})),
+        )
+        .await
+    };
+    assert_eq!(traverse().await.0, 200);
+
+    db.stop();
+    let down = eventually(Duration::from_secs(30), || async {
+        traverse().await.0 == 503
+            && t.http.get(t.url("/readyz")).send().await.unwrap().status() == 503
+    })
+    .await;
+    assert!(down, "no 503 while the server was down");
+    let (_, _, body) = traverse().await;
+    crate::support::assert_error(&body, "service_unavailable", None);
+
+    let _db = SurrealServer::start(port, &storage).await;
+    let back = eventually(Duration::from_secs(60), || async {
+        t.http.get(t.url("/readyz")).send().await.unwrap().status() == 200
+            && traverse().await.0 == 200
+    })
+    .await;
+    assert!(back, "kbq did not recover when the server came back");
+    let (_, _, body) = traverse().await;
+    assert!(body["total_entities"].as_u64().unwrap() > 1, "{body}");
+    t.stop().await;
+}
