@@ -98,6 +98,8 @@ pub struct AgentSection {
     pub tool_timeout_ms: u64,
     /// Calls that may wait for each tool's workers; more fail at once.
     pub tool_queue_capacity: usize,
+    /// Most chat sessions running at once; one more gets 503.
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -372,6 +374,7 @@ impl Default for AgentSection {
             tool_workers: 4,
             tool_timeout_ms: 10_000,
             tool_queue_capacity: 256,
+            max_sessions: 1024,
         }
     }
 }
@@ -498,6 +501,7 @@ impl Config {
             ),
             ("agent.tool_workers", a.tool_workers as u64, 1, 256),
             ("agent.tool_timeout_ms", a.tool_timeout_ms, 1, 600_000),
+            ("agent.max_sessions", a.max_sessions as u64, 1, 1_000_000),
             (
                 "health.probe_interval_ms",
                 self.health.probe_interval_ms,
@@ -810,6 +814,7 @@ impl Config {
                 max_steps: self.agent.max_steps,
                 max_wall: ms(self.agent.max_wall_ms),
                 provider_timeout,
+                max_sessions: self.agent.max_sessions,
             },
         }
     }

@@ -175,6 +175,7 @@ impl RuntimeConfig {
                 max_steps: 8,
                 max_wall: Duration::from_secs(60),
                 provider_timeout: Duration::from_secs(90),
+                max_sessions: 1024,
             },
         }
     }
@@ -294,6 +295,7 @@ impl Runtime {
             tools,
             router,
             limits: config.session,
+            running: Arc::default(),
         };
         Ok(Runtime {
             graph: GraphPool::new(

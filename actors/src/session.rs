@@ -88,6 +88,9 @@ pub enum AgentError {
     /// The session stopped without answering (it crashed, or the runtime is stopping).
     #[error("the chat session stopped before answering: {0}")]
     SessionLost(String),
+    /// `max_sessions` sessions are running: the request was not started.
+    #[error("the agent is busy: {0} chat sessions are already running")]
+    Overloaded(usize),
 }
 
 /// Caps on one session.
@@ -97,6 +100,8 @@ pub struct SessionLimits {
     pub max_wall: Duration,
     /// Longest wait for one provider (its retries included) before falling back.
     pub provider_timeout: Duration,
+    /// Most sessions running at once; one more is refused at once.
+    pub max_sessions: usize,
 }
 
 pub(crate) type ProviderSlot = Arc<RwLock<Option<ActorRef<ProviderMessage>>>>;
@@ -181,6 +186,8 @@ pub struct SessionDeps {
     pub tools: ToolPool,
     pub router: ProviderRouter,
     pub limits: SessionLimits,
+    /// Sessions running now.
+    pub(crate) running: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The edge's handle on the agent runtime.
@@ -249,6 +256,9 @@ impl Agent {
         if self.deps.router.board.available().is_empty() {
             return Err(AgentError::NoProvider);
         }
+        let _running =
+            crate::Admission::take(&self.deps.running, self.deps.limits.max_sessions.max(1))
+                .map_err(AgentError::Overloaded)?;
         let supervisor = self
             .supervisor
             .read()

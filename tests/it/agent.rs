@@ -632,3 +632,56 @@ async fn kbq_is_the_only_layer_that_retries_and_it_honours_retry_after() {
     llm.stop().await;
     llm2.stop().await;
 }
+
+#[tokio::test]
+async fn chats_beyond_max_sessions_get_503_at_once() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("slow", &llm, 0, 10_000)]);
+    config.agent.max_sessions = 1;
+    let t = start(config).await;
+    llm.push(Step::Delay(
+        Duration::from_millis(800),
+        Box::new(Step::Answer("first".into())),
+    ));
+    let first = {
+        let (http, url) = (t.http.clone(), t.url(CHAT));
+        tokio::spawn(async move {
+            let res = http
+                .post(url)
+                .bearer_auth(KEY)
+                .json(&json!({"message": "one"}))
+                .send()
+                .await
+                .unwrap();
+            (res.status(), res.json::<Value>().await.unwrap())
+        })
+    };
+    // The first session is running once the provider has its request.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            llm.requests().len() == 1
+        })
+        .await
+    );
+    let (status, headers, body) = t
+        .call(reqwest::Method::POST, CHAT, Some(json!({"message": "two"})))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_error(&body, "service_unavailable", None);
+    assert!(body["error"]["message"].as_str().unwrap().contains("busy"));
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "the refused chat reached no provider"
+    );
+
+    let (status, body) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"], "first");
+    llm.push(Step::Answer("again".into()));
+    let (status, body) = t.post(CHAT, json!({"message": "three"})).await;
+    assert_eq!(status, 200, "{body}");
+    t.stop().await;
+    llm.stop().await;
+}
