@@ -64,12 +64,7 @@ async fn a_full_graph_pool_sheds_with_503_while_probes_and_health_answer() {
     config.graph.workers = 1;
     config.graph.max_workers = 1;
     config.graph.queue_capacity = 1;
-    let t = crate::support::TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = crate::agent::start(config).await;
     let pool = t.server().graph.clone();
     // One request holds the worker, one waits in the queue: the pool is full.
     let (release_running, running) = tokio::sync::oneshot::channel();
@@ -128,12 +123,7 @@ async fn the_graph_pool_grows_while_requests_queue_and_shrinks_after() {
     let mut config = crate::support::test_config();
     config.graph.workers = 1;
     config.graph.max_workers = 4;
-    let t = crate::support::TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = crate::agent::start(config).await;
     let pool = t.server().graph.clone();
     assert_eq!(pool.size(), 1);
     // Three requests that hold their workers: one worker runs one, two queue, then the
