@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use kbq_store::generate::Rng;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -133,21 +134,6 @@ impl LoadReport {
     }
 }
 
-/// xorshift64*, so a seed gives the same sequence of routes and arguments.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 struct Sample {
     route: usize,
     status: Option<u16>,
@@ -210,16 +196,7 @@ fn request(
             .header("content-type", "application/json")
             .body(body.to_string())
     };
-    let encoded: String = entity
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
+    let encoded = percent_encoding::utf8_percent_encode(entity, percent_encoding::NON_ALPHANUMERIC);
     match route {
         "traverse" => post(
             "/data/v1/query/graph",
@@ -268,14 +245,15 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
     for worker in 0..o.concurrency.max(1) {
         let (http, o, names, issued) = (http.clone(), o.clone(), names.clone(), issued.clone());
         tasks.push(tokio::spawn(async move {
-            let mut rng = Rng((o.seed ^ (worker as u64 + 1).wrapping_mul(0x9E37_79B9)) | 1);
+            // The generator of `kbq gen`: a seed gives the same routes and arguments.
+            let mut rng = Rng::new(o.seed ^ (worker as u64 + 1));
             let mut samples = Vec::new();
             while Instant::now() < deadline {
                 let n = issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if o.max_requests.is_some_and(|max| n >= max) {
                     break;
                 }
-                let mut pick = (rng.next() % u64::from(total_weight)) as u32;
+                let mut pick = (rng.next_u64() % u64::from(total_weight)) as u32;
                 let route = o
                     .mix
                     .iter()

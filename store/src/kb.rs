@@ -260,7 +260,7 @@ impl KnowledgeBase {
         for chunk in docs.chunks(INSERT_ROWS) {
             let texts: Vec<String> = chunk
                 .iter()
-                .map(|d| format!("{}\n{}", d.title, d.content))
+                .map(|d| crate::model::embedding_text(&d.title, &d.content))
                 .collect();
             let vectors = self.embedder.embed(&texts).await?;
             let rows: Vec<Value> = chunk

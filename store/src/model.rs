@@ -237,8 +237,14 @@ impl NewDocument {
     }
     /// The text that is embedded for similarity search.
     pub fn embedding_text(&self) -> String {
-        format!("{}\n{}", self.title, self.content)
+        embedding_text(&self.title, &self.content)
     }
+}
+
+/// What a document's vector is computed from: its title, a newline, its content. Import
+/// and `KnowledgeBase::reembed` both use it, so their vectors agree.
+pub fn embedding_text(title: &str, content: &str) -> String {
+    format!("{title}\n{content}")
 }
 
 impl Record {
