@@ -65,6 +65,16 @@ pub const WRITE_BATCH: usize = 1000;
 /// statement's size: 100 rows wrote entities three times as fast as 1000 (docs/benchmarks.md).
 const INSERT_ROWS: usize = 100;
 
+/// How many INSERT statements of one batch are written at once (see
+/// [`KnowledgeBase::insert_pipelined`]).
+const WRITERS: usize = 2;
+
+/// The vector index's rows: every document's, or those of the documents in `$ids`.
+const VECTORS_OF_TABLE: &str =
+    "SELECT meta::id(id) AS id, embedding, source, content_type, entity_name FROM type::table($t)";
+const VECTORS_OF_IDS: &str =
+    "SELECT meta::id(id) AS id, embedding, source, content_type, entity_name FROM $ids";
+
 /// What [`KnowledgeBase::delete_entity`] did.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -85,7 +95,7 @@ pub struct Counts {
 }
 
 pub(crate) struct Connected {
-    db: Surreal<Any>,
+    pub(crate) db: Surreal<Any>,
 }
 
 pub struct KnowledgeBase {
@@ -206,35 +216,64 @@ impl KnowledgeBase {
             .map_err(unavailable)?;
         let c = Connected { db };
         self.define_schema(&c).await?;
-        if let Some(index) = &self.index {
-            let entities: Vec<Entity> = self
-                .run_on(
-                    &c,
-                    "SELECT name, entity_type, properties, '' AS id FROM type::table($t)",
-                    obj([("t", table::ENTITY.into_value())]),
-                )
-                .await?;
-            let rels: Vec<Relationship> = self
-                .run_on(
-                    &c,
-                    "SELECT source_name, target_name, relationship_type, properties FROM type::table($t)",
-                    obj([("t", table::RELATES.into_value())]),
-                )
-                .await?;
-            let started = Instant::now();
-            let built = GraphIndex::build(entities, rels);
-            tracing::info!(
-                entities = built.entity_count(),
-                relationships = built.relationship_count(),
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "graph index built"
-            );
-            *index.write() = built;
-        }
+        self.load_graph_index(&c).await?;
         if !self.adopt_embedder {
             self.load_vectors(&c).await?;
         }
         Ok(c)
+    }
+
+    /// Rebuilds the graph index (when there is one) from the entities and relationships
+    /// SurrealDB holds.
+    async fn load_graph_index(&self, c: &Connected) -> Result<()> {
+        let Some(index) = &self.index else {
+            return Ok(());
+        };
+        let entities: Vec<Entity> = self
+            .run_on(
+                c,
+                "SELECT name, entity_type, properties, '' AS id FROM type::table($t)",
+                obj([("t", table::ENTITY.into_value())]),
+            )
+            .await?;
+        let rels: Vec<Relationship> = self
+            .run_on(
+                c,
+                "SELECT source_name, target_name, relationship_type, properties FROM type::table($t)",
+                obj([("t", table::RELATES.into_value())]),
+            )
+            .await?;
+        let started = Instant::now();
+        let built = GraphIndex::build(entities, rels);
+        tracing::info!(
+            entities = built.entity_count(),
+            relationships = built.relationship_count(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "graph index built"
+        );
+        *index.write() = built;
+        self.bump_generation();
+        Ok(())
+    }
+
+    /// Rebuilds the graph and vector indexes from the database: after a time in which writes
+    /// made elsewhere may have been missed (see [`follow_changes`](Self::follow_changes)).
+    pub(crate) async fn reload_indexes(&self) -> Result<()> {
+        let c = self.connection().await?;
+        self.load_graph_index(&c).await?;
+        if !self.adopt_embedder {
+            self.load_vectors(&c).await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn graph_index(&self) -> Option<&RwLock<GraphIndex>> {
+        self.index.as_ref()
+    }
+
+    pub(crate) fn bump_generation(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Embeds every document again with this knowledge base's embedder, then records that
@@ -383,14 +422,7 @@ impl KnowledgeBase {
         sql: &str,
         vars: Object,
     ) -> Result<surrealdb::IndexedResults> {
-        match tokio::time::timeout(self.config.query_timeout, c.db.query(sql).bind(vars)).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no answer within {:?}",
-                self.config.query_timeout
-            ))),
-        }
+        query_on(&c.db, sql, vars, self.config.query_timeout).await
     }
 
     pub(crate) async fn run<T: DeserializeOwned>(&self, sql: &str, vars: Object) -> Result<Vec<T>> {
@@ -466,8 +498,7 @@ impl KnowledgeBase {
                         index.upsert_entity(e);
                     }
                 }
-                self.generation
-                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+                self.bump_generation();
             },
         )
         .await
@@ -512,12 +543,14 @@ impl KnowledgeBase {
     }
 
     /// Writes `items` in INSERT statements of [`INSERT_ROWS`] rows: `sql` binds them as
-    /// `$rows`. SurrealDB's embedded engine writes on one thread, so the next statement's rows
-    /// are built (by `build`, on another worker) while SurrealDB writes this one; `written`
-    /// gets what `build` returned beside the rows once their statement has succeeded.
+    /// `$rows`. Up to [`WRITERS`] statements are in flight at once, each built (by `build`)
+    /// and written on a task of its own: SurrealDB's embedded engine runs a statement inside
+    /// the future that awaits it, so statements awaited by one task would take turns on one
+    /// thread. `written` gets what `build` returned beside the rows, in the order of `items`,
+    /// once their statement has succeeded.
     async fn insert_pipelined<T, X, F, Fut>(
         &self,
-        sql: &str,
+        sql: &'static str,
         items: &[T],
         build: F,
         mut written: impl FnMut(X),
@@ -528,18 +561,34 @@ impl KnowledgeBase {
         F: Fn(Vec<T>) -> Fut,
         Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
     {
+        let c = self.connection().await?;
         let mut chunks = items.chunks(INSERT_ROWS);
-        let spawn = |chunk: Option<&[T]>| chunk.map(|c| tokio::spawn(build(c.to_vec())));
-        let mut next = spawn(chunks.next());
-        while let Some(task) = next.take() {
-            let (rows, extra) = task
-                .await
-                .map_err(|e| StoreError::Query(format!("preparing rows failed: {e}")))??;
-            next = spawn(chunks.next());
-            self.exec(sql, obj([("rows", rows.into_value())])).await?;
-            written(extra);
+        let mut in_flight = std::collections::VecDeque::new();
+        loop {
+            while in_flight.len() < WRITERS {
+                let Some(chunk) = chunks.next() else { break };
+                let rows = build(chunk.to_vec());
+                let db = c.db.clone();
+                let timeout = self.config.query_timeout;
+                in_flight.push_back(AbortOnDrop(tokio::spawn(async move {
+                    let (rows, extra) = rows.await?;
+                    let vars = obj([("rows", rows.into_value())]);
+                    query_on(&db, sql, vars, timeout)
+                        .await?
+                        .check()
+                        .map_err(|e| StoreError::Query(e.to_string()))?;
+                    Ok::<X, StoreError>(extra)
+                })));
+            }
+            let Some(mut task) = in_flight.pop_front() else {
+                return Ok(());
+            };
+            match (&mut task.0).await {
+                Ok(Ok(extra)) => written(extra),
+                Ok(Err(e)) => return Err(e),
+                Err(e) => return Err(StoreError::Query(format!("writing rows failed: {e}"))),
+            }
         }
-        Ok(())
     }
 
     /// Deletes an entity, every relationship touching it, and the link of its documents to it
@@ -602,8 +651,7 @@ impl KnowledgeBase {
                 vectors.set_entity(key, None);
             }
         }
-        self.generation
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.bump_generation();
         Ok(EntityDeletion {
             deleted: true,
             relationships: edges.len(),
@@ -647,34 +695,20 @@ impl KnowledgeBase {
     /// Rebuilds the vector index from the embeddings SurrealDB holds.
     async fn load_vectors(&self, c: &Connected) -> Result<()> {
         let started = Instant::now();
-        let mut resp = self
-            .send(
+        let entries = self
+            .vector_entries_on(
                 c,
-                "SELECT meta::id(id) AS id, embedding, source, content_type, entity_name FROM type::table($t)",
+                VECTORS_OF_TABLE,
                 obj([("t", table::DOCUMENT.into_value())]),
             )
             .await?;
-        let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
         let mut index = VectorIndex::new(self.embedder.dimension());
         let mut skipped = 0usize;
-        for row in rows {
-            let Value::Object(row) = row else { continue };
-            let (Some(Value::String(id)), Some(embedding)) = (row.get("id"), row.get("embedding"))
-            else {
-                continue;
-            };
-            let text = |field: &str| match row.get(field) {
-                Some(Value::String(s)) => Some(Arc::<str>::from(s.as_str())),
-                _ => None,
-            };
-            let tags = DocTags {
-                source: text("source").unwrap_or_default(),
-                content_type: text("content_type").unwrap_or_default(),
-                entity_name: text("entity_name"),
-            };
-            match vector_from(embedding) {
-                Some(v) if v.len() == index.dimension() => index.upsert(id, &v, tags),
-                _ => skipped += 1,
+        for (key, v, tags) in entries {
+            if v.len() == index.dimension() {
+                index.upsert(&key, &v, tags);
+            } else {
+                skipped += 1;
             }
         }
         if skipped > 0 {
@@ -690,6 +724,48 @@ impl KnowledgeBase {
         );
         *self.vectors.write() = index;
         Ok(())
+    }
+
+    /// The stored vectors (with their documents' tags) of the documents in `ids`.
+    pub(crate) async fn vector_entries(
+        &self,
+        ids: Vec<RecordId>,
+    ) -> Result<Vec<(String, Vec<f32>, DocTags)>> {
+        let c = self.connection().await?;
+        self.vector_entries_on(&c, VECTORS_OF_IDS, obj([("ids", ids.into_value())]))
+            .await
+    }
+
+    /// Runs one of the `VECTORS_OF_*` queries; rows without a readable vector are left out.
+    async fn vector_entries_on(
+        &self,
+        c: &Connected,
+        sql: &str,
+        vars: Object,
+    ) -> Result<Vec<(String, Vec<f32>, DocTags)>> {
+        let mut resp = self.send(c, sql, vars).await?;
+        let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Value::Object(row) = row else { continue };
+            let (Some(Value::String(id)), Some(embedding)) = (row.get("id"), row.get("embedding"))
+            else {
+                continue;
+            };
+            let text = |field: &str| match row.get(field) {
+                Some(Value::String(s)) => Some(Arc::<str>::from(s.as_str())),
+                _ => None,
+            };
+            let tags = DocTags {
+                source: text("source").unwrap_or_default(),
+                content_type: text("content_type").unwrap_or_default(),
+                entity_name: text("entity_name"),
+            };
+            if let Some(v) = vector_from(embedding) {
+                out.push((id.clone(), v, tags));
+            }
+        }
+        Ok(out)
     }
 
     /// Changes whenever entities are written through this knowledge base, so that a cache of
@@ -751,7 +827,7 @@ impl KnowledgeBase {
     }
 
     /// The stored entities among `names` (missing ones are left out), in batches.
-    async fn entities_by_name(&self, names: &[String]) -> Result<Vec<Entity>> {
+    pub(crate) async fn entities_by_name(&self, names: &[String]) -> Result<Vec<Entity>> {
         let mut found = Vec::with_capacity(names.len());
         for chunk in names.chunks(WRITE_BATCH) {
             let rows: Vec<Entity> = self
@@ -1061,4 +1137,31 @@ pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
         o.insert(k, v);
     }
     o
+}
+
+/// Runs `sql` on `db` with a time limit. A free function, so that a statement can run on a
+/// task of its own (see [`KnowledgeBase::insert_pipelined`]).
+async fn query_on(
+    db: &Surreal<Any>,
+    sql: &str,
+    vars: Object,
+    timeout: Duration,
+) -> Result<surrealdb::IndexedResults> {
+    match tokio::time::timeout(timeout, db.query(sql).bind(vars)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer within {timeout:?}"
+        ))),
+    }
+}
+
+/// A spawned task that is aborted when dropped: a write whose caller has gone stops with it,
+/// rather than landing in the database after the caller stopped updating the indexes.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
