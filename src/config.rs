@@ -58,6 +58,9 @@ pub struct StoreSection {
     pub password: Option<String>,
     /// Serve graph reads from the in-memory index (else from SurrealDB queries).
     pub graph_index: bool,
+    /// On a SurrealDB server, keep the in-memory indexes current with writes made by other
+    /// nodes (LIVE queries). Embedded stores have one writer and ignore it.
+    pub follow_changes: bool,
     pub query_timeout_ms: u64,
     pub connect_timeout_ms: u64,
     /// Load the bundled demo knowledge base when the store has no entities.
@@ -344,6 +347,7 @@ impl Default for StoreSection {
             username: None,
             password: None,
             graph_index: true,
+            follow_changes: true,
             query_timeout_ms: 10_000,
             connect_timeout_ms: 5_000,
             load_demo: true,
@@ -817,6 +821,11 @@ impl Config {
                 max_sessions: self.agent.max_sessions,
             },
         }
+    }
+
+    /// True for a SurrealDB server, which other processes may write to as well.
+    pub fn store_is_shared(&self) -> bool {
+        self.store.url.starts_with("ws://") || self.store.url.starts_with("wss://")
     }
 
     pub fn store_config(&self) -> kbq_store::StoreConfig {

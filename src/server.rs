@@ -41,6 +41,8 @@ pub struct Server {
     handle: ServerHandle,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     runtime: Runtime,
+    /// Follows writes made by other nodes (a shared SurrealDB server only).
+    follower: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -53,6 +55,9 @@ impl Server {
     pub async fn stop(self, graceful: bool) {
         self.handle.stop(graceful).await;
         let _ = self.task.await;
+        if let Some(f) = self.follower {
+            f.abort();
+        }
         self.runtime.stop().await;
     }
 
@@ -66,6 +71,8 @@ impl Server {
 
 pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
+    let follower =
+        (config.store.follow_changes && config.store_is_shared()).then(|| kb.follow_changes());
     if config.store.load_demo {
         match demo::load_if_empty(&kb).await {
             Ok(Some(report)) => tracing::info!(
@@ -172,5 +179,6 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         handle,
         task,
         runtime,
+        follower,
     })
 }

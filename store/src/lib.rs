@@ -7,6 +7,7 @@
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
+//! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25) document search.
 //! - [`vectors`]: the in-process vector index of document embeddings.
@@ -16,6 +17,7 @@
 
 pub mod embed;
 pub mod error;
+pub mod follow;
 pub mod generate;
 pub mod graph;
 pub mod import;

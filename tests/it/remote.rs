@@ -168,3 +168,132 @@ async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
     assert!(body["total_entities"].as_u64().unwrap() > 1, "{body}");
     t.stop().await;
 }
+
+/// Whether `node` answers the traversal from Ada with `name` among the entities found.
+async fn reaches(node: &TestServer, name: &str) -> bool {
+    let (_, _, walk) = node
+        .call(
+            Method::POST,
+            "/data/v1/query/graph",
+            Some(json!({"entity_name": "Ada", "depth": 1})),
+        )
+        .await;
+    crate::support::names(&walk["entities_found"])
+        .iter()
+        .any(|n| n == name)
+}
+
+/// The semantic-search results `node` gives for `query`.
+async fn semantic(node: &TestServer, query: &str) -> Vec<Value> {
+    let (_, _, found) = node
+        .call(
+            Method::POST,
+            "/v1/rag/semantic",
+            Some(json!({"query": query, "limit": 100})),
+        )
+        .await;
+    found["results"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+#[ignore = "needs KBQ_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
+    let db = SurrealServer::start(0, "memory").await;
+    let config = remote_config(&db, true);
+    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let soon = Duration::from_secs(10);
+    // B started after the fixture was written: its indexes were built with it.
+    assert!(reaches(&b, "Babbage").await);
+
+    // Writes through A reach B's graph index and vector index.
+    let (status, body) = a
+        .post(
+            "/data/v1/ingest/entities",
+            json!([{"name": "Tesla", "entity_type": "person"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = a
+        .post(
+            "/data/v1/ingest/relationships",
+            json!([{"source_name": "Ada", "target_name": "Tesla", "relationship_type": "admired"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = a
+        .post(
+            "/data/v1/ingest/documents",
+            json!([{"title": "Tesla", "content": "Alternating current induction motors and wireless power.", "source": "t", "source_id": "tesla", "content_type": "text/plain", "entity_name": "Tesla"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let query = "alternating current induction motors";
+    assert!(
+        eventually(soon, || async {
+            let (_, e) = b.get("/data/v1/query/graph/entity/Tesla").await;
+            e["entity_type"] == "person"
+                && reaches(&b, "Tesla").await
+                && semantic(&b, query)
+                    .await
+                    .first()
+                    .is_some_and(|r| r["title"] == "Tesla")
+        })
+        .await,
+        "B did not see A's writes"
+    );
+    let first = semantic(&b, query).await.remove(0);
+    assert_eq!(first["entity_name"], "Tesla", "{first}");
+    let tesla_doc = first["id"].as_str().unwrap().to_string();
+
+    // An update through B reaches A.
+    let (status, _) = b
+        .post(
+            "/data/v1/ingest/entities",
+            json!([{"name": "Tesla", "entity_type": "inventor"}]),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        eventually(soon, || async {
+            let (_, e) = a.get("/data/v1/query/graph/entity/Tesla").await;
+            e["entity_type"] == "inventor"
+        })
+        .await,
+        "A did not see B's update"
+    );
+
+    // Deletes through A reach B: the entity and its relationship go, its document is unlinked,
+    // then the document goes.
+    let (status, _, _) = a
+        .call(Method::DELETE, "/data/v1/ingest/entities/Tesla", None)
+        .await;
+    assert_eq!(status, 200);
+    assert!(
+        eventually(soon, || async {
+            let (_, e) = b.get("/data/v1/query/graph/entity/Tesla").await;
+            let first = semantic(&b, query).await.remove(0);
+            e.is_null()
+                && !reaches(&b, "Tesla").await
+                && first["id"] == tesla_doc.as_str()
+                && first["entity_name"].is_null()
+        })
+        .await,
+        "B did not see A's entity delete"
+    );
+    let path = format!("/data/v1/ingest/documents/{tesla_doc}");
+    let (status, _, _) = a.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        eventually(soon, || async {
+            semantic(&b, query)
+                .await
+                .iter()
+                .all(|r| r["id"] != tesla_doc.as_str())
+        })
+        .await,
+        "B did not see A's document delete"
+    );
+    a.stop().await;
+    b.stop().await;
+}

@@ -37,11 +37,22 @@ pub const FIXTURE: &str = r#"{"kind":"entity","name":"Ada","entity_type":"person
 "#;
 
 /// A config for tests: in-memory store, no demo, one known key, two HTTP workers.
+///
+/// With `KBQ_TEST_STORE=ws://HOST:PORT` (what `scripts/test-remote` sets) the store is that
+/// SurrealDB server instead, signed in as root/root, with a fresh database for each config.
 pub fn test_config() -> Config {
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 2;
-    c.store.url = "mem://".into();
+    match std::env::var("KBQ_TEST_STORE") {
+        Ok(url) if !url.is_empty() => {
+            c.store.url = url;
+            c.store.database = format!("t{}", uuid::Uuid::new_v4().simple());
+            c.store.username = Some("root".into());
+            c.store.password = Some("root".into());
+        }
+        _ => c.store.url = "mem://".into(),
+    }
     c.store.load_demo = false;
     c.data_dir = std::env::temp_dir().join("kbq-tests-unused");
     // Tests send bursts; the rate-limit test sets its own budgets.

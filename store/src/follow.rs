@@ -1,0 +1,257 @@
+//! Following writes made elsewhere. Several kbq nodes (and `kbq import --store ws://...`) may
+//! share one SurrealDB server, and each node answers from its own in-memory graph and vector
+//! indexes, so each must learn of the writes the others make.
+//!
+//! [`KnowledgeBase::follow_changes`] holds LIVE SELECTs on the entity, relationship and
+//! document tables. A notification is taken only as a hint that a record changed: the follower
+//! reads the changed records' current state in one query per table and applies it (present:
+//! upsert, gone: remove). So a notification that comes late, twice, or before the one for the
+//! entity its relationship needs cannot leave an index behind the database, and the follower
+//! also skips over this node's own writes without harm (they are already applied).
+//!
+//! A LIVE query ends with its connection. When that happens the follower waits for the
+//! connection to come back, subscribes again and then rebuilds both indexes from the database,
+//! because the writes made while it was away sent nothing. Subscribing before rebuilding means
+//! no write falls between the two.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::stream::{BoxStream, SelectAll};
+use futures::{FutureExt, StreamExt};
+use surrealdb::types::{RecordIdKey, SurrealValue, Value};
+
+use crate::error::{Result, StoreError};
+use crate::kb::{KnowledgeBase, obj};
+use crate::model::{Relationship, keys, table};
+
+/// Most changed records applied in one round of reads.
+const BATCH: usize = 1000;
+/// Pause before subscribing again after a failed attempt.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// The LIVE SELECTs, one per table; each projects only what names its record.
+const SUBSCRIPTIONS: [(Table, &str); 3] = [
+    (Table::Entity, "LIVE SELECT name FROM entity"),
+    (
+        Table::Relates,
+        "LIVE SELECT source_name, target_name, relationship_type FROM relates",
+    ),
+    (Table::Document, "LIVE SELECT id FROM document"),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Entity,
+    Relates,
+    Document,
+}
+
+type Notifications = SelectAll<BoxStream<'static, (Table, surrealdb::Result<Value>)>>;
+
+/// Records named by notifications, waiting to be read and applied.
+#[derive(Default)]
+pub(crate) struct Changes {
+    pub entities: BTreeSet<String>,
+    pub relationships: BTreeSet<(String, String, String)>,
+    pub documents: BTreeSet<String>,
+}
+
+impl Changes {
+    fn len(&self) -> usize {
+        self.entities.len() + self.relationships.len() + self.documents.len()
+    }
+
+    /// Records what one notification names; notifications of another shape are ignored.
+    fn note(&mut self, table: Table, data: Value) {
+        let Value::Object(row) = data else { return };
+        let text = |field: &str| match row.get(field) {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        match table {
+            Table::Entity => {
+                if let Some(name) = text("name") {
+                    self.entities.insert(name);
+                }
+            }
+            Table::Relates => {
+                if let (Some(s), Some(t), Some(ty)) = (
+                    text("source_name"),
+                    text("target_name"),
+                    text("relationship_type"),
+                ) {
+                    self.relationships.insert((s, t, ty));
+                }
+            }
+            Table::Document => {
+                if let Some(Value::RecordId(id)) = row.get("id")
+                    && let RecordIdKey::String(key) = &id.key
+                {
+                    self.documents.insert(key.clone());
+                }
+            }
+        }
+    }
+}
+
+impl KnowledgeBase {
+    /// Keeps this node's indexes current with writes made through other connections to the
+    /// same database, until the knowledge base is dropped or the returned task is aborted.
+    /// Only a shared server needs it: an embedded store has one writer, this process.
+    pub fn follow_changes(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(kb) = weak.upgrade() else { return };
+                let subscribed = kb.subscribe().await;
+                let notifications = match subscribed {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "not following changes yet");
+                        drop(kb);
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        continue;
+                    }
+                };
+                if let Err(e) = kb.reload_indexes().await {
+                    tracing::warn!(error = %e, "indexes not rebuilt; subscribing again");
+                    drop(kb);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                tracing::info!("following changes made through other connections");
+                drop(kb);
+                match follow(&weak, notifications).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stopped following changes; subscribing again")
+                    }
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        })
+    }
+
+    /// Starts the three LIVE SELECTs.
+    async fn subscribe(&self) -> Result<Notifications> {
+        let c = self.connection().await?;
+        let mut all = SelectAll::new();
+        for (table, sql) in SUBSCRIPTIONS {
+            let mut resp =
+                c.db.query(sql)
+                    .await
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let stream = resp
+                .stream::<Value>(0)
+                .map_err(|e| StoreError::Query(e.to_string()))?;
+            all.push(stream.map(move |n| (table, n.map(|n| n.data))).boxed());
+        }
+        Ok(all)
+    }
+
+    /// Reads the current state of the changed records and applies it to the indexes.
+    pub(crate) async fn apply_changes(&self, changes: Changes) -> Result<()> {
+        if let Some(index) = self.graph_index() {
+            let names: Vec<String> = changes.entities.into_iter().collect();
+            if !names.is_empty() {
+                let found = self.entities_by_name(&names).await?;
+                let mut index = index.write();
+                let present: BTreeSet<&str> = found.iter().map(|e| e.name.as_str()).collect();
+                for name in names.iter().filter(|n| !present.contains(n.as_str())) {
+                    index.remove_entity(name);
+                }
+                for e in found {
+                    index.upsert_entity(e);
+                }
+                self.bump_generation();
+            }
+            let rels: Vec<(String, String, String)> = changes.relationships.into_iter().collect();
+            if !rels.is_empty() {
+                let ids: Vec<_> = rels
+                    .iter()
+                    .map(|(s, t, ty)| {
+                        surrealdb::types::RecordId::new(
+                            table::RELATES,
+                            keys::relationship(s, t, ty),
+                        )
+                    })
+                    .collect();
+                let found: Vec<Relationship> = self
+                    .run(
+                        "SELECT source_name, target_name, relationship_type, properties FROM $ids",
+                        obj([("ids", ids.into_value())]),
+                    )
+                    .await?;
+                let mut index = index.write();
+                let present: BTreeSet<(&str, &str, &str)> = found
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.source_name.as_str(),
+                            r.target_name.as_str(),
+                            r.relationship_type.as_str(),
+                        )
+                    })
+                    .collect();
+                for (s, t, ty) in &rels {
+                    if !present.contains(&(s.as_str(), t.as_str(), ty.as_str())) {
+                        index.remove_relationship(s, t, ty);
+                    }
+                }
+                for r in found {
+                    index.upsert_relationship(r);
+                }
+            }
+        }
+        let keys: Vec<String> = changes.documents.into_iter().collect();
+        if !keys.is_empty() {
+            let ids: Vec<_> = keys
+                .iter()
+                .map(|k| surrealdb::types::RecordId::new(table::DOCUMENT, k.as_str()))
+                .collect();
+            let found = self.vector_entries(ids).await?;
+            let mut vectors = self.vectors().write();
+            let present: BTreeSet<&str> = found.iter().map(|(k, _, _)| k.as_str()).collect();
+            for key in keys.iter().filter(|k| !present.contains(k.as_str())) {
+                vectors.remove(key);
+            }
+            for (key, v, tags) in found {
+                if v.len() == vectors.dimension() {
+                    vectors.upsert(&key, &v, tags);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Applies notifications until the subscription breaks (an error) or the knowledge base is
+/// dropped (`Ok`). Notifications that are ready together are applied together.
+async fn follow(kb: &Weak<KnowledgeBase>, mut notifications: Notifications) -> Result<()> {
+    let broken = || StoreError::Unavailable("the LIVE subscription ended".into());
+    loop {
+        let Some(first) = notifications.next().await else {
+            return Err(broken());
+        };
+        let mut changes = Changes::default();
+        let mut next = Some(first);
+        while let Some((table, item)) = next {
+            let data = item.map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            changes.note(table, data);
+            if changes.len() >= BATCH {
+                break;
+            }
+            next = match notifications.next().now_or_never() {
+                Some(Some(n)) => Some(n),
+                Some(None) => return Err(broken()),
+                None => None,
+            };
+        }
+        let Some(kb) = kb.upgrade() else {
+            return Ok(());
+        };
+        kb.apply_changes(changes).await?;
+    }
+}
