@@ -90,34 +90,34 @@ impl Worker for GraphWorker {
         Job { key, msg, .. }: Job<(), GraphRequest>,
         kb: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // A caller that gave up has dropped its port; sending then fails, which is fine.
+        // A caller that gave up (it timed out, or its client went away) has closed its port:
+        // its request is not started, or stops where it is, and the worker moves on.
+        use crate::answer;
         match msg {
-            GraphRequest::Traverse(q, reply) => {
-                let _ = reply.send(kb.traverse(&q).await);
-            }
+            GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse(&q)).await,
             GraphRequest::Search {
                 query,
                 entity_type,
                 limit,
                 reply,
             } => {
-                let _ = reply.send(
-                    kb.search_entities(&query, entity_type.as_deref(), limit)
-                        .await,
-                );
+                answer(
+                    reply,
+                    kb.search_entities(&query, entity_type.as_deref(), limit),
+                )
+                .await
             }
-            GraphRequest::Entity(name, reply) => {
-                let _ = reply.send(kb.entity(&name).await);
-            }
-            GraphRequest::Documents(q, reply) => {
-                let _ = reply.send(kb.graph_documents(&q).await);
-            }
+            GraphRequest::Entity(name, reply) => answer(reply, kb.entity(&name)).await,
+            GraphRequest::Documents(q, reply) => answer(reply, kb.graph_documents(&q)).await,
             #[cfg(feature = "fault-injection")]
             GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
             #[cfg(feature = "fault-injection")]
             GraphRequest::Hold(release, reply) => {
-                let _ = release.await;
-                let _ = reply.send(Ok(()));
+                answer(reply, async {
+                    let _ = release.await;
+                    Ok(())
+                })
+                .await
             }
         }
         Ok(key)

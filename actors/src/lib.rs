@@ -88,6 +88,29 @@ pub struct PoolStats {
     pub queue_depth: usize,
 }
 
+/// Resolves once nobody waits for the reply any more (the caller timed out, or was dropped
+/// with its client's connection).
+async fn requester_gone<T>(reply: &ractor::RpcReplyPort<T>) {
+    while !reply.is_closed() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `work` and sends what it gives, unless its caller gives up first. A request whose
+/// caller has already gone (it timed out while the request waited in a queue) is not started;
+/// one whose caller goes while it runs is dropped at once, freeing its worker.
+pub(crate) async fn answer<T>(reply: ractor::RpcReplyPort<T>, work: impl Future<Output = T>) {
+    if reply.is_closed() {
+        return;
+    }
+    tokio::select! {
+        result = work => {
+            let _ = reply.send(result);
+        }
+        () = requester_gone(&reply) => {}
+    }
+}
+
 /// Asks a factory for its stats; `None` when it does not answer within 100 ms.
 pub(crate) async fn pool_stats<K, M>(
     factory: ractor::factory::FactoryRef<K, M>,

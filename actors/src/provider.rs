@@ -165,13 +165,6 @@ impl tower::Service<async_openai::middleware::HttpRequestFactory> for PlainHttp 
     }
 }
 
-/// Resolves once nobody waits for the reply any more.
-async fn requester_gone<T>(reply: &ractor::RpcReplyPort<T>) {
-    while !reply.is_closed() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A `Retry-After` value (RFC 9110: whole seconds, or an HTTP date) as a wait from `now`,
 /// at most [`MAX_RETRY_AFTER`]. A date in the past means no wait.
 fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
@@ -415,12 +408,7 @@ impl Actor for ProviderActor {
                     let work = with_retries(attempt, retry);
                     // A requester that went away (a cancelled session) stops the attempt in
                     // flight and every retry after it.
-                    tokio::select! {
-                        result = work => {
-                            let _ = reply.send(result);
-                        }
-                        () = requester_gone(&reply) => {}
-                    }
+                    crate::answer(reply, work).await;
                 });
             }
             ProviderMessage::Probe => {

@@ -119,6 +119,36 @@ async fn a_full_graph_pool_sheds_with_503_while_probes_and_health_answer() {
 }
 
 #[tokio::test]
+async fn a_graph_request_whose_caller_timed_out_frees_its_worker() {
+    let mut config = crate::support::test_config();
+    config.graph.workers = 1;
+    config.graph.max_workers = 1;
+    config.graph.call_timeout_ms = 300;
+    let t = crate::agent::start(config).await;
+    let pool = t.server().graph.clone();
+    // A request that would hold the only worker for ever (its release is never sent): its
+    // caller gives up after the call timeout.
+    let (_never_released, held) = tokio::sync::oneshot::channel();
+    let err = pool.hold(held).await.unwrap_err();
+    assert!(matches!(err, kbq_actors::GraphError::Timeout(_)), "{err}");
+    // The worker dropped the abandoned request, so the next one is answered instead of
+    // waiting behind it until it, too, times out.
+    let (status, body) = t
+        .post(
+            "/data/v1/query/graph",
+            serde_json::json!({"entity_name": "Ada"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        eventually(Duration::from_secs(5), || async { pool.in_flight() == 0 }).await,
+        "in flight: {}",
+        pool.in_flight()
+    );
+    t.stop().await;
+}
+
+#[tokio::test]
 async fn the_graph_pool_grows_while_requests_queue_and_shrinks_after() {
     let mut config = crate::support::test_config();
     config.graph.workers = 1;
