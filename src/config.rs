@@ -95,14 +95,22 @@ pub struct AgentSection {
     pub max_history_bytes: usize,
     /// Upper bound of a request's max_tokens.
     pub max_tokens_limit: u32,
-    /// Workers per built-in tool.
+    /// Workers per built-in tool, at the least.
     pub tool_workers: usize,
+    /// Most workers per built-in tool; between the two, each tool's pool follows its load.
+    pub tool_max_workers: usize,
     /// Longest wait for one tool call.
     pub tool_timeout_ms: u64,
     /// Calls that may wait for each tool's workers; more fail at once.
     pub tool_queue_capacity: usize,
     /// Most chat sessions running at once; one more gets 503.
     pub max_sessions: usize,
+    /// Workers per provider (calls in flight to it), at the least.
+    pub provider_workers: usize,
+    /// Most workers per provider; between the two, each provider's pool follows its load.
+    pub provider_max_workers: usize,
+    /// Calls that may wait for each provider's workers; one more tries the next provider.
+    pub provider_queue_capacity: usize,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -376,9 +384,13 @@ impl Default for AgentSection {
             max_history_bytes: 256 * 1024,
             max_tokens_limit: 4096,
             tool_workers: 4,
+            tool_max_workers: 16,
             tool_timeout_ms: 10_000,
             tool_queue_capacity: 256,
             max_sessions: 1024,
+            provider_workers: 8,
+            provider_max_workers: 512,
+            provider_queue_capacity: 1024,
         }
     }
 }
@@ -594,6 +606,27 @@ impl Config {
         if self.agent.tool_queue_capacity > 1_000_000 {
             return bad("agent.tool_queue_capacity", "must be between 0 and 1000000");
         }
+        if !(self.agent.tool_workers..=1024).contains(&self.agent.tool_max_workers) {
+            return bad(
+                "agent.tool_max_workers",
+                "must be between agent.tool_workers and 1024",
+            );
+        }
+        if !(1..=1024).contains(&self.agent.provider_workers) {
+            return bad("agent.provider_workers", "must be between 1 and 1024");
+        }
+        if !(self.agent.provider_workers..=8192).contains(&self.agent.provider_max_workers) {
+            return bad(
+                "agent.provider_max_workers",
+                "must be between agent.provider_workers and 8192",
+            );
+        }
+        if self.agent.provider_queue_capacity > 1_000_000 {
+            return bad(
+                "agent.provider_queue_capacity",
+                "must be between 0 and 1000000",
+            );
+        }
         if self.graph.queue_capacity > 1_000_000 {
             return bad("graph.queue_capacity", "must be between 0 and 1000000");
         }
@@ -805,8 +838,12 @@ impl Config {
             graph_queue_capacity: self.graph.queue_capacity,
             graph_max_workers: self.graph.max_workers,
             tool_workers: self.agent.tool_workers,
+            tool_max_workers: self.agent.tool_max_workers,
             tool_timeout: ms(self.agent.tool_timeout_ms),
             tool_queue_capacity: self.agent.tool_queue_capacity,
+            provider_workers: self.agent.provider_workers,
+            provider_max_workers: self.agent.provider_max_workers,
+            provider_queue_capacity: self.agent.provider_queue_capacity,
             providers,
             health: kbq_actors::HealthPolicy {
                 probe_interval: ms(self.health.probe_interval_ms),

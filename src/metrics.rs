@@ -11,7 +11,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 use dashmap::DashMap;
-use kbq_actors::{Agent, GraphPool};
+use kbq_actors::{Agent, PoolStats, Pools};
 
 /// Upper bounds of the latency buckets, in seconds.
 pub const BUCKETS: [f64; 14] = [
@@ -37,18 +37,9 @@ pub struct Metrics {
     latency: DashMap<String, Histogram>,
     rate_limited: DashMap<&'static str, AtomicU64>,
     tool_calls: DashMap<(String, &'static str), AtomicU64>,
-    /// Configured pool sizes, by pool label.
-    pool_sizes: Vec<(String, usize)>,
 }
 
 impl Metrics {
-    pub fn new(pool_sizes: Vec<(String, usize)>) -> Self {
-        Metrics {
-            pool_sizes,
-            ..Default::default()
-        }
-    }
-
     pub fn observe_request(&self, route: &str, method: &str, status: u16, seconds: f64) {
         self.requests
             .entry((route.to_string(), method.to_string(), status))
@@ -82,7 +73,7 @@ impl Metrics {
     }
 
     /// The exposition text, with the pools and providers read now.
-    pub async fn render(&self, graph: &GraphPool, agent: &Agent) -> String {
+    pub async fn render(&self, pools: &Pools, agent: &Agent) -> String {
         let mut out = String::new();
         header(
             &mut out,
@@ -140,23 +131,25 @@ impl Metrics {
             );
         }
 
-        let mut pools = Vec::new();
-        if let Some(s) = graph.stats().await {
-            pools.push(("graph".to_string(), s));
-        }
-        for (tool, s) in agent.tools().stats().await {
-            pools.push((format!("tool:{tool}"), s));
-        }
+        let readings = pools.read().await;
         header(
             &mut out,
             "kbq_pool_workers",
             "gauge",
-            "Workers in each actor pool now (the graph pool's size follows its load).",
+            "Workers in each actor pool now (each pool's size follows its load between its bounds).",
         );
-        let _ = writeln!(out, "kbq_pool_workers{{pool=\"graph\"}} {}", graph.size());
-        for (pool, size) in &self.pool_sizes {
-            let _ = writeln!(out, "kbq_pool_workers{{pool=\"{}\"}} {size}", escape(pool));
+        for r in &readings {
+            let _ = writeln!(
+                out,
+                "kbq_pool_workers{{pool=\"{}\"}} {}",
+                escape(&r.name),
+                r.size
+            );
         }
+        let pools: Vec<(&String, PoolStats)> = readings
+            .iter()
+            .filter_map(|r| Some((&r.name, r.stats?)))
+            .collect();
         header(
             &mut out,
             "kbq_pool_active_workers",
@@ -315,13 +308,13 @@ pub async fn record(
 )]
 pub async fn metrics(
     metrics: web::Data<Metrics>,
-    graph: web::Data<GraphPool>,
+    pools: web::Data<Pools>,
     agent: web::Data<Agent>,
 ) -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))
-        .body(metrics.render(&graph, &agent).await)
+        .body(metrics.render(&pools, &agent).await)
 }
 
 #[cfg(test)]

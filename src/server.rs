@@ -128,14 +128,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let rag_timeout = web::Data::new(crate::routes::rag::RagTimeout(
         std::time::Duration::from_millis(config.graph.call_timeout_ms),
     ));
-    let mut pool_sizes = Vec::new();
-    for tool in kbq_tools::Toolbox::default().tools() {
-        pool_sizes.push((
-            format!("tool:{}", tool.name()),
-            config.agent.tool_workers.max(1),
-        ));
-    }
-    let metrics = web::Data::new(crate::metrics::Metrics::new(pool_sizes));
+    let metrics = web::Data::new(crate::metrics::Metrics::default());
+    let pools = web::Data::new(runtime.pools.clone());
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -150,6 +144,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(rag_timeout.clone())
             .app_data(payload.clone())
             .app_data(metrics.clone())
+            .app_data(pools.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))

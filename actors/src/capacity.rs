@@ -1,36 +1,84 @@
-//! The [`CapacityController`]: sizes the graph worker pool to its load, between configured
-//! bounds. Every tick it reads the factory's queue depth and busy workers: a queue grows the
-//! pool by as many workers as requests wait (up to the maximum); a pool whose busy workers
-//! stay at half its size or less for [`IDLE_TICKS`] ticks in a row shrinks towards them
-//! (down to the minimum).
+//! The [`CapacityController`]: sizes every elastic worker pool (the graph workers, each
+//! tool's workers, each provider's workers) to its load, between the pool's bounds. Every
+//! tick it reads each factory's queue depth and busy workers: a queue grows the pool by as
+//! many workers as requests wait (up to the maximum); a pool whose busy workers stay at half
+//! its size or less for [`IDLE_TICKS`] ticks in a row shrinks towards them (down to the
+//! minimum).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ractor::factory::FactoryRef;
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef};
+use futures::future::BoxFuture;
+use ractor::factory::{FactoryRef, JobKey};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, Message};
 
-use crate::graph::GraphRequest;
+use crate::PoolStats;
 use crate::root::Slot;
 
-/// How often the controller looks at the pool.
+/// How often the controller looks at the pools.
 pub const TICK: Duration = Duration::from_millis(100);
-/// Quiet ticks in a row before the pool shrinks (2 s).
+/// Quiet ticks in a row before a pool shrinks (2 s).
 pub const IDLE_TICKS: u32 = 20;
 
-pub struct CapacityArguments {
-    pub(crate) factory: Slot<FactoryRef<(), GraphRequest>>,
+/// A factory the controller can read and resize, whatever its message type.
+pub(crate) trait Resizable: Send + Sync {
+    /// The running factory's id (a restarted factory has a new one), or `None` while it
+    /// restarts.
+    fn id(&self) -> Option<ActorId>;
+    fn stats(&self) -> BoxFuture<'_, Option<PoolStats>>;
+    fn resize(&self, workers: usize) -> Result<(), ActorProcessingErr>;
+}
+
+impl<K: JobKey, M: Message> Resizable for Slot<FactoryRef<K, M>> {
+    fn id(&self) -> Option<ActorId> {
+        self.read().as_ref().map(|f| f.get_id())
+    }
+
+    fn stats(&self) -> BoxFuture<'_, Option<PoolStats>> {
+        let factory = self.read().clone();
+        Box::pin(async move { crate::pool_stats(factory?).await })
+    }
+
+    fn resize(&self, workers: usize) -> Result<(), ActorProcessingErr> {
+        if let Some(f) = self.read().as_ref() {
+            f.adjust_worker_pool(workers)?;
+        }
+        Ok(())
+    }
+}
+
+/// One pool under the controller.
+pub(crate) struct ElasticPool {
+    /// As in metrics and logs: `graph`, `tool:NAME`, `provider:NAME`.
+    pub name: String,
+    pub factory: Box<dyn Resizable>,
     pub min: usize,
     pub max: usize,
-    /// The pool's current size, shared with [`crate::GraphPool`] for metrics.
-    pub(crate) size: Arc<AtomicUsize>,
+    /// The pool's current size, shared with its handle for metrics.
+    pub size: Arc<AtomicUsize>,
+}
+
+impl ElasticPool {
+    pub(crate) fn is_elastic(&self) -> bool {
+        self.max > self.min
+    }
+}
+
+pub struct CapacityArguments {
+    pub(crate) pools: Arc<Vec<ElasticPool>>,
+}
+
+/// What the controller remembers of one pool between ticks.
+#[derive(Default, Clone, Copy)]
+struct Seen {
+    factory: Option<ActorId>,
+    idle: u32,
 }
 
 pub struct CapacityState {
-    args: CapacityArguments,
-    factory: Option<ActorId>,
-    idle: u32,
+    pools: Arc<Vec<ElasticPool>>,
+    seen: Vec<Seen>,
 }
 
 #[derive(Debug)]
@@ -74,9 +122,8 @@ impl Actor for CapacityController {
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.send_interval(TICK, || CapacityMessage::Tick);
         Ok(CapacityState {
-            args,
-            factory: None,
-            idle: 0,
+            seen: vec![Seen::default(); args.pools.len()],
+            pools: args.pools,
         })
     }
 
@@ -86,39 +133,49 @@ impl Actor for CapacityController {
         CapacityMessage::Tick: CapacityMessage,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let Some(factory) = state.args.factory.read().clone() else {
-            return Ok(());
-        };
-        let (min, max) = (state.args.min, state.args.max);
-        // A restarted factory starts again at the minimum.
-        if state.factory != Some(factory.get_id()) {
-            state.factory = Some(factory.get_id());
-            state.args.size.store(min, Ordering::Release);
-            state.idle = 0;
-        }
-        let Some(stats) = crate::pool_stats(factory.clone()).await else {
-            return Ok(());
-        };
-        let size = state.args.size.load(Ordering::Acquire);
-        let (next, idle) = next_size(
-            size,
-            stats.active_workers,
-            stats.queue_depth,
-            state.idle,
-            min,
-            max,
-        );
-        state.idle = idle;
-        if next != size {
-            tracing::info!(
-                from = size,
-                to = next,
-                busy = stats.active_workers,
-                queued = stats.queue_depth,
-                "graph pool resized"
+        let pools = state.pools.clone();
+        let elastic: Vec<usize> = (0..pools.len())
+            .filter(|&i| pools[i].is_elastic())
+            .collect();
+        let stats =
+            futures::future::join_all(elastic.iter().map(|&i| pools[i].factory.stats())).await;
+        for (&i, stats) in elastic.iter().zip(stats) {
+            let pool = &pools[i];
+            let seen = &mut state.seen[i];
+            let Some(id) = pool.factory.id() else {
+                continue;
+            };
+            // A restarted factory starts again at the minimum.
+            if seen.factory != Some(id) {
+                *seen = Seen {
+                    factory: Some(id),
+                    idle: 0,
+                };
+                pool.size.store(pool.min, Ordering::Release);
+            }
+            let Some(stats) = stats else { continue };
+            let size = pool.size.load(Ordering::Acquire);
+            let (next, idle) = next_size(
+                size,
+                stats.active_workers,
+                stats.queue_depth,
+                seen.idle,
+                pool.min,
+                pool.max,
             );
-            factory.adjust_worker_pool(next)?;
-            state.args.size.store(next, Ordering::Release);
+            seen.idle = idle;
+            if next != size {
+                tracing::info!(
+                    pool = %pool.name,
+                    from = size,
+                    to = next,
+                    busy = stats.active_workers,
+                    queued = stats.queue_depth,
+                    "pool resized"
+                );
+                pool.factory.resize(next)?;
+                pool.size.store(next, Ordering::Release);
+            }
         }
         Ok(())
     }

@@ -14,7 +14,7 @@ use parking_lot::RwLock;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Serialize;
 
-use crate::provider::ProviderMessage;
+use crate::provider::Backend;
 
 /// Thresholds and timings of the health rules.
 #[derive(Debug, Clone, Copy)]
@@ -215,50 +215,54 @@ pub enum HealthMessage {
     Outcome(Outcome),
     /// Time to probe every provider.
     Tick,
-    /// The provider actors to probe (sent once they exist, and again after restarts).
-    Providers(Vec<ActorRef<ProviderMessage>>),
+}
+
+/// What the health actor is built from: the board it keeps, and the providers it probes.
+pub struct HealthArguments {
+    pub board: HealthBoard,
+    pub providers: Vec<(String, Arc<dyn Backend>)>,
 }
 
 pub struct HealthState {
     board: HealthBoard,
-    providers: Vec<ActorRef<ProviderMessage>>,
+    providers: Vec<(String, Arc<dyn Backend>)>,
 }
 
 /// Probes providers on an interval and records every outcome on the board. It never waits
-/// on a provider: probes run in the provider actors' tasks and report back as messages.
+/// on a provider: each probe runs on a task of its own (not in the provider's worker pool,
+/// where it could queue behind busy workers) and reports back as a message.
 pub struct HealthActor;
 
 impl Actor for HealthActor {
     type Msg = HealthMessage;
     type State = HealthState;
-    type Arguments = HealthBoard;
+    type Arguments = HealthArguments;
 
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        board: HealthBoard,
+        args: HealthArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_interval(board.policy.probe_interval, || HealthMessage::Tick);
+        myself.send_interval(args.board.policy.probe_interval, || HealthMessage::Tick);
         Ok(HealthState {
-            board,
-            providers: Vec::new(),
+            board: args.board,
+            providers: args.providers,
         })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: HealthMessage,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             HealthMessage::Outcome(o) => state.board.record(&o),
             HealthMessage::Tick => {
-                for p in &state.providers {
-                    let _ = p.cast(ProviderMessage::Probe);
+                for (name, backend) in &state.providers {
+                    crate::provider::probe(name.clone(), backend.clone(), myself.clone());
                 }
             }
-            HealthMessage::Providers(p) => state.providers = p,
         }
         Ok(())
     }

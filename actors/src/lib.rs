@@ -3,26 +3,31 @@
 //! # Supervision tree
 //! ```text
 //! RootSupervisor                      restarts any child that fails or stops
-//! ├── HealthActor                     probes providers, records live outcomes on the HealthBoard
-//! ├── ProviderActor × providers       one per configured LLM provider, retries with backon
+//! ├── HealthActor                     probes providers (own tasks), records live outcomes
+//! ├── provider factory × providers    ProviderWorker × agent.provider_workers..=provider_max_workers
 //! ├── graph factory                   GraphWorker × graph.workers..=graph.max_workers
-//! ├── CapacityController              resizes the graph pool to its queue (when elastic)
-//! ├── tool factory × 6                ToolWorker × agent.tool_workers per built-in tool
+//! ├── CapacityController              sizes every elastic pool above to its queue
+//! ├── tool factory × 6                ToolWorker × agent.tool_workers..=tool_max_workers per tool
 //! └── SessionSupervisor               parent of one ChatSessionActor per chat request
 //! ```
+//! Every pool is bounded: its most workers plus a queue capacity are admitted at once, and
+//! the next request is shed at once (graph: 503; tool: a "busy" result the model sees;
+//! provider: the next provider, then 503). A worker drops a request whose caller has gone.
+//!
 //! A graph request travels: handler -> [`GraphPool`] (timeout) -> factory -> GraphWorker ->
 //! `KnowledgeBase`. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor, which loops
-//! [`ProviderRouter`] (healthy providers in priority order, fallback) -> tool calls through
-//! [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
+//! [`ProviderRouter`] (healthy providers in priority order, fallback; each a worker pool) ->
+//! tool calls through [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
 //!
 //! # Layout
 //! - [`graph`]: the graph worker, its request enum, and the [`GraphPool`] handle.
-//! - [`provider`]: the chat protocol, the OpenAI-compatible backend, and the ProviderActor.
+//! - [`provider`]: the chat protocol, the OpenAI-compatible backend, and the ProviderWorker.
 //! - [`builtin`]: the built-in, offline provider (retrieval and rules, not a model).
 //! - [`embedder`]: the OpenAI-compatible embedder the knowledge base may use.
 //! - [`health`]: the HealthBoard, its ejection rules, and the HealthActor.
 //! - [`tools`]: one factory of ToolWorkers per tool, and the [`ToolPool`] handle.
 //! - [`session`]: [`Agent`], the ProviderRouter, the ChatSessionActor and its supervisor.
+//! - [`capacity`]: the CapacityController that sizes every elastic pool.
 //! - [`root`]: the [`RootSupervisor`] and its restart policy.
 
 pub mod builtin;
@@ -167,9 +172,17 @@ pub struct RuntimeConfig {
     /// Most graph workers; above `graph_workers`, a controller sizes the pool to its load.
     pub graph_max_workers: usize,
     pub tool_workers: usize,
+    /// Most workers of each tool; above `tool_workers`, the controller sizes each tool's pool.
+    pub tool_max_workers: usize,
     pub tool_timeout: Duration,
     /// Calls that may wait for each tool's workers; more fail at once (the model sees why).
     pub tool_queue_capacity: usize,
+    /// Workers of each provider (calls it has in flight) at the least.
+    pub provider_workers: usize,
+    /// Most workers of each provider; above `provider_workers`, the controller sizes it.
+    pub provider_max_workers: usize,
+    /// Calls that may wait for each provider's workers; more skip to the next provider.
+    pub provider_queue_capacity: usize,
     /// Providers in priority order; empty means the built-in provider alone.
     pub providers: Vec<ProviderConfig>,
     pub health: HealthPolicy,
@@ -185,8 +198,12 @@ impl RuntimeConfig {
             graph_queue_capacity: 1024,
             graph_max_workers: 4,
             tool_workers: 4,
+            tool_max_workers: 16,
             tool_timeout: Duration::from_secs(10),
             tool_queue_capacity: 256,
+            provider_workers: 8,
+            provider_max_workers: 512,
+            provider_queue_capacity: 1024,
             providers: Vec::new(),
             health: HealthPolicy {
                 probe_interval: Duration::from_secs(5),
@@ -210,10 +227,43 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// Every worker pool of the runtime (the graph workers, each tool's, each provider's), as
+/// metrics read them.
+#[derive(Clone)]
+pub struct Pools(Arc<Vec<capacity::ElasticPool>>);
+
+/// One pool as read now.
+#[derive(Debug, Clone)]
+pub struct PoolReading {
+    /// `graph`, `tool:NAME` or `provider:NAME`.
+    pub name: String,
+    /// Workers in the pool.
+    pub size: usize,
+    /// Busy workers and queued requests; `None` while the pool restarts.
+    pub stats: Option<PoolStats>,
+}
+
+impl Pools {
+    /// Reads every pool, in a fixed order.
+    pub async fn read(&self) -> Vec<PoolReading> {
+        let stats = futures::future::join_all(self.0.iter().map(|p| p.factory.stats())).await;
+        self.0
+            .iter()
+            .zip(stats)
+            .map(|(p, stats)| PoolReading {
+                name: p.name.clone(),
+                size: p.size.load(std::sync::atomic::Ordering::Acquire),
+                stats,
+            })
+            .collect()
+    }
+}
+
 /// The running actor system.
 pub struct Runtime {
     pub graph: GraphPool,
     pub agent: Agent,
+    pub pools: Pools,
     root: ActorRef<RootMessage>,
     root_handle: tokio::task::JoinHandle<()>,
 }
@@ -278,33 +328,78 @@ impl Runtime {
             .iter()
             .map(|t| (t.name().to_string(), Arc::new(RwLock::new(None))))
             .collect();
-        let router = session::ProviderRouter {
-            providers: providers
-                .iter()
-                .map(|p| (p.name.clone(), p.slot.clone()))
-                .collect(),
-            board: board.clone(),
+
+        // Every pool the capacity controller sizes, with its bounds and its live size.
+        let bounds = |min: usize, max: usize| (min.max(1), max.max(min.max(1)));
+        let mut pools = Vec::new();
+        let mut elastic = |name: String, factory: Box<dyn capacity::Resizable>, (min, max)| {
+            let size = Arc::new(std::sync::atomic::AtomicUsize::new(min));
+            pools.push(capacity::ElasticPool {
+                name,
+                factory,
+                min,
+                max,
+                size: size.clone(),
+            });
+            size
         };
         let graph_slot = Arc::new(RwLock::new(None));
-        let graph_min = config.graph_workers.max(1);
-        let graph_max = config.graph_max_workers.max(graph_min);
-        let graph_size = Arc::new(std::sync::atomic::AtomicUsize::new(graph_min));
+        let (graph_min, graph_max) = bounds(config.graph_workers, config.graph_max_workers);
+        let graph_size = elastic(
+            "graph".into(),
+            Box::new(graph_slot.clone()),
+            (graph_min, graph_max),
+        );
+        let (tool_min, tool_max) = bounds(config.tool_workers, config.tool_max_workers);
+        let mut tool_names: Vec<&String> = tool_slots.keys().collect();
+        tool_names.sort();
+        for name in tool_names {
+            elastic(
+                format!("tool:{name}"),
+                Box::new(tool_slots[name].clone()),
+                (tool_min, tool_max),
+            );
+        }
+        let (provider_min, provider_max) =
+            bounds(config.provider_workers, config.provider_max_workers);
+        let provider_handles: Vec<session::ProviderHandle> = providers
+            .iter()
+            .map(|p| {
+                elastic(
+                    format!("provider:{}", p.name),
+                    Box::new(p.slot.clone()),
+                    (provider_min, provider_max),
+                );
+                session::ProviderHandle {
+                    name: p.name.clone(),
+                    factory: p.slot.clone(),
+                    in_flight: Arc::default(),
+                    admit: provider_max + config.provider_queue_capacity,
+                }
+            })
+            .collect();
+        let pools = Arc::new(pools);
+
+        let router = session::ProviderRouter {
+            providers: provider_handles,
+            board: board.clone(),
+        };
         let session_slot = Arc::new(RwLock::new(None));
         let tools = ToolPool::new(
             tool_slots.clone(),
             config.tool_timeout,
-            config.tool_workers.max(1) + config.tool_queue_capacity,
+            tool_max + config.tool_queue_capacity,
         );
         let args = root::RootArguments {
             kb: kb.clone(),
             graph_workers: graph_min,
-            graph_max_workers: graph_max,
-            graph_size: graph_size.clone(),
             graph_slot: graph_slot.clone(),
             capacity_slot: Arc::new(RwLock::new(None)),
+            pools: pools.clone(),
             toolbox: toolbox.clone(),
-            tool_workers: config.tool_workers.max(1),
+            tool_workers: tool_min,
             tool_slots,
+            provider_workers: provider_min,
             providers,
             health_board: board,
             health_slot: Arc::new(RwLock::new(None)),
@@ -327,6 +422,7 @@ impl Runtime {
                 graph_max + config.graph_queue_capacity,
                 graph_size,
             ),
+            pools: Pools(pools),
             agent: Agent {
                 deps: Arc::new(deps),
                 supervisor: session_slot,

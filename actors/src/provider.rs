@@ -1,5 +1,6 @@
 //! LLM providers: the chat protocol (OpenAI's, as JSON), the backends that speak it, and the
-//! [`ProviderActor`] that runs one backend with retries and reports every outcome to health.
+//! [`ProviderWorker`] pool that runs one backend with retries and reports every outcome to
+//! health.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +9,11 @@ use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use backon::{ExponentialBuilder, Retryable};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::factory::{
+    Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
+    worker_builder,
+};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
 use serde_json::{Value, json};
 
 use crate::health::{HealthMessage, Outcome};
@@ -86,7 +91,7 @@ pub trait Backend: Send + Sync + 'static {
 
 /// Any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LiteLLM, ...),
 /// through async-openai. async-openai's default client retries on its own; kbq replaces its
-/// HTTP service with [`plain_http`], which does not, so [`ProviderActor`] is the one place
+/// HTTP service with [`plain_http`], which does not, so [`ProviderWorker`] is the one place
 /// that retries, and it reads `Retry-After` for it.
 pub struct OpenAiBackend {
     name: String,
@@ -321,7 +326,8 @@ where
         .await
 }
 
-/// What a ProviderActor is built from.
+/// What a provider's workers are built from.
+#[derive(Clone)]
 pub struct ProviderArguments {
     pub name: String,
     pub backend: Arc<dyn Backend>,
@@ -330,20 +336,13 @@ pub struct ProviderArguments {
     pub health: crate::root::Slot<ActorRef<HealthMessage>>,
 }
 
-pub struct ProviderState {
-    name: String,
-    backend: Arc<dyn Backend>,
-    retry: RetryPolicy,
-    health: crate::root::Slot<ActorRef<HealthMessage>>,
-}
-
 fn report(health: &crate::root::Slot<ActorRef<HealthMessage>>, outcome: Outcome) {
     if let Some(h) = health.read().clone() {
         let _ = h.cast(HealthMessage::Outcome(outcome));
     }
 }
 
-/// Messages to a provider.
+/// Messages to a provider's workers.
 #[derive(Debug)]
 pub enum ProviderMessage {
     /// Ask the model, retrying transient failures.
@@ -351,83 +350,100 @@ pub enum ProviderMessage {
         ChatRequest,
         RpcReplyPort<Result<ChatResponse, ProviderError>>,
     ),
-    /// Check reachability once (no retries); the outcome goes to the health actor.
-    Probe,
 }
 
-/// Runs one provider. Each request runs in its own task, so one slow answer never holds up
-/// the next request; the actor owns the backend and the retry policy.
-pub struct ProviderActor;
+/// One worker of a provider's pool (a ractor factory per provider). A worker carries one
+/// request, with its retries, at a time: the pool's size is how many calls the provider has
+/// in flight, and the capacity controller grows it while requests wait.
+pub struct ProviderWorker;
 
-impl Actor for ProviderActor {
-    type Msg = ProviderMessage;
-    type State = ProviderState;
+impl Worker for ProviderWorker {
+    type Key = ();
+    type Message = ProviderMessage;
     type Arguments = ProviderArguments;
+    type State = ProviderArguments;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        _wid: WorkerId,
+        _factory: &ActorRef<FactoryMessage<(), ProviderMessage>>,
         args: ProviderArguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(ProviderState {
-            name: args.name,
-            backend: args.backend,
-            retry: args.retry,
-            health: args.health,
-        })
+        Ok(args)
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
-        message: ProviderMessage,
+        _wid: WorkerId,
+        _factory: &ActorRef<FactoryMessage<(), ProviderMessage>>,
+        Job { key, msg, .. }: Job<(), ProviderMessage>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (name, backend, health, retry) = (
-            state.name.clone(),
-            state.backend.clone(),
-            state.health.clone(),
-            state.retry,
-        );
-        match message {
-            ProviderMessage::Complete(request, reply) => {
-                tokio::spawn(async move {
-                    let attempt = || async {
-                        let started = Instant::now();
-                        let result = backend.complete(&request).await;
-                        let outcome = Outcome {
-                            provider: name.clone(),
-                            ok: result.is_ok(),
-                            latency: started.elapsed(),
-                            error: result.as_ref().err().map(|e| e.to_string()),
-                            probe: false,
-                        };
-                        report(&health, outcome);
-                        result
-                    };
-                    let work = with_retries(attempt, retry);
-                    // A requester that went away (a cancelled session) stops the attempt in
-                    // flight and every retry after it.
-                    crate::answer(reply, work).await;
-                });
-            }
-            ProviderMessage::Probe => {
-                tokio::spawn(async move {
-                    let started = Instant::now();
-                    let result = backend.probe().await;
-                    let outcome = Outcome {
-                        provider: name,
-                        ok: result.is_ok(),
-                        latency: started.elapsed(),
-                        error: result.err().map(|e| e.to_string()),
-                        probe: true,
-                    };
-                    report(&health, outcome);
-                });
-            }
-        }
-        Ok(())
+        let ProviderMessage::Complete(request, reply) = msg;
+        let attempt = || async {
+            let started = Instant::now();
+            let result = state.backend.complete(&request).await;
+            let outcome = Outcome {
+                provider: state.name.clone(),
+                ok: result.is_ok(),
+                latency: started.elapsed(),
+                error: result.as_ref().err().map(|e| e.to_string()),
+                probe: false,
+            };
+            report(&state.health, outcome);
+            result
+        };
+        // A requester that went away (a cancelled session) stops the attempt in flight and
+        // every retry after it.
+        crate::answer(reply, with_retries(attempt, state.retry)).await;
+        Ok(key)
     }
+}
+
+pub(crate) type ProviderFactory = Factory<
+    (),
+    ProviderMessage,
+    ProviderArguments,
+    ProviderWorker,
+    routing::QueuerRouting<(), ProviderMessage>,
+    queues::DefaultQueue<(), ProviderMessage>,
+>;
+
+/// Spawns one provider's factory linked to `supervisor`.
+pub(crate) async fn spawn_factory(
+    args: ProviderArguments,
+    workers: usize,
+    supervisor: ActorCell,
+) -> Result<FactoryRef<(), ProviderMessage>, SpawnErr> {
+    let args = FactoryArguments::builder()
+        .worker_builder(Box::new(worker_builder(move |_wid| {
+            (ProviderWorker, args.clone())
+        })))
+        .queue(Default::default())
+        .router(Default::default())
+        .num_initial_workers(workers)
+        .build();
+    let (factory, _) =
+        Actor::spawn_linked(None, ProviderFactory::default(), args, supervisor).await?;
+    Ok(factory)
+}
+
+/// Checks one provider's reachability once (no retries) and tells `health` the outcome.
+/// Probes run on tasks of their own, never in the provider's pool, so a busy pool cannot
+/// delay them.
+pub(crate) fn probe(name: String, backend: Arc<dyn Backend>, health: ActorRef<HealthMessage>) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let result = backend.probe().await;
+        let outcome = Outcome {
+            provider: name,
+            ok: result.is_ok(),
+            latency: started.elapsed(),
+            error: result.err().map(|e| e.to_string()),
+            probe: true,
+        };
+        let _ = health.cast(HealthMessage::Outcome(outcome));
+    });
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@ use parking_lot::RwLock;
 use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
+use crate::capacity::ElasticPool;
 use crate::graph::{self, GraphRequest};
-use crate::health::{HealthActor, HealthBoard, HealthMessage};
-use crate::provider::{Backend, ProviderActor, ProviderArguments, ProviderMessage, RetryPolicy};
-use crate::session::{ProviderSlot, SessionSupervisor, SessionSupervisorMessage};
+use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
+use crate::provider::{self, Backend, ProviderArguments, ProviderMessage, RetryPolicy};
+use crate::session::{SessionSupervisor, SessionSupervisorMessage};
 use crate::tools::{self, ToolSlot};
 
 pub(crate) type Slot<T> = Arc<RwLock<Option<T>>>;
@@ -24,20 +25,22 @@ pub(crate) struct ProviderSpec {
     pub name: String,
     pub backend: Arc<dyn Backend>,
     pub retry: RetryPolicy,
-    pub slot: ProviderSlot,
+    pub slot: Slot<FactoryRef<(), ProviderMessage>>,
 }
 
 /// What the root needs to build (and rebuild) its children.
 pub struct RootArguments {
     pub(crate) kb: Arc<KnowledgeBase>,
+    /// Workers each pool starts with (its least size).
     pub(crate) graph_workers: usize,
-    pub(crate) graph_max_workers: usize,
-    pub(crate) graph_size: Arc<std::sync::atomic::AtomicUsize>,
     pub(crate) graph_slot: Slot<FactoryRef<(), GraphRequest>>,
     pub(crate) capacity_slot: Slot<ActorRef<crate::capacity::CapacityMessage>>,
+    /// The pools the capacity controller sizes.
+    pub(crate) pools: Arc<Vec<ElasticPool>>,
     pub(crate) toolbox: Toolbox,
     pub(crate) tool_workers: usize,
     pub(crate) tool_slots: HashMap<String, ToolSlot>,
+    pub(crate) provider_workers: usize,
     pub(crate) providers: Vec<ProviderSpec>,
     pub(crate) health_board: HealthBoard,
     pub(crate) health_slot: Slot<ActorRef<HealthMessage>>,
@@ -99,33 +102,6 @@ impl RootState {
     }
 }
 
-async fn spawn_provider(
-    spec: &ProviderSpec,
-    health: &Slot<ActorRef<HealthMessage>>,
-    root: ActorCell,
-) -> Result<(), ActorProcessingErr> {
-    let args = ProviderArguments {
-        name: spec.name.clone(),
-        backend: spec.backend.clone(),
-        retry: spec.retry,
-        health: health.clone(),
-    };
-    let (actor, _) = Actor::spawn_linked(None, ProviderActor, args, root).await?;
-    *spec.slot.write() = Some(actor);
-    Ok(())
-}
-
-fn tell_health_about_providers(args: &RootArguments) {
-    let refs: Vec<ActorRef<ProviderMessage>> = args
-        .providers
-        .iter()
-        .filter_map(|p| p.slot.read().clone())
-        .collect();
-    if let Some(h) = args.health_slot.read().clone() {
-        let _ = h.cast(HealthMessage::Providers(refs));
-    }
-}
-
 async fn spawn_child(
     child: &Child,
     args: &RootArguments,
@@ -138,10 +114,7 @@ async fn spawn_child(
         }
         Child::Capacity => {
             let capacity = crate::capacity::CapacityArguments {
-                factory: args.graph_slot.clone(),
-                min: args.graph_workers,
-                max: args.graph_max_workers,
-                size: args.graph_size.clone(),
+                pools: args.pools.clone(),
             };
             let (c, _) =
                 Actor::spawn_linked(None, crate::capacity::CapacityController, capacity, root)
@@ -156,14 +129,27 @@ async fn spawn_child(
             }
         }
         Child::Provider(i) => {
-            spawn_provider(&args.providers[*i], &args.health_slot, root).await?;
-            tell_health_about_providers(args);
+            let spec = &args.providers[*i];
+            let provider = ProviderArguments {
+                name: spec.name.clone(),
+                backend: spec.backend.clone(),
+                retry: spec.retry,
+                health: args.health_slot.clone(),
+            };
+            let f = provider::spawn_factory(provider, args.provider_workers, root).await?;
+            *spec.slot.write() = Some(f);
         }
         Child::Health => {
-            let (h, _) =
-                Actor::spawn_linked(None, HealthActor, args.health_board.clone(), root).await?;
+            let health = HealthArguments {
+                board: args.health_board.clone(),
+                providers: args
+                    .providers
+                    .iter()
+                    .map(|p| (p.name.clone(), p.backend.clone()))
+                    .collect(),
+            };
+            let (h, _) = Actor::spawn_linked(None, HealthActor, health, root).await?;
             *args.health_slot.write() = Some(h);
-            tell_health_about_providers(args);
         }
         Child::Sessions => {
             let (s, _) = Actor::spawn_linked(None, SessionSupervisor, (), root).await?;
@@ -191,7 +177,7 @@ impl Actor for RootSupervisor {
             spawn_child(&Child::Provider(i), &args, root.clone()).await?;
         }
         spawn_child(&Child::Graph, &args, root.clone()).await?;
-        if args.graph_max_workers > args.graph_workers {
+        if args.pools.iter().any(ElasticPool::is_elastic) {
             spawn_child(&Child::Capacity, &args, root.clone()).await?;
         }
         let names: Vec<String> = args.tool_slots.keys().cloned().collect();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use kbq_store::KnowledgeBase;
 use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
 use parking_lot::RwLock;
+use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -91,6 +92,9 @@ pub enum AgentError {
     /// `max_sessions` sessions are running: the request was not started.
     #[error("the agent is busy: {0} chat sessions are already running")]
     Overloaded(usize),
+    /// Every provider that could answer has its workers and queue full: nothing was asked.
+    #[error("every available provider is busy: {0}")]
+    ProvidersBusy(String),
 }
 
 /// Caps on one session.
@@ -104,12 +108,22 @@ pub struct SessionLimits {
     pub max_sessions: usize,
 }
 
-pub(crate) type ProviderSlot = Arc<RwLock<Option<ActorRef<ProviderMessage>>>>;
+/// One provider's worker pool as the router calls it.
+#[derive(Clone)]
+pub(crate) struct ProviderHandle {
+    pub name: String,
+    /// The provider's factory, followed across restarts by the root supervisor.
+    pub factory: crate::root::Slot<FactoryRef<(), ProviderMessage>>,
+    /// Calls admitted and not yet answered (running or queued).
+    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Most calls admitted at once: the pool's most workers plus its queue.
+    pub admit: usize,
+}
 
 /// Picks providers in priority order, skipping ejected ones, and falls back on failure.
 #[derive(Clone)]
 pub struct ProviderRouter {
-    pub(crate) providers: Vec<(String, ProviderSlot)>,
+    pub(crate) providers: Vec<ProviderHandle>,
     pub board: HealthBoard,
 }
 
@@ -144,18 +158,29 @@ impl ProviderRouter {
             return Err(AgentError::NoProvider);
         }
         let mut last_error = String::new();
+        let (mut tried, mut busy) = (0, 0);
         for name in available {
-            let Some(actor) = self
-                .providers
-                .iter()
-                .find(|(n, _)| *n == name)
-                .and_then(|(_, s)| s.read().clone())
-            else {
+            let Some(provider) = self.providers.iter().find(|p| p.name == name) else {
                 continue;
             };
+            let Some(factory) = provider.factory.read().clone() else {
+                continue;
+            };
+            tried += 1;
+            // A full pool sheds at once, and the next provider is tried.
+            let _admitted = match crate::Admission::take(&provider.in_flight, provider.admit) {
+                Ok(admitted) => admitted,
+                Err(n) => {
+                    busy += 1;
+                    last_error = format!("{name}: {n} calls already running or queued");
+                    tracing::warn!(provider = %name, "provider busy; falling back");
+                    continue;
+                }
+            };
             let request = request.clone();
-            match actor
-                .call(
+            match factory
+                .call_job(
+                    (),
                     |reply| ProviderMessage::Complete(request, reply),
                     Some(timeout),
                 )
@@ -171,6 +196,9 @@ impl ProviderRouter {
                 }
             }
             tracing::warn!(provider = %name, error = %last_error, "provider failed; falling back");
+        }
+        if tried > 0 && busy == tried {
+            return Err(AgentError::ProvidersBusy(last_error));
         }
         Err(AgentError::SessionLost(format!(
             "every provider failed; last error: {last_error}"
@@ -229,7 +257,7 @@ impl Agent {
             .router
             .providers
             .iter()
-            .map(|(n, _)| n.clone())
+            .map(|p| p.name.clone())
             .collect()
     }
 
@@ -411,8 +439,10 @@ async fn run(
                 return Ok(reply);
             }
             // Nothing could even be asked on the first step: the caller gets 503.
-            Ok(Err(AgentError::NoProvider)) if reply.steps == 0 => {
-                return Err(AgentError::NoProvider);
+            Ok(Err(e @ (AgentError::NoProvider | AgentError::ProvidersBusy(_))))
+                if reply.steps == 0 =>
+            {
+                return Err(e);
             }
             Ok(Err(e)) => {
                 reply.stop_reason = StopReason::ProviderError;

@@ -58,14 +58,16 @@ impl Worker for ToolWorker {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolJob::Call { ctx, args, reply } => {
-                let _ = reply.send(tool.call(&ctx, &args).await);
+                crate::answer(reply, tool.call(&ctx, &args)).await
             }
             #[cfg(feature = "fault-injection")]
             ToolJob::Panic => panic!("tool worker panicked on request (fault injection)"),
             #[cfg(feature = "fault-injection")]
             ToolJob::Hold(release, reply) => {
-                let _ = release.await;
-                let _ = reply.send(());
+                crate::answer(reply, async {
+                    let _ = release.await;
+                })
+                .await
             }
         }
         Ok(key)
@@ -107,7 +109,7 @@ pub struct ToolPool {
     timeout: Duration,
     /// Calls admitted and not yet answered, per tool.
     in_flight: Arc<HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
-    /// Most calls admitted at once per tool: workers plus queue capacity.
+    /// Most calls admitted at once per tool: most workers plus queue capacity.
     admit: usize,
 }
 

@@ -189,7 +189,9 @@ async fn chat(
                 "no language-model provider is available",
             ));
         }
-        Err(e @ AgentError::Overloaded(_)) => return Err(ApiError::unavailable(e.to_string())),
+        Err(e @ (AgentError::Overloaded(_) | AgentError::ProvidersBusy(_))) => {
+            return Err(ApiError::unavailable(e.to_string()));
+        }
         Err(e @ AgentError::SessionLost(_)) => {
             tracing::error!(error = %e, "chat session lost");
             return Ok(HttpResponse::Ok().json(ChatResponse {

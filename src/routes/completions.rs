@@ -542,6 +542,7 @@ pub(crate) async fn completions(
                 v.chain_model
             )));
         }
+        Err(e @ AgentError::ProvidersBusy(_)) => return Err(ApiError::unavailable(e.to_string())),
         Err(e) => {
             tracing::warn!(error = %e, model = %v.chain_model, "chat completion failed");
             return Err(ApiError::new(ErrorCode::Upstream, e.to_string()));

@@ -685,3 +685,116 @@ async fn chats_beyond_max_sessions_get_503_at_once() {
     t.stop().await;
     llm.stop().await;
 }
+
+/// The size of pool `pool` in `/metrics`.
+async fn pool_size(t: &TestServer, pool: &str) -> Option<u64> {
+    let text = t
+        .http
+        .get(t.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = format!("kbq_pool_workers{{pool=\"{pool}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|n| n.parse().ok())
+}
+
+#[tokio::test]
+async fn a_provider_pool_grows_while_calls_wait_and_shrinks_after() {
+    let llm = ScriptedLlm::start().await;
+    for i in 0..3 {
+        llm.push(Step::Delay(
+            Duration::from_millis(800),
+            Box::new(Step::Answer(format!("answer {i}"))),
+        ));
+    }
+    let mut config = agent_config(vec![openai("primary", &llm, 0, 5_000)]);
+    config.agent.provider_workers = 1;
+    config.agent.provider_max_workers = 4;
+    let t = start(config).await;
+    assert_eq!(pool_size(&t, "provider:primary").await, Some(1));
+    let chats = futures::future::join_all(
+        (0..3).map(|_| t.post(CHAT, json!({"message": "Tell me about Ada"}))),
+    );
+    let watch = async {
+        // All three calls reach the provider at once: the pool grew to carry them.
+        eventually(Duration::from_secs(5), || async {
+            llm.requests().len() == 3
+        })
+        .await
+    };
+    let (answers, concurrent) = tokio::join!(chats, watch);
+    assert!(
+        concurrent,
+        "the provider saw {} calls",
+        llm.requests().len()
+    );
+    for (status, body) in answers {
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["success"], true, "{body}");
+    }
+    let grown = pool_size(&t, "provider:primary").await.unwrap();
+    assert!((3..=4).contains(&grown), "size {grown}");
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            pool_size(&t, "provider:primary").await == Some(1)
+        })
+        .await,
+        "the pool did not shrink back"
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_provider_pool_sheds_with_503_and_serves_again_after() {
+    let llm = ScriptedLlm::start().await;
+    llm.push(Step::Delay(
+        Duration::from_millis(1_500),
+        Box::new(Step::Answer("slow".into())),
+    ));
+    llm.push(Step::Answer("fast".into()));
+    let mut config = agent_config(vec![openai("primary", &llm, 0, 5_000)]);
+    config.agent.provider_workers = 1;
+    config.agent.provider_max_workers = 1;
+    config.agent.provider_queue_capacity = 0;
+    let t = start(config).await;
+    let slow = t.post(CHAT, json!({"message": "Tell me about Ada"}));
+    let shed = async {
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                llm.requests().len() == 1
+            })
+            .await
+        );
+        t.call(
+            reqwest::Method::POST,
+            CHAT,
+            Some(json!({"message": "Tell me about Babbage"})),
+        )
+        .await
+    };
+    let ((slow_status, slow_body), (status, headers, body)) = tokio::join!(slow, shed);
+    assert_eq!(status, 503, "{body}");
+    assert_error(&body, "service_unavailable", None);
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("busy"),
+        "{body}"
+    );
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(llm.requests().len(), 1, "a shed chat reaches no provider");
+    assert_eq!(slow_status, 200, "{slow_body}");
+    assert_eq!(slow_body["response"], "slow");
+    // The worker is free again.
+    let (status, body) = t
+        .post(CHAT, json!({"message": "Tell me about Babbage"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"], "fast");
+    t.stop().await;
+    llm.stop().await;
+}

@@ -216,6 +216,7 @@ async fn a_full_tool_pool_fails_the_call_at_once_and_the_model_sees_why() {
     let mut config = crate::support::test_config();
     config.store.load_demo = true;
     config.agent.tool_workers = 1;
+    config.agent.tool_max_workers = 1;
     config.agent.tool_queue_capacity = 0;
     let t = crate::support::TestServer::start_with(
         config,
