@@ -8,12 +8,9 @@ use std::time::Duration;
 use kbq_store::{
     DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, Traversal, TraversalQuery,
 };
-use ractor::factory::{
-    Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
-    worker_builder,
-};
+use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
 /// What the graph workers do. Each variant answers through its reply port.
 #[derive(Debug)]
@@ -122,33 +119,6 @@ impl Worker for GraphWorker {
         }
         Ok(key)
     }
-}
-
-pub(crate) type GraphFactory = Factory<
-    (),
-    GraphRequest,
-    Arc<KnowledgeBase>,
-    GraphWorker,
-    routing::QueuerRouting<(), GraphRequest>,
-    queues::DefaultQueue<(), GraphRequest>,
->;
-
-/// Spawns the graph factory linked to `supervisor`.
-pub(crate) async fn spawn_factory(
-    kb: Arc<KnowledgeBase>,
-    workers: usize,
-    supervisor: ActorCell,
-) -> Result<FactoryRef<(), GraphRequest>, SpawnErr> {
-    let args = FactoryArguments::builder()
-        .worker_builder(Box::new(worker_builder(move |_wid| {
-            (GraphWorker, kb.clone())
-        })))
-        .queue(Default::default())
-        .router(Default::default())
-        .num_initial_workers(workers)
-        .build();
-    let (factory, _) = Actor::spawn_linked(None, GraphFactory::default(), args, supervisor).await?;
-    Ok(factory)
 }
 
 /// The handle the edge uses: every call has a timeout, and the handle follows the factory

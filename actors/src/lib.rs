@@ -93,6 +93,38 @@ pub struct PoolStats {
     pub queue_depth: usize,
 }
 
+/// Spawns a worker pool linked to `supervisor`: a ractor factory of `workers` workers made
+/// by `make`, each started with a clone of `args`. Jobs wait in the factory's queue for the
+/// next idle worker; the pool's handle bounds how many it admits.
+pub(crate) async fn spawn_pool<W>(
+    make: fn() -> W,
+    args: W::Arguments,
+    workers: usize,
+    supervisor: ractor::ActorCell,
+) -> Result<ractor::factory::FactoryRef<(), W::Message>, SpawnErr>
+where
+    W: ractor::factory::Worker<Key = ()>,
+    W::Arguments: Clone + Sync,
+{
+    use ractor::factory::{Factory, FactoryArguments, queues, routing, worker_builder};
+    let args = FactoryArguments::builder()
+        .worker_builder(Box::new(worker_builder(move |_wid| (make(), args.clone()))))
+        .queue(queues::DefaultQueue::default())
+        .router(routing::QueuerRouting::default())
+        .num_initial_workers(workers)
+        .build();
+    let factory = Factory::<
+        (),
+        W::Message,
+        W::Arguments,
+        W,
+        routing::QueuerRouting<(), W::Message>,
+        queues::DefaultQueue<(), W::Message>,
+    >::default();
+    let (factory, _) = Actor::spawn_linked(None, factory, args, supervisor).await?;
+    Ok(factory)
+}
+
 /// Resolves once nobody waits for the reply any more (the caller timed out, or was dropped
 /// with its client's connection).
 async fn requester_gone<T>(reply: &ractor::RpcReplyPort<T>) {

@@ -9,11 +9,8 @@ use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use backon::{ExponentialBuilder, Retryable};
-use ractor::factory::{
-    Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
-    worker_builder,
-};
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+use ractor::factory::{FactoryMessage, Job, Worker, WorkerId};
+use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
 use crate::health::{HealthMessage, Outcome};
@@ -398,34 +395,6 @@ impl Worker for ProviderWorker {
         crate::answer(reply, with_retries(attempt, state.retry)).await;
         Ok(key)
     }
-}
-
-pub(crate) type ProviderFactory = Factory<
-    (),
-    ProviderMessage,
-    ProviderArguments,
-    ProviderWorker,
-    routing::QueuerRouting<(), ProviderMessage>,
-    queues::DefaultQueue<(), ProviderMessage>,
->;
-
-/// Spawns one provider's factory linked to `supervisor`.
-pub(crate) async fn spawn_factory(
-    args: ProviderArguments,
-    workers: usize,
-    supervisor: ActorCell,
-) -> Result<FactoryRef<(), ProviderMessage>, SpawnErr> {
-    let args = FactoryArguments::builder()
-        .worker_builder(Box::new(worker_builder(move |_wid| {
-            (ProviderWorker, args.clone())
-        })))
-        .queue(Default::default())
-        .router(Default::default())
-        .num_initial_workers(workers)
-        .build();
-    let (factory, _) =
-        Actor::spawn_linked(None, ProviderFactory::default(), args, supervisor).await?;
-    Ok(factory)
 }
 
 /// Checks one provider's reachability once (no retries) and tells `health` the outcome.

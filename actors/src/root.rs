@@ -12,11 +12,11 @@ use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use crate::capacity::ElasticPool;
-use crate::graph::{self, GraphRequest};
+use crate::graph::{GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
-use crate::provider::{self, Backend, ProviderArguments, ProviderMessage, RetryPolicy};
+use crate::provider::{Backend, ProviderArguments, ProviderMessage, ProviderWorker, RetryPolicy};
 use crate::session::{SessionSupervisor, SessionSupervisorMessage};
-use crate::tools::{self, ToolSlot};
+use crate::tools::{ToolSlot, ToolWorker};
 
 pub(crate) type Slot<T> = Arc<RwLock<Option<T>>>;
 
@@ -109,7 +109,8 @@ async fn spawn_child(
 ) -> Result<(), ActorProcessingErr> {
     match child {
         Child::Graph => {
-            let f = graph::spawn_factory(args.kb.clone(), args.graph_workers, root).await?;
+            let f = crate::spawn_pool(|| GraphWorker, args.kb.clone(), args.graph_workers, root)
+                .await?;
             *args.graph_slot.write() = Some(f);
         }
         Child::Capacity => {
@@ -123,7 +124,7 @@ async fn spawn_child(
         }
         Child::Tool(name) => {
             let tool = args.toolbox.get(name).cloned().ok_or("unknown tool")?;
-            let f = tools::spawn_factory(tool, args.tool_workers, root).await?;
+            let f = crate::spawn_pool(|| ToolWorker, tool, args.tool_workers, root).await?;
             if let Some(slot) = args.tool_slots.get(name) {
                 *slot.write() = Some(f);
             }
@@ -136,7 +137,8 @@ async fn spawn_child(
                 retry: spec.retry,
                 health: args.health_slot.clone(),
             };
-            let f = provider::spawn_factory(provider, args.provider_workers, root).await?;
+            let f =
+                crate::spawn_pool(|| ProviderWorker, provider, args.provider_workers, root).await?;
             *spec.slot.write() = Some(f);
         }
         Child::Health => {

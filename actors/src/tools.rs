@@ -7,12 +7,9 @@ use std::time::Duration;
 
 use kbq_tools::{Tool, ToolContext, ToolError};
 use parking_lot::RwLock;
-use ractor::factory::{
-    Factory, FactoryArguments, FactoryMessage, FactoryRef, Job, Worker, WorkerId, queues, routing,
-    worker_builder,
-};
+use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SpawnErr};
+use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
 /// Work for a tool worker.
@@ -72,32 +69,6 @@ impl Worker for ToolWorker {
         }
         Ok(key)
     }
-}
-
-type ToolFactory = Factory<
-    (),
-    ToolJob,
-    Arc<dyn Tool>,
-    ToolWorker,
-    routing::QueuerRouting<(), ToolJob>,
-    queues::DefaultQueue<(), ToolJob>,
->;
-
-pub(crate) async fn spawn_factory(
-    tool: Arc<dyn Tool>,
-    workers: usize,
-    supervisor: ActorCell,
-) -> Result<FactoryRef<(), ToolJob>, SpawnErr> {
-    let args = FactoryArguments::builder()
-        .worker_builder(Box::new(worker_builder(move |_wid| {
-            (ToolWorker, tool.clone())
-        })))
-        .queue(Default::default())
-        .router(Default::default())
-        .num_initial_workers(workers)
-        .build();
-    let (factory, _) = Actor::spawn_linked(None, ToolFactory::default(), args, supervisor).await?;
-    Ok(factory)
 }
 
 pub(crate) type ToolSlot = Arc<RwLock<Option<FactoryRef<(), ToolJob>>>>;

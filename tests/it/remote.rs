@@ -1,8 +1,11 @@
-//! kbq on a real SurrealDB server over `ws://`. These tests need the server binary that
-//! `scripts/surrealdb-server` builds (once, several minutes), so they are ignored by default:
+//! kbq on a real SurrealDB server over `ws://`: two nodes on one server, answers equal to the
+//! embedded store's, an outage and the recovery after it. These tests need the server binary
+//! that `scripts/surrealdb-server` builds (once, several minutes), so they are ignored by
+//! default; `scripts/test-remote` builds it, starts a server and runs them with the rest of
+//! the suite in remote mode:
 //!
 //! ```sh
-//! KBQ_SURREALDB_SERVER=$(scripts/surrealdb-server) cargo test --workspace --test it -- --ignored remote
+//! scripts/test-remote remote
 //! ```
 
 use std::net::TcpListener;
