@@ -66,8 +66,18 @@ pub const WRITE_BATCH: usize = 1000;
 const INSERT_ROWS: usize = 100;
 
 /// How many INSERT statements of one batch are written at once (see
-/// [`KnowledgeBase::insert_pipelined`]).
-const WRITERS: usize = 2;
+/// [`KnowledgeBase::insert_pipelined`]): one per core, at least two, at most eight. With one,
+/// the embedded engine used one core (user time equal to wall time); two took the benchmark
+/// import from 136.9 s to 76.2 s on two cores, and four were no faster than two
+/// (docs/benchmarks.md).
+fn writers() -> usize {
+    static WRITERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WRITERS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(2, usize::from)
+            .clamp(2, 8)
+    })
+}
 
 /// The vector index's rows: every document's, or those of the documents in `$ids`.
 const VECTORS_OF_TABLE: &str =
@@ -111,6 +121,11 @@ pub struct KnowledgeBase {
     /// accepted (and its vectors not loaded) so that [`KnowledgeBase::reembed`] can convert it.
     adopt_embedder: bool,
 }
+
+/// Longest wait for one of the queries that read a whole table to build the in-memory
+/// indexes (at connection, and after a following node resubscribes): a large store takes
+/// longer than an ordinary query may.
+const INDEX_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
 /// waiting out its own attempt.
@@ -176,28 +191,44 @@ impl KnowledgeBase {
         if last_failure.is_some_and(|t| t.elapsed() < RECONNECT_PAUSE) {
             return Err(StoreError::Unavailable("not connected".into()));
         }
-        match tokio::time::timeout(self.config.connect_timeout, self.connect()).await {
-            Ok(Ok(c)) => {
+        match self.connect().await {
+            Ok(c) => {
                 let c = Arc::new(c);
                 *self.conn.write() = Some(c.clone());
                 *last_failure = None;
                 Ok(c)
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 *last_failure = Some(Instant::now());
                 Err(e)
-            }
-            Err(_) => {
-                *last_failure = Some(Instant::now());
-                Err(StoreError::Unavailable(format!(
-                    "no connection to {} within {:?}",
-                    self.config.url, self.config.connect_timeout
-                )))
             }
         }
     }
 
+    /// Connects, defines the schema and builds the in-memory indexes. Only reaching the
+    /// database is bounded by `connect_timeout`: building the indexes of a large store takes
+    /// longer, and cutting it short would abandon an embedded store half open (and, for
+    /// surrealkv, locked).
     async fn connect(&self) -> Result<Connected> {
+        let db = tokio::time::timeout(self.config.connect_timeout, self.reach())
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "no connection to {} within {:?}",
+                    self.config.url, self.config.connect_timeout
+                ))
+            })??;
+        let c = Connected { db };
+        self.define_schema(&c).await?;
+        self.load_graph_index(&c).await?;
+        if !self.adopt_embedder {
+            self.load_vectors(&c).await?;
+        }
+        Ok(c)
+    }
+
+    /// Opens the connection, signs in and selects the namespace and database.
+    async fn reach(&self) -> Result<Surreal<Any>> {
         let unavailable = |e: surrealdb::Error| StoreError::Unavailable(e.to_string());
         let db = surrealdb::engine::any::connect(self.config.url.as_str())
             .await
@@ -214,13 +245,7 @@ impl KnowledgeBase {
             .use_db(self.config.database.as_str())
             .await
             .map_err(unavailable)?;
-        let c = Connected { db };
-        self.define_schema(&c).await?;
-        self.load_graph_index(&c).await?;
-        if !self.adopt_embedder {
-            self.load_vectors(&c).await?;
-        }
-        Ok(c)
+        Ok(db)
     }
 
     /// Rebuilds the graph index (when there is one) from the entities and relationships
@@ -230,17 +255,19 @@ impl KnowledgeBase {
             return Ok(());
         };
         let entities: Vec<Entity> = self
-            .run_on(
+            .run_within(
                 c,
                 "SELECT name, entity_type, properties, '' AS id FROM type::table($t)",
                 obj([("t", table::ENTITY.into_value())]),
+                INDEX_LOAD_TIMEOUT,
             )
             .await?;
         let rels: Vec<Relationship> = self
-            .run_on(
+            .run_within(
                 c,
                 "SELECT source_name, target_name, relationship_type, properties FROM type::table($t)",
                 obj([("t", table::RELATES.into_value())]),
+                INDEX_LOAD_TIMEOUT,
             )
             .await?;
         let started = Instant::now();
@@ -403,7 +430,19 @@ impl KnowledgeBase {
         sql: &str,
         vars: Object,
     ) -> Result<Vec<T>> {
-        let mut resp = self.send(c, sql, vars).await?;
+        self.run_within(c, sql, vars, self.config.query_timeout)
+            .await
+    }
+
+    /// As [`run_on`](Self::run_on), with a time limit of its own.
+    async fn run_within<T: DeserializeOwned>(
+        &self,
+        c: &Connected,
+        sql: &str,
+        vars: Object,
+        timeout: Duration,
+    ) -> Result<Vec<T>> {
+        let mut resp = query_on(&c.db, sql, vars, timeout).await?;
         let last = resp.num_statements().saturating_sub(1);
         let rows: Vec<Json> = resp
             .take(last)
@@ -543,7 +582,7 @@ impl KnowledgeBase {
     }
 
     /// Writes `items` in INSERT statements of [`INSERT_ROWS`] rows: `sql` binds them as
-    /// `$rows`. Up to [`WRITERS`] statements are in flight at once, each built (by `build`)
+    /// `$rows`. Up to [`writers`] statements are in flight at once, each built (by `build`)
     /// and written on a task of its own: SurrealDB's embedded engine runs a statement inside
     /// the future that awaits it, so statements awaited by one task would take turns on one
     /// thread. `written` gets what `build` returned beside the rows, in the order of `items`,
@@ -565,7 +604,7 @@ impl KnowledgeBase {
         let mut chunks = items.chunks(INSERT_ROWS);
         let mut in_flight = std::collections::VecDeque::new();
         loop {
-            while in_flight.len() < WRITERS {
+            while in_flight.len() < writers() {
                 let Some(chunk) = chunks.next() else { break };
                 let rows = build(chunk.to_vec());
                 let db = c.db.clone();
@@ -700,6 +739,7 @@ impl KnowledgeBase {
                 c,
                 VECTORS_OF_TABLE,
                 obj([("t", table::DOCUMENT.into_value())]),
+                INDEX_LOAD_TIMEOUT,
             )
             .await?;
         let mut index = VectorIndex::new(self.embedder.dimension());
@@ -732,8 +772,13 @@ impl KnowledgeBase {
         ids: Vec<RecordId>,
     ) -> Result<Vec<(String, Vec<f32>, DocTags)>> {
         let c = self.connection().await?;
-        self.vector_entries_on(&c, VECTORS_OF_IDS, obj([("ids", ids.into_value())]))
-            .await
+        self.vector_entries_on(
+            &c,
+            VECTORS_OF_IDS,
+            obj([("ids", ids.into_value())]),
+            self.config.query_timeout,
+        )
+        .await
     }
 
     /// Runs one of the `VECTORS_OF_*` queries; rows without a readable vector are left out.
@@ -742,8 +787,9 @@ impl KnowledgeBase {
         c: &Connected,
         sql: &str,
         vars: Object,
+        timeout: Duration,
     ) -> Result<Vec<(String, Vec<f32>, DocTags)>> {
-        let mut resp = self.send(c, sql, vars).await?;
+        let mut resp = query_on(&c.db, sql, vars, timeout).await?;
         let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
