@@ -255,3 +255,49 @@ async fn follow(kb: &Weak<KnowledgeBase>, mut notifications: Notifications) -> R
         kb.apply_changes(changes).await?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use surrealdb::types::{RecordId, SurrealValue, Value};
+
+    use super::{Changes, Table};
+    use crate::kb::obj;
+
+    #[test]
+    fn a_notification_names_its_record_and_other_shapes_are_ignored() {
+        let mut changes = Changes::default();
+        let text = |s: &str| s.to_string().into_value();
+        changes.note(Table::Entity, Value::Object(obj([("name", text("Ada"))])));
+        changes.note(
+            Table::Relates,
+            Value::Object(obj([
+                ("source_name", text("Ada")),
+                ("target_name", text("Babbage")),
+                ("relationship_type", text("knows")),
+            ])),
+        );
+        changes.note(
+            Table::Document,
+            Value::Object(obj([(
+                "id",
+                RecordId::new("document", "d0123").into_value(),
+            )])),
+        );
+        // A repeated notification names the same record once.
+        changes.note(Table::Entity, Value::Object(obj([("name", text("Ada"))])));
+        // Shapes that name nothing are skipped, not applied.
+        changes.note(Table::Entity, Value::None);
+        changes.note(
+            Table::Relates,
+            Value::Object(obj([("source_name", text("Ada"))])),
+        );
+        changes.note(Table::Document, Value::Object(obj([("id", text("d9"))])));
+        assert_eq!(changes.entities.iter().collect::<Vec<_>>(), ["Ada"]);
+        assert_eq!(
+            changes.relationships.iter().cloned().collect::<Vec<_>>(),
+            [("Ada".into(), "Babbage".into(), "knows".into())]
+        );
+        assert_eq!(changes.documents.iter().collect::<Vec<_>>(), ["d0123"]);
+        assert_eq!(changes.len(), 3);
+    }
+}
