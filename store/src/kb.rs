@@ -233,7 +233,13 @@ impl KnowledgeBase {
         let db = surrealdb::engine::any::connect(self.config.url.as_str())
             .await
             .map_err(unavailable)?;
-        if let (Some(username), Some(password)) = (&self.config.username, &self.config.password) {
+        // Credentials are for a server; an embedded engine has no users to sign in as.
+        let server = ["ws://", "wss://"]
+            .iter()
+            .any(|scheme| self.config.url.starts_with(scheme));
+        if let (true, Some(username), Some(password)) =
+            (server, &self.config.username, &self.config.password)
+        {
             db.signin(Root {
                 username: username.clone(),
                 password: password.clone(),
