@@ -197,6 +197,8 @@ async fn reindex_moves_a_store_to_another_embedder() {
     assert!(err.contains(MODEL), "{err}");
     let mut config = with_openai_embedder(test_config(), &llm);
     config.store.url = store.clone();
+    // The database the CLI wrote to (remote mode gives each test config a database of its own).
+    config.store.database = kbq::config::Config::default().store.database;
     let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     let (status, body) = t
         .post(

@@ -31,8 +31,8 @@ impl SurrealServer {
     /// Starts the server on `port` (0: a free one) with `storage` (`memory` or
     /// `surrealkv://PATH`), and waits until it accepts connections.
     async fn start(port: u16, storage: &str) -> SurrealServer {
-        let bin = std::env::var("KBQ_SURREALDB_SERVER")
-            .expect("KBQ_SURREALDB_SERVER names the binary scripts/surrealdb-server prints");
+        let bin = std::env::var("TEST_SURREALDB_SERVER")
+            .expect("TEST_SURREALDB_SERVER names the binary scripts/surrealdb-server prints");
         let port = if port == 0 {
             TcpListener::bind("127.0.0.1:0")
                 .unwrap()
@@ -115,7 +115,7 @@ async fn answers(t: &TestServer) -> Vec<Value> {
 }
 
 #[tokio::test]
-#[ignore = "needs KBQ_SURREALDB_SERVER (scripts/surrealdb-server)"]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
 async fn remote_graph_api_answers_as_the_embedded_store_does() {
     let embedded = TestServer::start().await;
     let want = answers(&embedded).await;
@@ -132,7 +132,7 @@ async fn remote_graph_api_answers_as_the_embedded_store_does() {
 }
 
 #[tokio::test]
-#[ignore = "needs KBQ_SURREALDB_SERVER (scripts/surrealdb-server)"]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
 async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
     let dir = tempfile::tempdir().unwrap();
     let storage = format!("surrealkv://{}", dir.path().join("db").display());
@@ -199,7 +199,7 @@ async fn semantic(node: &TestServer, query: &str) -> Vec<Value> {
 }
 
 #[tokio::test]
-#[ignore = "needs KBQ_SURREALDB_SERVER (scripts/surrealdb-server)"]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
 async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
     let db = SurrealServer::start(0, "memory").await;
     let config = remote_config(&db, true);

@@ -38,13 +38,13 @@ pub const FIXTURE: &str = r#"{"kind":"entity","name":"Ada","entity_type":"person
 
 /// A config for tests: in-memory store, no demo, one known key, two HTTP workers.
 ///
-/// With `KBQ_TEST_STORE=ws://HOST:PORT` (what `scripts/test-remote` sets) the store is that
+/// With `TEST_SURREALDB_URL=ws://HOST:PORT` (what `scripts/test-remote` sets) the store is that
 /// SurrealDB server instead, signed in as root/root, with a fresh database for each config.
 pub fn test_config() -> Config {
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 2;
-    match std::env::var("KBQ_TEST_STORE") {
+    match std::env::var("TEST_SURREALDB_URL") {
         Ok(url) if !url.is_empty() => {
             c.store.url = url;
             c.store.database = format!("t{}", uuid::Uuid::new_v4().simple());
