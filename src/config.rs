@@ -519,6 +519,25 @@ impl Config {
             ("agent.tool_timeout_ms", a.tool_timeout_ms, 1, 600_000),
             ("agent.max_sessions", a.max_sessions as u64, 1, 1_000_000),
             (
+                "agent.tool_max_workers",
+                a.tool_max_workers as u64,
+                a.tool_workers as u64,
+                1024,
+            ),
+            ("agent.provider_workers", a.provider_workers as u64, 1, 1024),
+            (
+                "agent.provider_max_workers",
+                a.provider_max_workers as u64,
+                a.provider_workers as u64,
+                8192,
+            ),
+            (
+                "agent.provider_queue_capacity",
+                a.provider_queue_capacity as u64,
+                0,
+                1_000_000,
+            ),
+            (
                 "health.probe_interval_ms",
                 self.health.probe_interval_ms,
                 10,
@@ -605,27 +624,6 @@ impl Config {
         }
         if self.agent.tool_queue_capacity > 1_000_000 {
             return bad("agent.tool_queue_capacity", "must be between 0 and 1000000");
-        }
-        if !(self.agent.tool_workers..=1024).contains(&self.agent.tool_max_workers) {
-            return bad(
-                "agent.tool_max_workers",
-                "must be between agent.tool_workers and 1024",
-            );
-        }
-        if !(1..=1024).contains(&self.agent.provider_workers) {
-            return bad("agent.provider_workers", "must be between 1 and 1024");
-        }
-        if !(self.agent.provider_workers..=8192).contains(&self.agent.provider_max_workers) {
-            return bad(
-                "agent.provider_max_workers",
-                "must be between agent.provider_workers and 8192",
-            );
-        }
-        if self.agent.provider_queue_capacity > 1_000_000 {
-            return bad(
-                "agent.provider_queue_capacity",
-                "must be between 0 and 1000000",
-            );
         }
         if self.graph.queue_capacity > 1_000_000 {
             return bad("graph.queue_capacity", "must be between 0 and 1000000");
@@ -924,6 +922,20 @@ mod tests {
         let mut c = Config::default();
         c.store.url = "postgres://x".into();
         assert!(c.validate().unwrap_err().to_string().contains("store.url"));
+        // A pool's most workers may not be fewer than its least.
+        let mut c = Config::default();
+        c.agent.provider_workers = 16;
+        c.agent.provider_max_workers = 8;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("agent.provider_max_workers"), "{err}");
+        let mut c = Config::default();
+        c.agent.tool_max_workers = 2;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("agent.tool_max_workers"), "{err}");
+        let mut c = Config::default();
+        c.agent.provider_queue_capacity = 2_000_000;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("agent.provider_queue_capacity"), "{err}");
         let mut c = Config::default();
         let v1 = c.versions.get_mut("v1").unwrap();
         v1.deprecated_at = Some("2026-06-01".into());
