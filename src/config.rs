@@ -858,11 +858,6 @@ impl Config {
         }
     }
 
-    /// True for a SurrealDB server, which other processes may write to as well.
-    pub fn store_is_shared(&self) -> bool {
-        self.store.url.starts_with("ws://") || self.store.url.starts_with("wss://")
-    }
-
     pub fn store_config(&self) -> kbq_store::StoreConfig {
         kbq_store::StoreConfig {
             url: self.store.url.clone(),

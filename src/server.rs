@@ -72,7 +72,7 @@ impl Server {
 pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
     let follower =
-        (config.store.follow_changes && config.store_is_shared()).then(|| kb.follow_changes());
+        (config.store.follow_changes && kb.config().is_server()).then(|| kb.follow_changes());
     if config.store.load_demo {
         match demo::load_if_empty(&kb).await {
             Ok(Some(report)) => tracing::info!(

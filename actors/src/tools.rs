@@ -95,23 +95,6 @@ impl ToolPool {
         }
     }
 
-    /// Workers and queued calls of each tool's pool, by tool name (pools restarting are left
-    /// out).
-    pub async fn stats(&self) -> Vec<(String, crate::PoolStats)> {
-        let mut out = Vec::new();
-        for (name, slot) in self.slots.iter() {
-            let factory = slot.read().clone();
-            if let Some(stats) = match factory {
-                Some(f) => crate::pool_stats(f).await,
-                None => None,
-            } {
-                out.push((name.clone(), stats));
-            }
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
-    }
-
     /// Bounded like the graph pool: a full tool pool fails the call at once.
     fn admit(&self, name: &str) -> Result<Option<crate::Admission>, ToolError> {
         match self.in_flight.get(name) {

@@ -23,8 +23,8 @@ use futures::{FutureExt, StreamExt};
 use surrealdb::types::{RecordIdKey, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
-use crate::kb::{KnowledgeBase, obj};
-use crate::model::{Relationship, keys, table};
+use crate::kb::{KnowledgeBase, obj, relationship_id};
+use crate::model::{Relationship, table};
 
 /// Most changed records applied in one round of reads.
 const BATCH: usize = 1000;
@@ -105,33 +105,29 @@ impl KnowledgeBase {
         tokio::spawn(async move {
             loop {
                 let Some(kb) = weak.upgrade() else { return };
-                let subscribed = kb.subscribe().await;
-                let notifications = match subscribed {
-                    Ok(n) => n,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "not following changes yet");
-                        drop(kb);
-                        tokio::time::sleep(RETRY_PAUSE).await;
-                        continue;
-                    }
-                };
-                if let Err(e) = kb.reload_indexes().await {
-                    tracing::warn!(error = %e, "indexes not rebuilt; subscribing again");
-                    drop(kb);
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    continue;
-                }
-                tracing::info!("following changes made through other connections");
+                let started = kb.start_following().await;
                 drop(kb);
-                match follow(&weak, notifications).await {
-                    Ok(()) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "stopped following changes; subscribing again")
+                match started {
+                    Ok(notifications) => {
+                        tracing::info!("following changes made through other connections");
+                        match follow(&weak, notifications).await {
+                            Ok(()) => return,
+                            Err(e) => tracing::warn!(error = %e, "stopped following changes"),
+                        }
                     }
+                    Err(e) => tracing::debug!(error = %e, "not following changes yet"),
                 }
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
         })
+    }
+
+    /// Subscribes, then rebuilds both indexes from the store: in that order, so that no
+    /// write falls between the rebuild and the first notification.
+    async fn start_following(&self) -> Result<Notifications> {
+        let notifications = self.subscribe().await?;
+        self.reload_indexes().await?;
+        Ok(notifications)
     }
 
     /// Starts the three LIVE SELECTs.
@@ -171,12 +167,7 @@ impl KnowledgeBase {
             if !rels.is_empty() {
                 let ids: Vec<_> = rels
                     .iter()
-                    .map(|(s, t, ty)| {
-                        surrealdb::types::RecordId::new(
-                            table::RELATES,
-                            keys::relationship(s, t, ty),
-                        )
-                    })
+                    .map(|(s, t, ty)| relationship_id(s, t, ty))
                     .collect();
                 let found: Vec<Relationship> = self
                     .run(

@@ -42,6 +42,12 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
+    /// True for a SurrealDB server (`ws://`, `wss://`): it has users to sign in as, and
+    /// other processes may write to it too. Embedded stores have one writer, this process.
+    pub fn is_server(&self) -> bool {
+        self.url.starts_with("ws://") || self.url.starts_with("wss://")
+    }
+
     /// An embedded in-memory store with the index on: what tests and quick runs use.
     pub fn memory() -> Self {
         StoreConfig {
@@ -220,10 +226,7 @@ impl KnowledgeBase {
             })??;
         let c = Connected { db };
         self.define_schema(&c).await?;
-        self.load_graph_index(&c).await?;
-        if !self.adopt_embedder {
-            self.load_vectors(&c).await?;
-        }
+        self.load_indexes(&c).await?;
         Ok(c)
     }
 
@@ -234,12 +237,11 @@ impl KnowledgeBase {
             .await
             .map_err(unavailable)?;
         // Credentials are for a server; an embedded engine has no users to sign in as.
-        let server = ["ws://", "wss://"]
-            .iter()
-            .any(|scheme| self.config.url.starts_with(scheme));
-        if let (true, Some(username), Some(password)) =
-            (server, &self.config.username, &self.config.password)
-        {
+        if let (true, Some(username), Some(password)) = (
+            self.config.is_server(),
+            &self.config.username,
+            &self.config.password,
+        ) {
             db.signin(Root {
                 username: username.clone(),
                 password: password.clone(),
@@ -293,9 +295,15 @@ impl KnowledgeBase {
     /// made elsewhere may have been missed (see [`follow_changes`](Self::follow_changes)).
     pub(crate) async fn reload_indexes(&self) -> Result<()> {
         let c = self.connection().await?;
-        self.load_graph_index(&c).await?;
+        self.load_indexes(&c).await
+    }
+
+    /// Builds the graph index (when there is one) and the vector index from the store. A
+    /// store opened for `reembed` keeps no vectors: they are another embedder's.
+    async fn load_indexes(&self, c: &Connected) -> Result<()> {
+        self.load_graph_index(c).await?;
         if !self.adopt_embedder {
-            self.load_vectors(&c).await?;
+            self.load_vectors(c).await?;
         }
         Ok(())
     }
@@ -674,7 +682,7 @@ impl KnowledgeBase {
         edges.dedup();
         let edge_ids: Vec<RecordId> = edges
             .iter()
-            .map(|(s, d, t)| RecordId::new(table::RELATES, keys::relationship(s, d, t)))
+            .map(|(s, d, t)| relationship_id(s, d, t))
             .collect();
         self.exec(
             "DELETE $edges; DELETE $id",
@@ -1054,6 +1062,14 @@ fn with_id(mut e: Entity) -> EntityRef {
     Arc::new(e)
 }
 
+/// The record id of the relationship (source, target, type).
+pub(crate) fn relationship_id(source: &str, target: &str, relationship_type: &str) -> RecordId {
+    RecordId::new(
+        table::RELATES,
+        keys::relationship(source, target, relationship_type),
+    )
+}
+
 fn entity_ids(names: &[String]) -> Value {
     names
         .iter()
@@ -1076,9 +1092,11 @@ fn entity_row(e: &NewEntity) -> Value {
 }
 
 fn relationship_row(r: &NewRelationship) -> Value {
-    let key = keys::relationship(&r.source_name, &r.target_name, &r.relationship_type);
     row([
-        ("id", RecordId::new(table::RELATES, key).into_value()),
+        (
+            "id",
+            relationship_id(&r.source_name, &r.target_name, &r.relationship_type).into_value(),
+        ),
         (
             "in",
             RecordId::new(table::ENTITY, keys::entity(&r.source_name)).into_value(),
