@@ -1,6 +1,6 @@
 //! Following writes made elsewhere. Several kbq nodes (and `kbq import --store ws://...`) may
-//! share one SurrealDB server, and each node answers from its own in-memory graph and vector
-//! indexes, so each must learn of the writes the others make.
+//! share one SurrealDB server, and each node answers from its own in-memory graph, vector and
+//! keyword indexes, so each must learn of the writes the others make.
 //!
 //! [`KnowledgeBase::follow_changes`] holds LIVE SELECTs on the entity, relationship and
 //! document tables. A notification is taken only as a hint that a record changed: the follower
@@ -202,17 +202,14 @@ impl KnowledgeBase {
                 .iter()
                 .map(|k| surrealdb::types::RecordId::new(table::DOCUMENT, k.as_str()))
                 .collect();
-            let found = self.vector_entries(ids).await?;
-            let mut vectors = self.vectors().write();
-            let present: BTreeSet<&str> = found.iter().map(|(k, _, _)| k.as_str()).collect();
-            for key in keys.iter().filter(|k| !present.contains(k.as_str())) {
-                vectors.remove(key);
-            }
-            for (key, v, tags) in found {
-                if v.len() == vectors.dimension() {
-                    vectors.upsert(&key, &v, tags);
-                }
-            }
+            let found = self.document_entries(ids).await?;
+            let present: BTreeSet<&str> = found.iter().map(|e| e.key.as_str()).collect();
+            let gone: Vec<&String> = keys
+                .iter()
+                .filter(|k| !present.contains(k.as_str()))
+                .collect();
+            self.unindex_documents(&gone);
+            self.index_documents(found);
         }
         Ok(())
     }

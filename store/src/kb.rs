@@ -21,6 +21,7 @@ use crate::graph::{
 use crate::model::{
     Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
 };
+use crate::text::{Analysed, TextIndex};
 use crate::vectors::{DocTags, VectorIndex};
 
 /// How to reach the database and how to serve reads.
@@ -86,10 +87,17 @@ fn writers() -> usize {
 }
 
 /// The vector index's rows: every document's, or those of the documents in `$ids`.
-const VECTORS_OF_TABLE: &str =
-    "SELECT meta::id(id) AS id, embedding, source, content_type, entity_name FROM type::table($t)";
-const VECTORS_OF_IDS: &str =
-    "SELECT meta::id(id) AS id, embedding, source, content_type, entity_name FROM $ids";
+const DOCUMENTS_OF_TABLE: &str = "SELECT meta::id(id) AS id, embedding, title, content, source, content_type, entity_name FROM type::table($t)";
+const DOCUMENTS_OF_IDS: &str = "SELECT meta::id(id) AS id, embedding, title, content, source, content_type, entity_name FROM $ids";
+
+/// A document as the in-process vector and keyword indexes hold it.
+pub(crate) struct DocEntry {
+    pub(crate) key: String,
+    /// `None` when the stored vector could not be read.
+    pub(crate) vector: Option<Vec<f32>>,
+    pub(crate) tags: DocTags,
+    pub(crate) text: Analysed,
+}
 
 /// What [`KnowledgeBase::delete_entity`] did.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -121,6 +129,7 @@ pub struct KnowledgeBase {
     connecting: tokio::sync::Mutex<Option<Instant>>,
     index: Option<RwLock<GraphIndex>>,
     vectors: Arc<RwLock<VectorIndex>>,
+    text: Arc<RwLock<TextIndex>>,
     /// Bumped on every entity write through this knowledge base.
     generation: std::sync::atomic::AtomicU64,
     /// Opened by [`KnowledgeBase::open_for_reembed`]: a store embedded by another embedder is
@@ -161,6 +170,7 @@ impl KnowledgeBase {
                 .graph_index
                 .then(|| RwLock::new(GraphIndex::default())),
             vectors: Arc::new(RwLock::new(VectorIndex::new(embedder.dimension()))),
+            text: Arc::new(RwLock::new(TextIndex::new())),
             config,
             embedder,
             conn: RwLock::new(None),
@@ -303,7 +313,7 @@ impl KnowledgeBase {
     async fn load_indexes(&self, c: &Connected) -> Result<()> {
         self.load_graph_index(c).await?;
         if !self.adopt_embedder {
-            self.load_vectors(c).await?;
+            self.load_document_indexes(c).await?;
         }
         Ok(())
     }
@@ -373,7 +383,7 @@ impl KnowledgeBase {
         )
         .await?;
         let c = self.connection().await?;
-        self.load_vectors(&c).await?;
+        self.load_document_indexes(&c).await?;
         Ok(docs.len() as u64)
     }
 
@@ -390,8 +400,8 @@ impl KnowledgeBase {
              DEFINE TABLE IF NOT EXISTS document SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS document_entity ON document FIELDS entity_name;
              DEFINE ANALYZER IF NOT EXISTS kbq_text TOKENIZERS class FILTERS lowercase, ascii;
-             DEFINE INDEX IF NOT EXISTS document_title_text ON document FIELDS title FULLTEXT ANALYZER kbq_text BM25;
-             DEFINE INDEX IF NOT EXISTS document_content_text ON document FIELDS content FULLTEXT ANALYZER kbq_text BM25;
+             REMOVE INDEX IF EXISTS document_title_text ON document;
+             REMOVE INDEX IF EXISTS document_content_text ON document;
              DEFINE FIELD IF NOT EXISTS embedding ON document TYPE bytes;
              REMOVE INDEX IF EXISTS document_embedding ON document;
              DEFINE TABLE IF NOT EXISTS memory SCHEMALESS;
@@ -585,12 +595,7 @@ impl KnowledgeBase {
             "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
             docs,
             move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
-            |written: Vec<(String, Vec<f32>, DocTags)>| {
-                let mut index = self.vectors.write();
-                for (key, v, tags) in written {
-                    index.upsert(&key, &v, tags);
-                }
-            },
+            |written: Vec<DocEntry>| self.index_documents(written),
         )
         .await
     }
@@ -700,8 +705,10 @@ impl KnowledgeBase {
         }
         {
             let mut vectors = self.vectors.write();
+            let mut text = self.text.write();
             for key in &unlinked {
                 vectors.set_entity(key, None);
+                text.set_entity(key, None);
             }
         }
         self.bump_generation();
@@ -736,7 +743,7 @@ impl KnowledgeBase {
         }
         self.exec("DELETE $id", obj([("id", rid.into_value())]))
             .await?;
-        self.vectors.write().remove(key);
+        self.unindex_documents(&[key]);
         Ok(true)
     }
 
@@ -745,26 +752,66 @@ impl KnowledgeBase {
         &self.vectors
     }
 
-    /// Rebuilds the vector index from the embeddings SurrealDB holds.
-    async fn load_vectors(&self, c: &Connected) -> Result<()> {
+    /// The in-process keyword index of document titles and contents.
+    pub(crate) fn text(&self) -> &Arc<RwLock<TextIndex>> {
+        &self.text
+    }
+
+    /// Puts `entries` into the vector and keyword indexes, replacing what they held of each.
+    /// A document without a vector of this embedder's dimension leaves the vector index.
+    pub(crate) fn index_documents(&self, entries: Vec<DocEntry>) {
+        let mut vectors = self.vectors.write();
+        let mut text = self.text.write();
+        for e in entries {
+            match &e.vector {
+                Some(v) if v.len() == vectors.dimension() => {
+                    vectors.upsert(&e.key, v, e.tags.clone())
+                }
+                _ => vectors.remove(&e.key),
+            }
+            text.upsert(&e.key, &e.text, e.tags);
+        }
+    }
+
+    /// Takes the documents `keys` out of the vector and keyword indexes.
+    pub(crate) fn unindex_documents<K: AsRef<str>>(&self, keys: &[K]) {
+        let mut vectors = self.vectors.write();
+        let mut text = self.text.write();
+        for key in keys {
+            vectors.remove(key.as_ref());
+            text.remove(key.as_ref());
+        }
+    }
+
+    /// Rebuilds the vector and keyword indexes from the documents SurrealDB holds.
+    async fn load_document_indexes(&self, c: &Connected) -> Result<()> {
         let started = Instant::now();
         let entries = self
-            .vector_entries_on(
+            .document_entries_on(
                 c,
-                VECTORS_OF_TABLE,
+                DOCUMENTS_OF_TABLE,
                 obj([("t", table::DOCUMENT.into_value())]),
                 INDEX_LOAD_TIMEOUT,
             )
             .await?;
-        let mut index = VectorIndex::new(self.embedder.dimension());
-        let mut skipped = 0usize;
-        for (key, v, tags) in entries {
-            if v.len() == index.dimension() {
-                index.upsert(&key, &v, tags);
-            } else {
-                skipped += 1;
+        let read_ms = started.elapsed().as_millis() as u64;
+        let dimension = self.embedder.dimension();
+        // Analysing every text takes a while for a large store: keep it off the async workers.
+        let (vectors, text, skipped) = tokio::task::spawn_blocking(move || {
+            let mut vectors = VectorIndex::new(dimension);
+            let mut text = TextIndex::new();
+            let mut skipped = 0usize;
+            for e in entries {
+                match &e.vector {
+                    Some(v) if v.len() == dimension => vectors.upsert(&e.key, v, e.tags.clone()),
+                    _ => skipped += 1,
+                }
+                text.upsert(&e.key, &e.text, e.tags);
             }
-        }
+            (vectors, text, skipped)
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("building the document indexes failed: {e}")))?;
         if skipped > 0 {
             tracing::warn!(
                 skipped,
@@ -772,58 +819,64 @@ impl KnowledgeBase {
             );
         }
         tracing::info!(
-            documents = index.len(),
+            documents = text.len(),
+            vectors = vectors.len(),
+            terms = text.terms(),
+            read_ms,
             elapsed_ms = started.elapsed().as_millis() as u64,
-            "vector index built"
+            "document indexes built"
         );
-        *self.vectors.write() = index;
+        *self.vectors.write() = vectors;
+        *self.text.write() = text;
         Ok(())
     }
 
-    /// The stored vectors (with their documents' tags) of the documents in `ids`.
-    pub(crate) async fn vector_entries(
-        &self,
-        ids: Vec<RecordId>,
-    ) -> Result<Vec<(String, Vec<f32>, DocTags)>> {
+    /// The documents `ids` as the in-process indexes hold them; a missing one is left out.
+    pub(crate) async fn document_entries(&self, ids: Vec<RecordId>) -> Result<Vec<DocEntry>> {
         let c = self.connection().await?;
-        self.vector_entries_on(
+        self.document_entries_on(
             &c,
-            VECTORS_OF_IDS,
+            DOCUMENTS_OF_IDS,
             obj([("ids", ids.into_value())]),
             self.config.query_timeout,
         )
         .await
     }
 
-    /// Runs one of the `VECTORS_OF_*` queries; rows without a readable vector are left out.
-    async fn vector_entries_on(
+    /// Runs one of the `DOCUMENTS_OF_*` queries.
+    async fn document_entries_on(
         &self,
         c: &Connected,
         sql: &str,
         vars: Object,
         timeout: Duration,
-    ) -> Result<Vec<(String, Vec<f32>, DocTags)>> {
+    ) -> Result<Vec<DocEntry>> {
         let mut resp = query_on(&c.db, sql, vars, timeout).await?;
         let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let Value::Object(row) = row else { continue };
-            let (Some(Value::String(id)), Some(embedding)) = (row.get("id"), row.get("embedding"))
-            else {
+            let Some(Value::String(id)) = row.get("id") else {
                 continue;
             };
-            let text = |field: &str| match row.get(field) {
-                Some(Value::String(s)) => Some(Arc::<str>::from(s.as_str())),
+            let string = |field: &str| match row.get(field) {
+                Some(Value::String(s)) => Some(s.as_str()),
                 _ => None,
             };
             let tags = DocTags {
-                source: text("source").unwrap_or_default(),
-                content_type: text("content_type").unwrap_or_default(),
-                entity_name: text("entity_name"),
+                source: string("source").unwrap_or_default().into(),
+                content_type: string("content_type").unwrap_or_default().into(),
+                entity_name: string("entity_name").map(Into::into),
             };
-            if let Some(v) = vector_from(embedding) {
-                out.push((id.clone(), v, tags));
-            }
+            out.push(DocEntry {
+                key: id.clone(),
+                vector: row.get("embedding").and_then(vector_from),
+                text: Analysed::new(
+                    string("title").unwrap_or_default(),
+                    string("content").unwrap_or_default(),
+                ),
+                tags,
+            });
         }
         Ok(out)
     }
@@ -1115,11 +1168,11 @@ fn relationship_row(r: &NewRelationship) -> Value {
     ])
 }
 
-/// The rows of `docs`, embedded, and each document's key with its vector.
+/// The rows of `docs`, embedded, and each document as the in-process indexes hold it.
 async fn document_rows(
     embedder: Arc<dyn Embedder>,
     docs: Vec<NewDocument>,
-) -> Result<(Vec<Value>, Vec<(String, Vec<f32>, DocTags)>)> {
+) -> Result<(Vec<Value>, Vec<DocEntry>)> {
     let texts: Vec<String> = docs.iter().map(NewDocument::embedding_text).collect();
     let vectors = embedder.embed(&texts).await?;
     let mut rows = Vec::with_capacity(docs.len());
@@ -1135,6 +1188,7 @@ async fn document_rows(
             Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
             None => Value::None,
         };
+        let text = Analysed::new(&d.title, &d.content);
         rows.push(row([
             (
                 "id",
@@ -1153,7 +1207,12 @@ async fn document_rows(
             ("entity", entity),
             ("embedding", vector_bytes(&v)),
         ]));
-        keyed.push((key, v, tags));
+        keyed.push(DocEntry {
+            key,
+            vector: Some(v),
+            tags,
+            text,
+        });
     }
     Ok((rows, keyed))
 }

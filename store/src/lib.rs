@@ -9,8 +9,9 @@
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
-//! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25) document search.
+//! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25 over [`text`]) document search.
 //! - [`vectors`]: the in-process vector index of document embeddings.
+//! - [`text`]: the in-process keyword (BM25) index of document titles and contents.
 //! - [`memory`]: agent memory, owned by an API key and recalled only by it.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
@@ -26,6 +27,7 @@ pub mod memory;
 pub mod model;
 pub mod related;
 pub mod search;
+pub mod text;
 pub mod vectors;
 
 pub use embed::{Embedder, HashingEmbedder};
@@ -38,4 +40,5 @@ pub use model::{
 };
 pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSHIP};
 pub use search::{DocumentFilter, DocumentHit};
+pub use text::TextIndex;
 pub use vectors::{DocTags, VectorIndex};

@@ -1,12 +1,13 @@
 //! Document search: semantic (KNN over the in-process [`VectorIndex`](crate::VectorIndex))
-//! and keyword (BM25 over SurrealDB's full-text indexes on title and content).
+//! and keyword (BM25 over the in-process [`TextIndex`](crate::TextIndex) of titles and
+//! contents). Both find keys in memory, then read those documents from SurrealDB.
 
 use serde::Deserialize;
 use surrealdb::types::SurrealValue;
 
 use std::collections::HashMap;
 
-use surrealdb::types::{RecordId, Value};
+use surrealdb::types::RecordId;
 
 use crate::error::{Result, StoreError};
 use crate::kb::{KnowledgeBase, obj};
@@ -189,25 +190,24 @@ impl KnowledgeBase {
         limit: usize,
         filter: &DocumentFilter,
     ) -> Result<Vec<DocumentHit>> {
-        if !text.chars().any(char::is_alphanumeric) {
+        let terms = crate::text::query_terms(text);
+        if terms.is_empty() {
             return Ok(Vec::new());
         }
-        let opt = |v: &Option<String>| v.clone().map_or(Value::None, Value::String);
-        let rows: Vec<Row> = self
-            .run(
-                &format!(
-                    "SELECT {FIELDS}, (search::score(1) ?? 0) + (search::score(2) ?? 0) AS score FROM document WHERE (title @1,OR@ $q OR content @2,OR@ $q) AND ($source = NONE OR source = $source) AND ($content_type = NONE OR content_type = $content_type) AND ($entity_name = NONE OR entity_name = $entity_name) ORDER BY score DESC LIMIT $limit"
-                ),
-                obj([
-                    ("q", text.to_string().into_value()),
-                    ("limit", (limit.clamp(1, MAX_HITS) as i64).into_value()),
-                    ("source", opt(&filter.source)),
-                    ("content_type", opt(&filter.content_type)),
-                    ("entity_name", opt(&filter.entity_name)),
-                ]),
-            )
-            .await?;
-        Ok(rows.into_iter().map(Row::into_hit).collect())
+        // The keyword index is loaded on connecting: without a connection it knows nothing.
+        self.connection().await?;
+        let limit = limit.clamp(1, MAX_HITS);
+        // A common word touches most documents: keep the scoring off the async workers.
+        let index = self.text().clone();
+        let filter = filter.clone();
+        let hits = tokio::task::spawn_blocking(move || {
+            index
+                .read()
+                .search(&terms, limit, &|t: &DocTags| filter.accepts_tags(t))
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("keyword search failed: {e}")))?;
+        self.documents_by_key(hits).await
     }
 
     /// Documents linked to any of `entity_names`, each scored by its cosine similarity to `text`.

@@ -295,6 +295,10 @@ async fn surrealkv_store_persists_across_reopen() {
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0].document.title, "The Engine");
     assert!(hits[0].score > hits[1].score);
+    // And the keyword index, from the stored titles and contents.
+    let hits = kb.keyword_search("mechanical", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].document.title, "The Engine");
 }
 
 #[tokio::test]
@@ -469,11 +473,60 @@ async fn keyword_search_ranks_by_bm25() {
     let hits = kb.keyword_search("mechanical computer", 5).await.unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].document.title, "The Engine");
-    // BM25's IDF is zero for a term in half of a two-document corpus, so only order is checked.
+    // In the title of one document and the content of the other, each of average length: the
+    // two fields weigh alike, and a word in half the documents still counts.
     let hits = kb.keyword_search("engine", 5).await.unwrap();
     assert_eq!(hits.len(), 2, "title and content both count");
+    assert!(hits[1].score > 0.0);
+    assert!((hits[0].score - hits[1].score).abs() < 1e-6);
+    // Two of the words, in one document, beat one.
+    let hits = kb.keyword_search("engine babbage", 5).await.unwrap();
+    assert_eq!(hits[0].document.title, "The Engine");
+    assert!(hits[0].score > hits[1].score);
     assert!(kb.keyword_search("'; --", 5).await.unwrap().is_empty());
     assert!(kb.keyword_search("zebra", 5).await.unwrap().is_empty());
+    // Case and accents do not matter.
+    let hits = kb.keyword_search("MÉCHANICAL", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+
+    // Deleting an entity unlinks its document in the keyword index too.
+    let filter = kbq_store::DocumentFilter {
+        entity_name: Some("Engine".into()),
+        ..Default::default()
+    };
+    let hits = kb
+        .keyword_search_filtered("mechanical", 5, &filter)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    kb.delete_entity("Engine").await.unwrap();
+    let hits = kb
+        .keyword_search_filtered("mechanical", 5, &filter)
+        .await
+        .unwrap();
+    assert!(hits.is_empty());
+    let hits = kb.keyword_search("mechanical", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].document.entity_name, None);
+
+    // Rewriting a document replaces its words; deleting it removes them.
+    let doc = kbq_store::NewDocument {
+        title: "The Engine".into(),
+        content: "An analytical machine of brass.".into(),
+        source: "t".into(),
+        source_id: "engine".into(),
+        content_type: "text/plain".into(),
+        url: None,
+        entity_name: None,
+    };
+    kb.upsert_documents(std::slice::from_ref(&doc))
+        .await
+        .unwrap();
+    assert!(kb.keyword_search("mechanical", 5).await.unwrap().is_empty());
+    let hits = kb.keyword_search("brass", 5).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(kb.delete_document(&hits[0].document.id).await.unwrap());
+    assert!(kb.keyword_search("brass", 5).await.unwrap().is_empty());
 }
 
 #[tokio::test]

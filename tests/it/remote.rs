@@ -188,10 +188,15 @@ async fn reaches(node: &TestServer, name: &str) -> bool {
 
 /// The semantic-search results `node` gives for `query`.
 async fn semantic(node: &TestServer, query: &str) -> Vec<Value> {
+    rag(node, "semantic", query).await
+}
+
+/// The results of `/v1/rag/{method}` on `node` for `query`.
+async fn rag(node: &TestServer, method: &str, query: &str) -> Vec<Value> {
     let (_, _, found) = node
         .call(
             Method::POST,
-            "/v1/rag/semantic",
+            &format!("/v1/rag/{method}"),
             Some(json!({"query": query, "limit": 100})),
         )
         .await;
@@ -209,7 +214,7 @@ async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
     // B started after the fixture was written: its indexes were built with it.
     assert!(reaches(&b, "Babbage").await);
 
-    // Writes through A reach B's graph index and vector index.
+    // Writes through A reach B's graph, vector and keyword indexes.
     let (status, body) = a
         .post(
             "/data/v1/ingest/entities",
@@ -238,6 +243,10 @@ async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
             e["entity_type"] == "person"
                 && reaches(&b, "Tesla").await
                 && semantic(&b, query)
+                    .await
+                    .first()
+                    .is_some_and(|r| r["title"] == "Tesla")
+                && rag(&b, "keyword", "induction")
                     .await
                     .first()
                     .is_some_and(|r| r["title"] == "Tesla")
@@ -293,6 +302,7 @@ async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
                 .await
                 .iter()
                 .all(|r| r["id"] != tesla_doc.as_str())
+                && rag(&b, "keyword", "induction").await.is_empty()
         })
         .await,
         "B did not see A's document delete"
