@@ -22,6 +22,7 @@
 //! skipped by searches; when dead slots outnumber live ones the index is compacted.
 
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -170,6 +171,8 @@ pub struct TextIndex {
     postings: Vec<Vec<Posting>>,
     /// Per slot: the document's key, or `None` once the slot is dead.
     keys: Vec<Option<VectorKey>>,
+    /// Per slot: whether it is live (what searches test per posting).
+    alive: Vec<bool>,
     tags: Vec<DocTags>,
     /// Per slot: title and content length in terms.
     lens: Vec<(u32, u32)>,
@@ -222,6 +225,7 @@ impl TextIndex {
         let key: VectorKey = Arc::from(key);
         self.slots.insert(key.clone(), slot);
         self.keys.push(Some(key));
+        self.alive.push(true);
         self.tags.push(tags);
         self.lens.push((text.title_len, text.content_len));
         self.fingerprints.push(text.fingerprint);
@@ -264,6 +268,7 @@ impl TextIndex {
 
     fn kill(&mut self, slot: usize) {
         if let Some(key) = self.keys[slot].take() {
+            self.alive[slot] = false;
             self.slots.remove(&key);
             self.dead += 1;
             let (t, c) = self.lens[slot];
@@ -290,11 +295,13 @@ impl TextIndex {
         let old_tags = std::mem::take(&mut self.tags);
         let old_lens = std::mem::take(&mut self.lens);
         let old_fingerprints = std::mem::take(&mut self.fingerprints);
+        self.alive.clear();
         for (slot, key) in old_keys.into_iter().enumerate() {
             let Some(key) = key else { continue };
             renumber[slot] = next;
             self.slots.insert(key.clone(), next);
             self.keys.push(Some(key));
+            self.alive.push(true);
             self.tags.push(old_tags[slot].clone());
             self.lens.push(old_lens[slot]);
             self.fingerprints.push(old_fingerprints[slot]);
@@ -363,25 +370,32 @@ impl TextIndex {
             let list = &self.postings[id as usize];
             let (mut df_title, mut df_content) = (0u32, 0u32);
             for p in list {
-                if self.keys[p.slot as usize].is_some() {
+                if self.alive[p.slot as usize] {
                     df_title += u32::from(p.title > 0);
                     df_content += u32::from(p.content > 0);
                 }
             }
             let idf_title = idf(n, df_title);
             let idf_content = idf(n, df_content);
+            // BM25's length normalisation of each field, per unit of length.
+            let per_title = K1 * B / avg_title;
+            let per_content = K1 * B / avg_content;
+            let base = K1 * (1.0 - B);
             for p in list {
                 let slot = p.slot as usize;
-                if self.keys[slot].is_none() {
+                if !self.alive[slot] {
                     continue;
                 }
                 let (title_len, content_len) = self.lens[slot];
                 let mut s = 0.0;
                 if p.title > 0 {
-                    s += idf_title * saturate(p.title, title_len, avg_title);
+                    let tf = f32::from(p.title);
+                    s += idf_title * tf * (K1 + 1.0) / (tf + base + per_title * title_len as f32);
                 }
                 if p.content > 0 {
-                    s += idf_content * saturate(p.content, content_len, avg_content);
+                    let tf = f32::from(p.content);
+                    s += idf_content * tf * (K1 + 1.0)
+                        / (tf + base + per_content * content_len as f32);
                 }
                 if scores[slot] == 0.0 {
                     touched.push(p.slot);
@@ -389,35 +403,68 @@ impl TextIndex {
                 scores[slot] += s;
             }
         }
-        let mut hits: Vec<(u32, f32)> = touched
-            .into_iter()
-            .filter(|&slot| keep(&self.tags[slot as usize]))
-            .map(|slot| (slot, scores[slot as usize]))
-            .collect();
-        let order = |a: &(u32, f32), b: &(u32, f32)| {
-            b.1.partial_cmp(&a.1)
-                .unwrap_or(Ordering::Equal)
-                .then_with(|| self.keys[a.0 as usize].cmp(&self.keys[b.0 as usize]))
-        };
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
+        // The best `limit`: a heap whose top is the worst kept, so most candidates cost one
+        // comparison with it.
+        let mut best: BinaryHeap<Ranked> = BinaryHeap::with_capacity(limit + 1);
+        for slot in touched {
+            let score = scores[slot as usize];
+            if best.len() == limit && best.peek().is_some_and(|w| score < w.score) {
+                continue;
+            }
+            if !keep(&self.tags[slot as usize]) {
+                continue;
+            }
+            let Some(key) = &self.keys[slot as usize] else {
+                continue;
+            };
+            best.push(Ranked {
+                score,
+                key: key.clone(),
+            });
+            if best.len() > limit {
+                best.pop();
+            }
         }
-        hits.sort_unstable_by(order);
-        hits.into_iter()
-            .filter_map(|(slot, s)| Some((self.keys[slot as usize].clone()?, s)))
+        best.into_sorted_vec()
+            .into_iter()
+            .map(|r| (r.key, r.score))
             .collect()
     }
 }
 
+/// A search result in the heap: ordered best first (higher score, then lower key), so the
+/// heap's top is the worst result kept.
+struct Ranked {
+    score: f32,
+    key: VectorKey,
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then_with(|| self.key.cmp(&other.key))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
 fn idf(n: f32, df: u32) -> f32 {
     let df = df as f32;
     (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-}
-
-fn saturate(tf: u16, len: u32, avg: f32) -> f32 {
-    let tf = f32::from(tf);
-    tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len as f32 / avg))
 }
 
 #[cfg(test)]
