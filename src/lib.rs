@@ -12,6 +12,7 @@
 //! - [`auth`]: API keys (hashed, compared in constant time) and the key middleware.
 //! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
+//! - [`offload`]: runs handlers' knowledge-base calls on the main runtime, off the HTTP threads.
 //! - [`demo`]: the bundled demo knowledge base.
 
 pub mod auth;
@@ -23,6 +24,7 @@ pub mod limits;
 pub mod load;
 pub mod metrics;
 pub mod middleware;
+pub mod offload;
 pub mod openapi;
 pub mod peer;
 pub mod routes;

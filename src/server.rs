@@ -130,6 +130,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     ));
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
+    let offload = web::Data::new(crate::offload::Offload::current());
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -145,6 +146,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(payload.clone())
             .app_data(metrics.clone())
             .app_data(pools.clone())
+            .app_data(offload.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))

@@ -3,6 +3,8 @@
 //! code path (`kbq_store::import`), so a record is checked, deduplicated and written exactly
 //! as `kbq import` would, and the graph and vector indexes are current when the answer comes.
 
+use std::sync::Arc;
+
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_store::import::{self, ImportReport, Silent};
 use kbq_store::{EntityDeletion, KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record};
@@ -12,6 +14,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody};
+use crate::offload::Offload;
 use crate::routes::graph::name_in_path;
 
 /// Most records in one JSON array.
@@ -106,7 +109,8 @@ fn batch<T: DeserializeOwned>(
 }
 
 async fn write_batch<T: DeserializeOwned>(
-    kb: &KnowledgeBase,
+    kb: &Arc<KnowledgeBase>,
+    offload: &Offload,
     body: &[u8],
     what: &str,
     wrap: impl Fn(T) -> Record,
@@ -116,7 +120,10 @@ async fn write_batch<T: DeserializeOwned>(
         records,
         mut failures,
     } = batch(body, what, wrap)?;
-    let report = import::import_records(kb, records, &Silent).await?;
+    let kb = kb.clone();
+    let report = offload
+        .run(async move { import::import_records(&kb, records, &Silent).await })
+        .await??;
     failures.extend(report.failures.into_iter().map(|f| Failure {
         index: f.line,
         reason: f.reason,
@@ -145,9 +152,17 @@ async fn write_batch<T: DeserializeOwned>(
 )]
 async fn entities(
     kb: web::Data<KnowledgeBase>,
+    offload: web::Data<Offload>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    write_batch::<NewEntity>(&kb, &body, "entities", Record::Entity).await
+    write_batch::<NewEntity>(
+        &kb.into_inner(),
+        &offload,
+        &body,
+        "entities",
+        Record::Entity,
+    )
+    .await
 }
 
 /// Upserts relationships from a JSON array of 1 to 10,000.
@@ -166,9 +181,17 @@ async fn entities(
 )]
 async fn relationships(
     kb: web::Data<KnowledgeBase>,
+    offload: web::Data<Offload>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    write_batch::<NewRelationship>(&kb, &body, "relationships", Record::Relationship).await
+    write_batch::<NewRelationship>(
+        &kb.into_inner(),
+        &offload,
+        &body,
+        "relationships",
+        Record::Relationship,
+    )
+    .await
 }
 
 /// Upserts documents from a JSON array of 1 to 10,000.
@@ -187,9 +210,17 @@ async fn relationships(
 )]
 async fn documents(
     kb: web::Data<KnowledgeBase>,
+    offload: web::Data<Offload>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    write_batch::<NewDocument>(&kb, &body, "documents", Record::Document).await
+    write_batch::<NewDocument>(
+        &kb.into_inner(),
+        &offload,
+        &body,
+        "documents",
+        Record::Document,
+    )
+    .await
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -242,8 +273,15 @@ impl From<ImportReport> for NdjsonReport {
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
-async fn ndjson(kb: web::Data<KnowledgeBase>, body: web::Bytes) -> Result<HttpResponse, ApiError> {
-    let report = import::import(&kb, body.as_ref(), &Silent).await?;
+async fn ndjson(
+    kb: web::Data<KnowledgeBase>,
+    offload: web::Data<Offload>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let kb = kb.into_inner();
+    let report = offload
+        .run(async move { import::import(&kb, body.as_ref(), &Silent).await })
+        .await??;
     Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
 }
 
@@ -265,10 +303,14 @@ async fn ndjson(kb: web::Data<KnowledgeBase>, body: web::Bytes) -> Result<HttpRe
 )]
 async fn delete_entity(
     kb: web::Data<KnowledgeBase>,
+    offload: web::Data<Offload>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let name = name_in_path(&req, "/ingest/entities/", "name")?;
-    let done = kb.delete_entity(&name).await?;
+    let kb = kb.into_inner();
+    let done = offload
+        .run(async move { kb.delete_entity(&name).await })
+        .await??;
     Ok(HttpResponse::Ok().json(done))
 }
 
@@ -294,8 +336,13 @@ pub struct DocumentDeletion {
 )]
 async fn delete_document(
     kb: web::Data<KnowledgeBase>,
+    offload: web::Data<Offload>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let deleted = kb.delete_document(&id).await?;
+    let kb = kb.into_inner();
+    let id = id.into_inner();
+    let deleted = offload
+        .run(async move { kb.delete_document(&id).await })
+        .await??;
     Ok(HttpResponse::Ok().json(DocumentDeletion { deleted }))
 }

@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
+use crate::offload::Offload;
 use crate::routes::graph::{name, ranged};
 
 /// Longest query, in bytes.
@@ -94,16 +95,24 @@ async fn run(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,
     timeout: web::Data<RagTimeout>,
+    offload: web::Data<Offload>,
 ) -> Result<HttpResponse, ApiError> {
     let q = query(req, method)?;
-    let answer = tokio::time::timeout(timeout.0, rag::search(&kb, agent.extractor(), method, &q))
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                ErrorCode::ServiceUnavailable,
-                format!("the search did not finish within {:?}", timeout.0),
-            )
-        })??;
+    let kb = kb.into_inner();
+    let extractor = agent.extractor().clone();
+    let limit = timeout.0;
+    let answer =
+        offload
+            .run(async move {
+                tokio::time::timeout(limit, rag::search(&kb, &extractor, method, &q)).await
+            })
+            .await?
+            .map_err(|_| {
+                ApiError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!("the search did not finish within {:?}", timeout.0),
+                )
+            })??;
     Ok(HttpResponse::Ok().json(answer))
 }
 
@@ -125,9 +134,10 @@ async fn semantic(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,
     timeout: web::Data<RagTimeout>,
+    offload: web::Data<Offload>,
     ValidJson(req): ValidJson<RagRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    run(Method::Semantic, req, kb, agent, timeout).await
+    run(Method::Semantic, req, kb, agent, timeout, offload).await
 }
 
 /// Documents matching the query's words, by BM25 over title and content.
@@ -148,9 +158,10 @@ async fn keyword(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,
     timeout: web::Data<RagTimeout>,
+    offload: web::Data<Offload>,
     ValidJson(req): ValidJson<RagRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    run(Method::Keyword, req, kb, agent, timeout).await
+    run(Method::Keyword, req, kb, agent, timeout, offload).await
 }
 
 /// Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
@@ -172,7 +183,8 @@ async fn hybrid(
     kb: web::Data<KnowledgeBase>,
     agent: web::Data<Agent>,
     timeout: web::Data<RagTimeout>,
+    offload: web::Data<Offload>,
     ValidJson(req): ValidJson<RagRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    run(Method::Hybrid, req, kb, agent, timeout).await
+    run(Method::Hybrid, req, kb, agent, timeout, offload).await
 }

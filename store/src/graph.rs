@@ -165,10 +165,26 @@ pub fn search_rank(name_lower: &str, query_lower: &str) -> Option<u8> {
 }
 
 /// Sorts search hits by rank, then name, and keeps `limit`.
-pub fn rank_hits(mut hits: Vec<(u8, EntityRef)>, limit: usize) -> Vec<EntityRef> {
-    hits.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.name.cmp(&b.1.name)));
-    hits.truncate(limit);
-    hits.into_iter().map(|(_, e)| e).collect()
+pub fn rank_hits(hits: Vec<(u8, EntityRef)>, limit: usize) -> Vec<EntityRef> {
+    best_ranked(hits, limit, |e| &e.name)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
+}
+
+/// The best `limit` of `hits` by rank, then name, in that order. A short name matching
+/// everything (`e`) matches most of a large graph: only the kept hits are sorted.
+fn best_ranked<T>(mut hits: Vec<(u8, T)>, limit: usize, name: impl Fn(&T) -> &str) -> Vec<(u8, T)> {
+    let order = |a: &(u8, T), b: &(u8, T)| a.0.cmp(&b.0).then_with(|| name(&a.1).cmp(name(&b.1)));
+    if limit == 0 {
+        return Vec::new();
+    }
+    if hits.len() > limit {
+        hits.select_nth_unstable_by(limit - 1, order);
+        hits.truncate(limit);
+    }
+    hits.sort_by(order);
+    hits
 }
 
 /// Lower-cases a name the way search compares names (Unicode lower case).
@@ -408,13 +424,16 @@ impl GraphIndex {
     /// Case-insensitive substring search over names, ranked exact, prefix, other.
     pub fn search(&self, query: &str, entity_type: Option<&str>, limit: usize) -> Vec<EntityRef> {
         let q = fold_case(query);
-        let hits = self
+        let hits: Vec<(u8, &Node)> = self
             .nodes
             .iter()
             .filter(|n| entity_type.is_none_or(|t| n.entity.entity_type == t))
-            .filter_map(|n| search_rank(&n.lower, &q).map(|r| (r, n.entity.clone())))
+            .filter_map(|n| search_rank(&n.lower, &q).map(|r| (r, n)))
             .collect();
-        rank_hits(hits, limit)
+        best_ranked(hits, limit, |n| &n.entity.name)
+            .into_iter()
+            .map(|(_, n)| n.entity.clone())
+            .collect()
     }
 
     /// Walks the graph from `query.start`.
@@ -521,5 +540,25 @@ impl GraphIndex {
         });
         self.edge_ids.insert((src, dst, ty), e);
         Some((e, true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_ranked_keeps_what_a_full_sort_keeps() {
+        // Names in a scrambled order, three ranks.
+        let hits: Vec<(u8, String)> = (0..500u32)
+            .map(|i| ((i * 7 % 3) as u8, format!("n{:03}", (i * 37) % 500)))
+            .collect();
+        let mut sorted = hits.clone();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        for limit in [0, 1, 10, 499, 500, 501] {
+            let best = best_ranked(hits.clone(), limit, |s| s.as_str());
+            let want: Vec<_> = sorted.iter().take(limit).cloned().collect();
+            assert_eq!(best, want, "limit {limit}");
+        }
     }
 }

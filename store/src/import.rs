@@ -37,7 +37,7 @@ pub enum Phase {
 }
 
 /// Receives progress: `start` once per phase with its total, then `advance` per batch.
-pub trait Progress {
+pub trait Progress: Send + Sync {
     fn start(&self, phase: Phase, total: u64);
     fn advance(&self, done: u64);
 }

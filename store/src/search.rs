@@ -219,16 +219,39 @@ impl KnowledgeBase {
         if entity_names.is_empty() {
             return Ok(Vec::new());
         }
+        // The keyword index knows every document's entity: the documents are then read by
+        // key, not found by a scan (SurrealDB does not answer `entity_name IN $names` from
+        // the `document_entity` index).
+        self.connection().await?;
+        let keys = self
+            .text()
+            .read()
+            .documents_of(entity_names.iter().map(String::as_str));
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let q = self.embed_one(text).await?;
+        let ids: Vec<RecordId> = keys
+            .iter()
+            .map(|key| RecordId::new(table::DOCUMENT, &**key))
+            .collect();
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS} FROM document WHERE entity_name IN $names"),
-                obj([("names", entity_names.to_vec().into_value())]),
+                &format!("SELECT {FIELDS} FROM $ids"),
+                obj([("ids", ids.into_value())]),
             )
             .await?;
+        let wanted: std::collections::HashSet<&str> =
+            entity_names.iter().map(String::as_str).collect();
         let index = self.vectors().read();
         Ok(rows
             .into_iter()
+            // A document relinked by another node since the index last heard of it.
+            .filter(|row| {
+                row.entity_name
+                    .as_deref()
+                    .is_some_and(|n| wanted.contains(n))
+            })
             .map(|mut row| {
                 row.score = index.similarity(&row.id, &q).map(f64::from);
                 row.into_hit()

@@ -178,6 +178,8 @@ pub struct TextIndex {
     lens: Vec<(u32, u32)>,
     fingerprints: Vec<u64>,
     slots: FxHashMap<VectorKey, u32>,
+    /// Per entity name: the live slots of the documents linked to it.
+    by_entity: FxHashMap<Arc<str>, Vec<u32>>,
     /// One copy of each tag value.
     strings: FxHashSet<Arc<str>>,
     dead: usize,
@@ -216,6 +218,7 @@ impl TextIndex {
             if self.fingerprints[slot] == text.fingerprint
                 && self.lens[slot] == (text.title_len, text.content_len)
             {
+                self.link(slot, tags.entity_name.clone());
                 self.tags[slot] = tags;
                 return;
             }
@@ -226,6 +229,9 @@ impl TextIndex {
         self.slots.insert(key.clone(), slot);
         self.keys.push(Some(key));
         self.alive.push(true);
+        if let Some(entity) = &tags.entity_name {
+            self.by_entity.entry(entity.clone()).or_default().push(slot);
+        }
         self.tags.push(tags);
         self.lens.push((text.title_len, text.content_len));
         self.fingerprints.push(text.fingerprint);
@@ -262,8 +268,49 @@ impl TextIndex {
     pub fn set_entity(&mut self, key: &str, entity_name: Option<&str>) {
         let entity_name = entity_name.map(|n| self.intern(n));
         if let Some(&slot) = self.slots.get(key) {
-            self.tags[slot as usize].entity_name = entity_name;
+            self.link(slot as usize, entity_name);
         }
+    }
+
+    /// Links the live `slot` to `entity_name` instead of the entity it had.
+    fn link(&mut self, slot: usize, entity_name: Option<Arc<str>>) {
+        let old = std::mem::replace(&mut self.tags[slot].entity_name, entity_name.clone());
+        if old == entity_name {
+            return;
+        }
+        if let Some(old) = old {
+            self.unlink(&old, slot as u32);
+        }
+        if let Some(new) = entity_name {
+            self.by_entity.entry(new).or_default().push(slot as u32);
+        }
+    }
+
+    fn unlink(&mut self, entity_name: &str, slot: u32) {
+        if let Some(slots) = self.by_entity.get_mut(entity_name) {
+            slots.retain(|&s| s != slot);
+            if slots.is_empty() {
+                self.by_entity.remove(entity_name);
+            }
+        }
+    }
+
+    /// The keys of the documents linked to any of `entity_names`.
+    pub fn documents_of<'a>(
+        &self,
+        entity_names: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<VectorKey> {
+        let mut out = Vec::new();
+        for name in entity_names {
+            for &slot in self.by_entity.get(name).map_or(&[][..], Vec::as_slice) {
+                if let Some(key) = &self.keys[slot as usize] {
+                    out.push(key.clone());
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     fn kill(&mut self, slot: usize) {
@@ -274,7 +321,10 @@ impl TextIndex {
             let (t, c) = self.lens[slot];
             self.title_total -= u64::from(t);
             self.content_total -= u64::from(c);
-            self.tags[slot] = DocTags::default();
+            let tags = std::mem::take(&mut self.tags[slot]);
+            if let Some(entity) = tags.entity_name {
+                self.unlink(&entity, slot as u32);
+            }
         }
     }
 
@@ -321,6 +371,15 @@ impl TextIndex {
             }
         }
         self.dead = 0;
+        self.by_entity.clear();
+        for (slot, tags) in self.tags.iter().enumerate() {
+            if let Some(entity) = &tags.entity_name {
+                self.by_entity
+                    .entry(entity.clone())
+                    .or_default()
+                    .push(slot as u32);
+            }
+        }
         // Tag values no document uses any more.
         let used: FxHashSet<*const u8> = self
             .tags
@@ -603,6 +662,43 @@ mod tests {
             t.entity_name.as_deref() == Some("Ada")
         });
         assert_eq!(hits.len(), 1);
+    }
+
+    #[test]
+    fn documents_are_found_by_entity_through_every_change() {
+        let mut index = TextIndex::new();
+        let linked = |e: &str| DocTags {
+            entity_name: Some(e.into()),
+            ..tags("s")
+        };
+        index.upsert("d1", &Analysed::new("a", "one"), linked("Ada"));
+        index.upsert("d2", &Analysed::new("b", "two"), linked("Ada"));
+        index.upsert("d3", &Analysed::new("c", "three"), linked("Bob"));
+        index.upsert("d4", &Analysed::new("d", "four"), tags("s"));
+        let of = |index: &TextIndex, names: &[&str]| -> Vec<String> {
+            index
+                .documents_of(names.iter().copied())
+                .iter()
+                .map(|k| k.to_string())
+                .collect()
+        };
+        assert_eq!(of(&index, &["Ada"]), ["d1", "d2"]);
+        assert_eq!(of(&index, &["Bob", "Ada", "Bob"]), ["d1", "d2", "d3"]);
+        assert!(of(&index, &["Nobody"]).is_empty());
+        // Rewritten unchanged but moved to another entity; rewritten with new text.
+        index.upsert("d1", &Analysed::new("a", "one"), linked("Bob"));
+        index.upsert("d2", &Analysed::new("b", "changed"), linked("Ada"));
+        assert_eq!(of(&index, &["Ada"]), ["d2"]);
+        assert_eq!(of(&index, &["Bob"]), ["d1", "d3"]);
+        // Unlinked, removed, compacted.
+        index.set_entity("d3", None);
+        index.remove("d2");
+        assert!(of(&index, &["Ada"]).is_empty());
+        assert_eq!(of(&index, &["Bob"]), ["d1"]);
+        index.set_entity("d4", Some("Ada"));
+        index.compact();
+        assert_eq!(of(&index, &["Ada"]), ["d4"]);
+        assert_eq!(of(&index, &["Bob"]), ["d1"]);
     }
 
     #[test]
