@@ -14,27 +14,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Stats, env, stats};
-use kbq_store::generate::{self, Rng, Spec, WORDS};
+use kbq_store::generate::{self, Rng, WORDS};
 use kbq_store::import::{self, Silent};
 use kbq_store::text::{Analysed, TextIndex, query_terms};
-use kbq_store::{DocTags, HashingEmbedder, KnowledgeBase, NewDocument, Record, StoreConfig};
+use kbq_store::{DocTags, HashingEmbedder, KnowledgeBase, NewDocument, StoreConfig};
 use surrealdb::Surreal;
 use surrealdb::engine::any::Any;
-use surrealdb::types::{Object, SurrealValue, Value};
+use surrealdb::types::{Object, SurrealValue};
 
 const K: usize = 10;
 
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
-
 fn row(name: &str, s: &Stats, base: Option<&Stats>) -> String {
     format!(
-        "| {name} | {} | {} | {} | {} | {} |\n",
-        ms(s.mean),
-        ms(s.p50),
-        ms(s.p95),
-        ms(s.p99),
+        "| {name} | {} | {} |\n",
+        s.cells(),
         base.map_or("(baseline)".into(), |b| format!(
             "{:.1}x faster",
             b.mean.as_secs_f64() / s.mean.as_secs_f64()
@@ -95,30 +88,12 @@ async fn surreal_table(
         ));
     }
     db.query(schema).await.unwrap().check().unwrap();
-    let started = Instant::now();
-    for (c, chunk) in docs.chunks(100).enumerate() {
-        let rows: Vec<Value> = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let mut o = Object::new();
-                o.insert("n", ((c * 100 + i) as i64).into_value());
-                o.insert("title", d.title.clone().into_value());
-                o.insert("content", d.content.clone().into_value());
-                o.insert("source", d.source.clone().into_value());
-                Value::Object(o)
-            })
-            .collect();
-        let mut vars = Object::new();
-        vars.insert("rows", rows.into_value());
-        db.query(format!("INSERT INTO {table} $rows RETURN NONE"))
-            .bind(vars)
-            .await
-            .unwrap()
-            .check()
-            .unwrap();
-    }
-    started.elapsed()
+    common::insert_numbered(db, table, docs, |d, o| {
+        o.insert("title", d.title.clone().into_value());
+        o.insert("content", d.content.clone().into_value());
+        o.insert("source", d.source.clone().into_value());
+    })
+    .await
 }
 
 /// Times `sql` (binding `$q`) for each query; returns the timings and each top-k as keys.
@@ -142,7 +117,7 @@ async fn time_surreal(
 }
 
 /// Share of the queries naming an entity whose first result is that entity's document.
-fn named_first(top: &[Vec<String>], named: &[Option<String>]) -> f64 {
+fn named_first(top: &[Vec<String>], named: &[Option<String>]) -> String {
     let (mut asked, mut first) = (0, 0);
     for (t, n) in top.iter().zip(named) {
         if let Some(n) = n {
@@ -150,7 +125,10 @@ fn named_first(top: &[Vec<String>], named: &[Option<String>]) -> f64 {
             first += usize::from(t.first() == Some(n));
         }
     }
-    first as f64 / asked.max(1) as f64
+    if asked == 0 {
+        return "n/a (no query named one)".into();
+    }
+    format!("{:.2} of {asked}", first as f64 / asked as f64)
 }
 
 /// Mean share of one top-k's keys the other has too.
@@ -175,19 +153,7 @@ async fn main() {
     let ft_documents = env("BENCH_FT_DOCUMENTS", 10_000).min(documents);
     let ft_queries = env("BENCH_FT_QUERIES", 20).min(queries);
 
-    let records = generate::generate(Spec {
-        entities: documents,
-        relationships: 0,
-        document_ratio: 1.0,
-        seed: 42,
-    });
-    let docs: Vec<NewDocument> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Document(d) => Some(d.clone()),
-            _ => None,
-        })
-        .collect();
+    let (records, docs) = common::generated_documents(documents);
     let mut rng = Rng::new(7);
     // Each query, and the key of the document about the entity it names, if it names one.
     let (query_texts, named): (Vec<String>, Vec<Option<String>>) = (0..queries)
@@ -305,7 +271,7 @@ async fn main() {
     );
     let sub_named = &named[..ft_queries];
     println!(
-        "\nQueries naming an entity whose first result is that entity's document: {:.2} for `TextIndex`, {:.2} for SurrealDB's title-or-content query. Top-{K} agreement of the two: {:.2} (both BM25, with different inverse document frequencies: most of these words are in most documents, where the two rank near-ties differently).\n",
+        "\nQueries naming an entity whose first result is that entity's document: {} for `TextIndex`, {} for SurrealDB's title-or-content query. Top-{K} agreement of the two: {:.2} (both BM25, with different inverse document frequencies: most of these words are in most documents, where the two rank near-ties differently).\n",
         named_first(&kbq_top, sub_named),
         named_first(&or2_top, sub_named),
         overlap(&kbq_top, &or2_top)
@@ -319,16 +285,10 @@ async fn main() {
             stats(t_kb),
         ),
     ] {
-        println!(
-            "| {name} | {} | {} | {} | {} |",
-            ms(s.mean),
-            ms(s.p50),
-            ms(s.p95),
-            ms(s.p99)
-        );
+        println!("| {name} | {} |", s.cells());
     }
     println!(
-        "\nQueries naming an entity whose first result is that entity's document: {:.2}.",
+        "\nQueries naming an entity whose first result is that entity's document: {}.",
         named_first(&full_top, &named)
     );
     println!(

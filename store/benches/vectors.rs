@@ -7,17 +7,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{Stats, env, stats};
-use kbq_store::generate::{self, Rng, Spec, WORDS};
+use kbq_store::generate::{self, Rng, WORDS};
 use kbq_store::import::{self, Silent};
-use kbq_store::{Embedder, HashingEmbedder, KnowledgeBase, Record, StoreConfig};
-use surrealdb::types::{Object, SurrealValue, Value};
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1e3)
-}
+use kbq_store::{Embedder, HashingEmbedder, KnowledgeBase, StoreConfig};
+use surrealdb::types::{Object, SurrealValue};
 
 /// Share of `exact`'s keys that `found` also has.
 fn recall<K: PartialEq>(found: &[K], exact: &[K]) -> f64 {
@@ -29,11 +25,8 @@ fn recall<K: PartialEq>(found: &[K], exact: &[K]) -> f64 {
 
 fn row(name: &str, s: &Stats, recall: Option<f64>) -> String {
     format!(
-        "| {name} | {} | {} | {} | {} | {} |\n",
-        ms(s.mean),
-        ms(s.p50),
-        ms(s.p95),
-        ms(s.p99),
+        "| {name} | {} | {} |\n",
+        s.cells(),
         recall.map_or("(reference)".into(), |r| format!("{r:.4}"))
     )
 }
@@ -44,19 +37,8 @@ async fn main() {
     let queries = env("BENCH_QUERIES", 1_000);
     let k = 10;
 
-    let records: Vec<Record> = generate::generate(Spec {
-        entities: documents,
-        relationships: 0,
-        document_ratio: 1.0,
-        seed: 42,
-    });
-    let texts: Vec<String> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Document(d) => Some(d.embedding_text()),
-            _ => None,
-        })
-        .collect();
+    let (records, docs) = common::generated_documents(documents);
+    let texts: Vec<String> = docs.iter().map(|d| d.embedding_text()).collect();
     let kb = KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
     let started = Instant::now();
     import::import_records(&kb, records.into_iter().enumerate().collect(), &Silent)
@@ -134,36 +116,18 @@ async fn main() {
     .unwrap()
     .check()
     .unwrap();
-    let started = Instant::now();
-    for (c, chunk) in texts.chunks(100).enumerate() {
-        let rows: Vec<Value> = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let mut o = Object::new();
-                o.insert("n", ((c * 100 + i) as i64).into_value());
-                o.insert(
-                    "e",
-                    embedder
-                        .embed_one(t)
-                        .into_iter()
-                        .map(f64::from)
-                        .collect::<Vec<f64>>()
-                        .into_value(),
-                );
-                Value::Object(o)
-            })
-            .collect();
-        let mut vars = Object::new();
-        vars.insert("rows", rows.into_value());
-        db.query("INSERT INTO v $rows RETURN NONE")
-            .bind(vars)
-            .await
-            .unwrap()
-            .check()
-            .unwrap();
-    }
-    let hnsw_build = started.elapsed();
+    let hnsw_build = common::insert_numbered(&db, "v", &texts, |t, o| {
+        o.insert(
+            "e",
+            embedder
+                .embed_one(t)
+                .into_iter()
+                .map(f64::from)
+                .collect::<Vec<f64>>()
+                .into_value(),
+        );
+    })
+    .await;
     let hnsw_queries = queries.min(300);
     let (mut t_hnsw, mut r_hnsw) = (Vec::new(), 0.0);
     for (q, exact) in query_vectors.iter().zip(&exact_keys).take(hnsw_queries) {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
-use crate::vectors::{DocTags, VectorKey};
+use crate::vectors::{DocTags, Interner, VectorKey};
 
 /// BM25 term-frequency saturation.
 pub const K1: f32 = 1.2;
@@ -123,32 +123,28 @@ pub struct Analysed {
 
 impl Analysed {
     pub fn new(title: &str, content: &str) -> Self {
-        let mut counts: FxHashMap<Box<str>, (u16, u16)> = FxHashMap::default();
-        let mut title_len = 0u32;
-        let mut content_len = 0u32;
-        for_each_term(title, |t| {
-            title_len = title_len.saturating_add(1);
-            match counts.get_mut(t) {
-                Some(c) => c.0 = c.0.saturating_add(1),
-                None => {
-                    counts.insert(t.into(), (1, 0));
+        // Per term: its count in the title, then in the content.
+        let mut counts: FxHashMap<Box<str>, [u16; 2]> = FxHashMap::default();
+        let mut lens = [0u32; 2];
+        for (field, text) in [title, content].into_iter().enumerate() {
+            for_each_term(text, |t| {
+                lens[field] = lens[field].saturating_add(1);
+                match counts.get_mut(t) {
+                    Some(c) => c[field] = c[field].saturating_add(1),
+                    None => {
+                        let mut c = [0; 2];
+                        c[field] = 1;
+                        counts.insert(t.into(), c);
+                    }
                 }
-            }
-        });
-        for_each_term(content, |t| {
-            content_len = content_len.saturating_add(1);
-            match counts.get_mut(t) {
-                Some(c) => c.1 = c.1.saturating_add(1),
-                None => {
-                    counts.insert(t.into(), (0, 1));
-                }
-            }
-        });
+            });
+        }
+        let [title_len, content_len] = lens;
         let mut hasher = FxHasher::default();
         title.hash(&mut hasher);
         content.hash(&mut hasher);
         Analysed {
-            terms: counts.into_iter().map(|(t, (a, b))| (t, a, b)).collect(),
+            terms: counts.into_iter().map(|(t, [a, b])| (t, a, b)).collect(),
             title_len,
             content_len,
             fingerprint: hasher.finish(),
@@ -181,7 +177,7 @@ pub struct TextIndex {
     /// Per entity name: the live slots of the documents linked to it.
     by_entity: FxHashMap<Arc<str>, Vec<u32>>,
     /// One copy of each tag value.
-    strings: FxHashSet<Arc<str>>,
+    strings: Interner,
     dead: usize,
     title_total: u64,
     content_total: u64,
@@ -209,9 +205,9 @@ impl TextIndex {
     /// Adds or replaces the document `key`.
     pub fn upsert(&mut self, key: &str, text: &Analysed, tags: DocTags) {
         let tags = DocTags {
-            source: self.intern(&tags.source),
-            content_type: self.intern(&tags.content_type),
-            entity_name: tags.entity_name.map(|n| self.intern(&n)),
+            source: self.strings.intern(&tags.source),
+            content_type: self.strings.intern(&tags.content_type),
+            entity_name: tags.entity_name.map(|n| self.strings.intern(&n)),
         };
         if let Some(&slot) = self.slots.get(key) {
             let slot = slot as usize;
@@ -266,7 +262,7 @@ impl TextIndex {
 
     /// Sets the entity a document is linked to (after its entity was deleted).
     pub fn set_entity(&mut self, key: &str, entity_name: Option<&str>) {
-        let entity_name = entity_name.map(|n| self.intern(n));
+        let entity_name = entity_name.map(|n| self.strings.intern(n));
         if let Some(&slot) = self.slots.get(key) {
             self.link(slot as usize, entity_name);
         }
@@ -394,15 +390,6 @@ impl TextIndex {
             .flatten()
             .collect();
         self.strings.retain(|s| used.contains(&s.as_ptr()));
-    }
-
-    fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(found) = self.strings.get(s) {
-            return found.clone();
-        }
-        let s: Arc<str> = Arc::from(s);
-        self.strings.insert(s.clone());
-        s
     }
 
     /// The `limit` best documents for `terms` (see [`query_terms`]) among those `keep`

@@ -27,6 +27,26 @@ pub struct DocTags {
     pub entity_name: Option<Arc<str>>,
 }
 
+/// One shared copy of each string (tag values repeat across documents).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Interner(rustc_hash::FxHashSet<Arc<str>>);
+
+impl Interner {
+    pub(crate) fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(found) = self.0.get(s) {
+            return found.clone();
+        }
+        let s: Arc<str> = Arc::from(s);
+        self.0.insert(s.clone());
+        s
+    }
+
+    /// Keeps only the strings `keep` accepts.
+    pub(crate) fn retain(&mut self, keep: impl FnMut(&Arc<str>) -> bool) {
+        self.0.retain(keep);
+    }
+}
+
 /// Candidates scored exactly per result asked for, and at least this many in all.
 const RERANK_FACTOR: usize = 4;
 const RERANK_MIN: usize = 40;
@@ -38,7 +58,7 @@ pub struct VectorIndex {
     tags: Vec<DocTags>,
     slots: FxHashMap<VectorKey, u32>,
     /// One copy of each tag value.
-    strings: rustc_hash::FxHashSet<Arc<str>>,
+    strings: Interner,
     /// Unit vectors, `dimension` per slot.
     vectors: Vec<f32>,
     /// The same vectors as 8-bit codes: component / scale, rounded.
@@ -54,7 +74,7 @@ impl VectorIndex {
             keys: Vec::new(),
             tags: Vec::new(),
             slots: FxHashMap::default(),
-            strings: Default::default(),
+            strings: Interner::default(),
             vectors: Vec::new(),
             codes: Vec::new(),
             scales: Vec::new(),
@@ -80,9 +100,9 @@ impl VectorIndex {
             return;
         }
         let tags = DocTags {
-            source: self.intern(&tags.source),
-            content_type: self.intern(&tags.content_type),
-            entity_name: tags.entity_name.map(|n| self.intern(&n)),
+            source: self.strings.intern(&tags.source),
+            content_type: self.strings.intern(&tags.content_type),
+            entity_name: tags.entity_name.map(|n| self.strings.intern(&n)),
         };
         let unit = unit(vector);
         let (codes, scale) = quantise(&unit);
@@ -130,18 +150,9 @@ impl VectorIndex {
         self.scales.pop();
     }
 
-    fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(found) = self.strings.get(s) {
-            return found.clone();
-        }
-        let s: Arc<str> = Arc::from(s);
-        self.strings.insert(s.clone());
-        s
-    }
-
     /// Sets the entity tag of `key`, if present.
     pub fn set_entity(&mut self, key: &str, entity_name: Option<&str>) {
-        let entity_name = entity_name.map(|n| self.intern(n));
+        let entity_name = entity_name.map(|n| self.strings.intern(n));
         if let Some(&slot) = self.slots.get(key) {
             self.tags[slot as usize].entity_name = entity_name;
         }
