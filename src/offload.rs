@@ -7,6 +7,8 @@
 
 use std::future::Future;
 
+use tokio_util::task::AbortOnDropHandle;
+
 use crate::error::{ApiError, ErrorCode};
 
 /// The main runtime's handle, shared with every HTTP worker.
@@ -25,21 +27,13 @@ impl Offload {
         &self,
         work: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, ApiError> {
-        struct AbortOnDrop(tokio::task::JoinHandle<()>);
-        impl Drop for AbortOnDrop {
-            fn drop(&mut self) {
-                self.0.abort();
-            }
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let _task = AbortOnDrop(self.0.spawn(async move {
-            let _ = tx.send(work.await);
-        }));
-        rx.await.map_err(|_| {
-            ApiError::new(
-                ErrorCode::Internal,
-                "the work for this request stopped before it answered",
-            )
-        })
+        AbortOnDropHandle::new(self.0.spawn(work))
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    ErrorCode::Internal,
+                    format!("the work for this request stopped before it answered: {e}"),
+                )
+            })
     }
 }

@@ -12,6 +12,7 @@ use surrealdb::Surreal;
 use surrealdb::engine::any::Any;
 use surrealdb::opt::auth::Root;
 use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
@@ -97,6 +98,25 @@ pub(crate) struct DocEntry {
     pub(crate) vector: Option<Vec<f32>>,
     pub(crate) tags: DocTags,
     pub(crate) text: Analysed,
+}
+
+impl DocEntry {
+    /// Puts the document into both indexes, replacing what they held of it. Without a vector
+    /// of the index's dimension it leaves the vector index; returns whether it is there.
+    fn put(self, vectors: &mut VectorIndex, text: &mut TextIndex) -> bool {
+        let vectored = match &self.vector {
+            Some(v) if v.len() == vectors.dimension() => {
+                vectors.upsert(&self.key, v, self.tags.clone());
+                true
+            }
+            _ => {
+                vectors.remove(&self.key);
+                false
+            }
+        };
+        text.upsert(&self.key, &self.text, self.tags);
+        vectored
+    }
 }
 
 /// What [`KnowledgeBase::delete_entity`] did.
@@ -628,7 +648,9 @@ impl KnowledgeBase {
                 let rows = build(chunk.to_vec());
                 let db = c.db.clone();
                 let timeout = self.config.query_timeout;
-                in_flight.push_back(AbortOnDrop(tokio::spawn(async move {
+                // Aborted when dropped: a write whose caller has gone stops with it, rather
+                // than landing in the database after the caller stopped updating the indexes.
+                in_flight.push_back(AbortOnDropHandle::new(tokio::spawn(async move {
                     let (rows, extra) = rows.await?;
                     let vars = obj([("rows", rows.into_value())]);
                     query_on(&db, sql, vars, timeout)
@@ -638,10 +660,10 @@ impl KnowledgeBase {
                     Ok::<X, StoreError>(extra)
                 })));
             }
-            let Some(mut task) = in_flight.pop_front() else {
+            let Some(task) = in_flight.pop_front() else {
                 return Ok(());
             };
-            match (&mut task.0).await {
+            match task.await {
                 Ok(Ok(extra)) => written(extra),
                 Ok(Err(e)) => return Err(e),
                 Err(e) => return Err(StoreError::Query(format!("writing rows failed: {e}"))),
@@ -763,13 +785,7 @@ impl KnowledgeBase {
         let mut vectors = self.vectors.write();
         let mut text = self.text.write();
         for e in entries {
-            match &e.vector {
-                Some(v) if v.len() == vectors.dimension() => {
-                    vectors.upsert(&e.key, v, e.tags.clone())
-                }
-                _ => vectors.remove(&e.key),
-            }
-            text.upsert(&e.key, &e.text, e.tags);
+            e.put(&mut vectors, &mut text);
         }
     }
 
@@ -802,11 +818,7 @@ impl KnowledgeBase {
             let mut text = TextIndex::new();
             let mut skipped = 0usize;
             for e in entries {
-                match &e.vector {
-                    Some(v) if v.len() == dimension => vectors.upsert(&e.key, v, e.tags.clone()),
-                    _ => skipped += 1,
-                }
-                text.upsert(&e.key, &e.text, e.tags);
+                skipped += usize::from(!e.put(&mut vectors, &mut text));
             }
             (vectors, text, skipped)
         })
@@ -1282,15 +1294,5 @@ async fn query_on(
         Err(_) => Err(StoreError::Unavailable(format!(
             "no answer within {timeout:?}"
         ))),
-    }
-}
-
-/// A spawned task that is aborted when dropped: a write whose caller has gone stops with it,
-/// rather than landing in the database after the caller stopped updating the indexes.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
