@@ -95,6 +95,9 @@ pub enum AgentError {
     /// Every provider that could answer has its workers and queue full: nothing was asked.
     #[error("every available provider is busy: {0}")]
     ProvidersBusy(String),
+    /// Every available provider was asked and failed (errors, timeouts, stopped workers).
+    #[error("every provider failed; last error: {0}")]
+    ProvidersFailed(String),
 }
 
 /// Caps on one session.
@@ -200,9 +203,7 @@ impl ProviderRouter {
         if tried > 0 && busy == tried {
             return Err(AgentError::ProvidersBusy(last_error));
         }
-        Err(AgentError::SessionLost(format!(
-            "every provider failed; last error: {last_error}"
-        )))
+        Err(AgentError::ProvidersFailed(last_error))
     }
 }
 

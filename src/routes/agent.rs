@@ -192,7 +192,7 @@ async fn chat(
         Err(e @ (AgentError::Overloaded(_) | AgentError::ProvidersBusy(_))) => {
             return Err(ApiError::unavailable(e.to_string()));
         }
-        Err(e @ AgentError::SessionLost(_)) => {
+        Err(e @ (AgentError::SessionLost(_) | AgentError::ProvidersFailed(_))) => {
             tracing::error!(error = %e, "chat session lost");
             return Ok(HttpResponse::Ok().json(ChatResponse {
                 success: false,
