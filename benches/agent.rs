@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kbq::config::{Config, KeyEntry, ProviderKindName, ProviderSection};
+use kbq::auth::KeyEntry;
+use kbq::config::{Config, ProviderKindName, ProviderSection};
 use kbq::server::{self, Options, Server};
 use kbq::versions::SystemClock;
 use kbq_actors::session::{Agent, AgentReply, AgentRequest};

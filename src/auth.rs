@@ -9,11 +9,23 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, web};
 use rand::RngCore;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::KeyEntry;
 use crate::error::{ApiError, ErrorCode};
+
+/// A configured API key (`[[auth.keys]]`): a name (for logs), the SHA-256 of the key, in hex,
+/// and what it may do (every scope when omitted). The configuration holds a list of these and
+/// checks them at load; [`Keys::new`] turns them into the keys kbq accepts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEntry {
+    pub name: String,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
+}
 
 /// The key a request was made with, in the request's extensions: its configured name (for
 /// logs) and a stable id derived from its hash, which owns the key's memory.

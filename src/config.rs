@@ -11,6 +11,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+/// The entry type of `[[auth.keys]]` lives with the keys it configures; this name stays for
+/// the callers that still spell it `config::KeyEntry`.
+pub use crate::auth::KeyEntry;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -247,17 +251,6 @@ impl Default for LimitsSection {
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSection {
     pub keys: Vec<KeyEntry>,
-}
-
-/// A configured API key: a name (for logs), the SHA-256 of the key, in hex, and what it may
-/// do (every scope when omitted).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct KeyEntry {
-    pub name: String,
-    pub sha256: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scopes: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -466,7 +466,7 @@ async fn a_panicking_tool_is_restarted_and_the_next_chat_succeeds() {
 async fn memory_belongs_to_the_key_that_stored_it() {
     let other_key = "other-key-456";
     let mut config = agent_config(vec![]);
-    config.auth.keys.push(kbq::config::KeyEntry {
+    config.auth.keys.push(kbq::auth::KeyEntry {
         name: "other".into(),
         sha256: hex::encode(kbq::auth::hash(other_key)),
         scopes: None,
