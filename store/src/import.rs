@@ -7,6 +7,8 @@ use std::io::BufRead;
 use crate::error::Result;
 use crate::kb::{KnowledgeBase, WRITE_BATCH};
 use crate::model::{NewDocument, NewEntity, NewRelationship, Record};
+// Where callers have always found them: `kbq_store::import::{Phase, Progress, Silent}`.
+pub use crate::progress::{Phase, Progress, Silent};
 
 /// A record that was not written, with its 1-based line number.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -24,30 +26,6 @@ pub struct ImportReport {
     pub relationships: usize,
     pub documents: usize,
     pub failures: Vec<LineError>,
-}
-
-/// The stages of an import, for progress display.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Entities,
-    Relationships,
-    Documents,
-    /// Documents embedded again (`kbq reindex`).
-    Embeddings,
-}
-
-/// Receives progress: `start` once per phase with its total, then `advance` per batch.
-pub trait Progress: Send + Sync {
-    fn start(&self, phase: Phase, total: u64);
-    fn advance(&self, done: u64);
-}
-
-/// Progress that goes nowhere.
-pub struct Silent;
-
-impl Progress for Silent {
-    fn start(&self, _: Phase, _: u64) {}
-    fn advance(&self, _: u64) {}
 }
 
 /// Parses NDJSON. Blank lines are skipped; each bad line becomes a [`LineError`].

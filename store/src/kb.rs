@@ -22,6 +22,7 @@ use crate::graph::{
 use crate::model::{
     Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
 };
+use crate::progress::{Phase, Progress};
 use crate::text::{Analysed, TextIndex};
 use crate::vectors::{DocTags, VectorIndex};
 
@@ -353,7 +354,7 @@ impl KnowledgeBase {
     /// is done: after an interrupted run the old configuration still serves the store (the
     /// documents already converted, if their dimension differs, are left out of semantic
     /// search), and a second run finishes the work. Returns the number of documents embedded.
-    pub async fn reembed(&self, progress: &dyn crate::import::Progress) -> Result<u64> {
+    pub async fn reembed(&self, progress: &dyn Progress) -> Result<u64> {
         #[derive(serde::Deserialize)]
         struct Doc {
             id: String,
@@ -366,7 +367,7 @@ impl KnowledgeBase {
                 obj([("t", table::DOCUMENT.into_value())]),
             )
             .await?;
-        progress.start(crate::import::Phase::Embeddings, docs.len() as u64);
+        progress.start(Phase::Embeddings, docs.len() as u64);
         for chunk in docs.chunks(INSERT_ROWS) {
             let texts: Vec<String> = chunk
                 .iter()

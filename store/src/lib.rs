@@ -7,6 +7,7 @@
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
+//! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to.
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25 over [`text`]) document search.
@@ -25,6 +26,7 @@ pub mod import;
 pub mod kb;
 pub mod memory;
 pub mod model;
+pub mod progress;
 pub mod related;
 pub mod search;
 pub mod text;
