@@ -13,8 +13,7 @@ use futures::future::BoxFuture;
 use ractor::factory::{FactoryRef, JobKey};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, Message};
 
-use crate::PoolStats;
-use crate::root::Slot;
+use crate::pool::{PoolStats, Slot, pool_stats};
 
 /// How often the controller looks at the pools.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -37,7 +36,7 @@ impl<K: JobKey, M: Message> Resizable for Slot<FactoryRef<K, M>> {
 
     fn stats(&self) -> BoxFuture<'_, Option<PoolStats>> {
         let factory = self.read().clone();
-        Box::pin(async move { crate::pool_stats(factory?).await })
+        Box::pin(async move { pool_stats(factory?).await })
     }
 
     fn resize(&self, workers: usize) -> Result<(), ActorProcessingErr> {

@@ -89,7 +89,7 @@ impl Worker for GraphWorker {
     ) -> Result<(), ActorProcessingErr> {
         // A caller that gave up (it timed out, or its client went away) has closed its port:
         // its request is not started, or stops where it is, and the worker moves on.
-        use crate::answer;
+        use crate::pool::answer;
         match msg {
             GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse(&q)).await,
             GraphRequest::Search {
@@ -125,7 +125,7 @@ impl Worker for GraphWorker {
 /// across restarts by the root supervisor.
 #[derive(Clone)]
 pub struct GraphPool {
-    pub(crate) factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
+    pub(crate) factory: crate::pool::Slot<FactoryRef<(), GraphRequest>>,
     timeout: Duration,
     /// Requests admitted and not yet answered (running or queued).
     in_flight: Arc<AtomicUsize>,
@@ -137,7 +137,7 @@ pub struct GraphPool {
 
 impl GraphPool {
     pub(crate) fn new(
-        factory: crate::root::Slot<FactoryRef<(), GraphRequest>>,
+        factory: crate::pool::Slot<FactoryRef<(), GraphRequest>>,
         timeout: Duration,
         admit: usize,
         size: Arc<AtomicUsize>,
@@ -209,8 +209,8 @@ impl GraphPool {
     }
 
     /// Workers and queued requests of the pool, or `None` while it restarts.
-    pub async fn stats(&self) -> Option<crate::PoolStats> {
-        crate::pool_stats(self.factory()?).await
+    pub async fn stats(&self) -> Option<crate::pool::PoolStats> {
+        crate::pool::pool_stats(self.factory()?).await
     }
 
     /// The current factory, e.g. to kill it in a test of supervision.
@@ -226,8 +226,8 @@ impl GraphPool {
             return Err(GraphError::NotRunning("restarting".into()));
         };
         // Shed instead of queueing without bound: a full pool answers at once.
-        let _admitted =
-            crate::Admission::take(&self.in_flight, self.admit).map_err(GraphError::Overloaded)?;
+        let _admitted = crate::pool::Admission::take(&self.in_flight, self.admit)
+            .map_err(GraphError::Overloaded)?;
         match factory.call_job((), build, Some(self.timeout)).await {
             Ok(CallResult::Success(answer)) => Ok(answer?),
             Ok(CallResult::Timeout) => Err(GraphError::Timeout(self.timeout)),

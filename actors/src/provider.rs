@@ -330,10 +330,10 @@ pub struct ProviderArguments {
     pub backend: Arc<dyn Backend>,
     pub retry: RetryPolicy,
     /// The health actor, followed across its restarts.
-    pub health: crate::root::Slot<ActorRef<HealthMessage>>,
+    pub health: crate::pool::Slot<ActorRef<HealthMessage>>,
 }
 
-fn report(health: &crate::root::Slot<ActorRef<HealthMessage>>, outcome: Outcome) {
+fn report(health: &crate::pool::Slot<ActorRef<HealthMessage>>, outcome: Outcome) {
     if let Some(h) = health.read().clone() {
         let _ = h.cast(HealthMessage::Outcome(outcome));
     }
@@ -392,7 +392,7 @@ impl Worker for ProviderWorker {
         };
         // A requester that went away (a cancelled session) stops the attempt in flight and
         // every retry after it.
-        crate::answer(reply, with_retries(attempt, state.retry)).await;
+        crate::pool::answer(reply, with_retries(attempt, state.retry)).await;
         Ok(key)
     }
 }

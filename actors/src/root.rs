@@ -7,18 +7,16 @@ use std::time::Duration;
 
 use kbq_store::KnowledgeBase;
 use kbq_tools::Toolbox;
-use parking_lot::RwLock;
 use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use crate::capacity::ElasticPool;
 use crate::graph::{GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
+use crate::pool::{Slot, spawn_pool};
 use crate::provider::{Backend, ProviderArguments, ProviderMessage, ProviderWorker, RetryPolicy};
 use crate::session::{SessionSupervisor, SessionSupervisorMessage};
 use crate::tools::{ToolSlot, ToolWorker};
-
-pub(crate) type Slot<T> = Arc<RwLock<Option<T>>>;
 
 /// A provider as the root builds it.
 pub(crate) struct ProviderSpec {
@@ -109,8 +107,7 @@ async fn spawn_child(
 ) -> Result<(), ActorProcessingErr> {
     match child {
         Child::Graph => {
-            let f = crate::spawn_pool(|| GraphWorker, args.kb.clone(), args.graph_workers, root)
-                .await?;
+            let f = spawn_pool(|| GraphWorker, args.kb.clone(), args.graph_workers, root).await?;
             *args.graph_slot.write() = Some(f);
         }
         Child::Capacity => {
@@ -124,7 +121,7 @@ async fn spawn_child(
         }
         Child::Tool(name) => {
             let tool = args.toolbox.get(name).cloned().ok_or("unknown tool")?;
-            let f = crate::spawn_pool(|| ToolWorker, tool, args.tool_workers, root).await?;
+            let f = spawn_pool(|| ToolWorker, tool, args.tool_workers, root).await?;
             if let Some(slot) = args.tool_slots.get(name) {
                 *slot.write() = Some(f);
             }
@@ -137,8 +134,7 @@ async fn spawn_child(
                 retry: spec.retry,
                 health: args.health_slot.clone(),
             };
-            let f =
-                crate::spawn_pool(|| ProviderWorker, provider, args.provider_workers, root).await?;
+            let f = spawn_pool(|| ProviderWorker, provider, args.provider_workers, root).await?;
             *spec.slot.write() = Some(f);
         }
         Child::Health => {

@@ -116,7 +116,7 @@ pub struct SessionLimits {
 pub(crate) struct ProviderHandle {
     pub name: String,
     /// The provider's factory, followed across restarts by the root supervisor.
-    pub factory: crate::root::Slot<FactoryRef<(), ProviderMessage>>,
+    pub factory: crate::pool::Slot<FactoryRef<(), ProviderMessage>>,
     /// Calls admitted and not yet answered (running or queued).
     pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// Most calls admitted at once: the pool's most workers plus its queue.
@@ -171,7 +171,8 @@ impl ProviderRouter {
             };
             tried += 1;
             // A full pool sheds at once, and the next provider is tried.
-            let _admitted = match crate::Admission::take(&provider.in_flight, provider.admit) {
+            let _admitted = match crate::pool::Admission::take(&provider.in_flight, provider.admit)
+            {
                 Ok(admitted) => admitted,
                 Err(n) => {
                     busy += 1;
@@ -286,7 +287,7 @@ impl Agent {
             return Err(AgentError::NoProvider);
         }
         let _running =
-            crate::Admission::take(&self.deps.running, self.deps.limits.max_sessions.max(1))
+            crate::pool::Admission::take(&self.deps.running, self.deps.limits.max_sessions.max(1))
                 .map_err(AgentError::Overloaded)?;
         let supervisor = self
             .supervisor

@@ -55,13 +55,13 @@ impl Worker for ToolWorker {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ToolJob::Call { ctx, args, reply } => {
-                crate::answer(reply, tool.call(&ctx, &args)).await
+                crate::pool::answer(reply, tool.call(&ctx, &args)).await
             }
             #[cfg(feature = "fault-injection")]
             ToolJob::Panic => panic!("tool worker panicked on request (fault injection)"),
             #[cfg(feature = "fault-injection")]
             ToolJob::Hold(release, reply) => {
-                crate::answer(reply, async {
+                crate::pool::answer(reply, async {
                     let _ = release.await;
                 })
                 .await
@@ -96,9 +96,9 @@ impl ToolPool {
     }
 
     /// Bounded like the graph pool: a full tool pool fails the call at once.
-    fn admit(&self, name: &str) -> Result<Option<crate::Admission>, ToolError> {
+    fn admit(&self, name: &str) -> Result<Option<crate::pool::Admission>, ToolError> {
         match self.in_flight.get(name) {
-            Some(counter) => crate::Admission::take(counter, self.admit)
+            Some(counter) => crate::pool::Admission::take(counter, self.admit)
                 .map(Some)
                 .map_err(|n| {
                     ToolError::Failed(format!(
