@@ -23,29 +23,36 @@ use futures::{FutureExt, StreamExt};
 use surrealdb::types::{RecordIdKey, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
-use crate::kb::{KnowledgeBase, obj, relationship_id};
-use crate::model::{Relationship, table};
+use crate::kb::{
+    KnowledgeBase, RELATIONSHIP_FIELDS, RELATIONSHIP_NAME_FIELDS, obj, relationship_id,
+};
+use crate::model::Relationship;
+use crate::model::table::{DOCUMENT, ENTITY, RELATES};
 
 /// Most changed records applied in one round of reads.
 const BATCH: usize = 1000;
 /// Pause before subscribing again after a failed attempt.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
-/// The LIVE SELECTs, one per table; each projects only what names its record.
-const SUBSCRIPTIONS: [(Table, &str); 3] = [
-    (Table::Entity, "LIVE SELECT name FROM entity"),
-    (
-        Table::Relates,
-        "LIVE SELECT source_name, target_name, relationship_type FROM relates",
-    ),
-    (Table::Document, "LIVE SELECT id FROM document"),
-];
-
+/// The tables followed, one LIVE SELECT each.
 #[derive(Debug, Clone, Copy)]
 enum Table {
     Entity,
     Relates,
     Document,
+}
+
+impl Table {
+    const ALL: [Table; 3] = [Table::Entity, Table::Relates, Table::Document];
+
+    /// The LIVE SELECT on this table; it projects only what names a record.
+    fn subscription(self) -> String {
+        match self {
+            Table::Entity => format!("LIVE SELECT name FROM {ENTITY}"),
+            Table::Relates => format!("LIVE SELECT {RELATIONSHIP_NAME_FIELDS} FROM {RELATES}"),
+            Table::Document => format!("LIVE SELECT id FROM {DOCUMENT}"),
+        }
+    }
 }
 
 type Notifications = SelectAll<BoxStream<'static, (Table, surrealdb::Result<Value>)>>;
@@ -134,9 +141,9 @@ impl KnowledgeBase {
     async fn subscribe(&self) -> Result<Notifications> {
         let c = self.connection().await?;
         let mut all = SelectAll::new();
-        for (table, sql) in SUBSCRIPTIONS {
+        for table in Table::ALL {
             let mut resp =
-                c.db.query(sql)
+                c.db.query(table.subscription())
                     .await
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?;
             let stream = resp
@@ -171,7 +178,7 @@ impl KnowledgeBase {
                     .collect();
                 let found: Vec<Relationship> = self
                     .run(
-                        "SELECT source_name, target_name, relationship_type, properties FROM $ids",
+                        &format!("SELECT {RELATIONSHIP_FIELDS} FROM $ids"),
                         obj([("ids", ids.into_value())]),
                     )
                     .await?;
@@ -200,7 +207,7 @@ impl KnowledgeBase {
         if !keys.is_empty() {
             let ids: Vec<_> = keys
                 .iter()
-                .map(|k| surrealdb::types::RecordId::new(table::DOCUMENT, k.as_str()))
+                .map(|k| surrealdb::types::RecordId::new(DOCUMENT, k.as_str()))
                 .collect();
             let found = self.document_entries(ids).await?;
             let present: BTreeSet<&str> = found.iter().map(|e| e.key.as_str()).collect();

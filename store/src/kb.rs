@@ -19,8 +19,9 @@ use crate::error::{Result, StoreError};
 use crate::graph::{
     self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
 };
+use crate::model::table::{self, DOCUMENT, ENTITY, MEMORY, META, RELATES};
 use crate::model::{
-    Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys, table,
+    Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Relationship, keys,
 };
 use crate::progress::{Phase, Progress};
 use crate::text::{Analysed, TextIndex};
@@ -88,9 +89,19 @@ fn writers() -> usize {
     })
 }
 
-/// The vector index's rows: every document's, or those of the documents in `$ids`.
-const DOCUMENTS_OF_TABLE: &str = "SELECT meta::id(id) AS id, embedding, title, content, source, content_type, entity_name FROM type::table($t)";
-const DOCUMENTS_OF_IDS: &str = "SELECT meta::id(id) AS id, embedding, title, content, source, content_type, entity_name FROM $ids";
+/// What the in-process vector and keyword indexes read of a document (see [`DocEntry`]).
+const DOCUMENT_ENTRY_FIELDS: &str =
+    "meta::id(id) AS id, embedding, title, content, source, content_type, entity_name";
+
+/// An entity row as [`Entity`] reads it; the id is filled in from the name (see [`with_id`]).
+pub(crate) const ENTITY_FIELDS: &str = "name, entity_type, properties, '' AS id";
+
+/// A relationship row as [`Relationship`] reads it.
+pub(crate) const RELATIONSHIP_FIELDS: &str =
+    "source_name, target_name, relationship_type, properties";
+
+/// What names a relationship: its ends and its type.
+pub(crate) const RELATIONSHIP_NAME_FIELDS: &str = "source_name, target_name, relationship_type";
 
 /// A document as the in-process vector and keyword indexes hold it.
 pub(crate) struct DocEntry {
@@ -296,16 +307,16 @@ impl KnowledgeBase {
         let entities: Vec<Entity> = self
             .run_within(
                 c,
-                "SELECT name, entity_type, properties, '' AS id FROM type::table($t)",
-                obj([("t", table::ENTITY.into_value())]),
+                &format!("SELECT {ENTITY_FIELDS} FROM {ENTITY}"),
+                Object::new(),
                 INDEX_LOAD_TIMEOUT,
             )
             .await?;
         let rels: Vec<Relationship> = self
             .run_within(
                 c,
-                "SELECT source_name, target_name, relationship_type, properties FROM type::table($t)",
-                obj([("t", table::RELATES.into_value())]),
+                &format!("SELECT {RELATIONSHIP_FIELDS} FROM {RELATES}"),
+                Object::new(),
                 INDEX_LOAD_TIMEOUT,
             )
             .await?;
@@ -363,8 +374,8 @@ impl KnowledgeBase {
         }
         let docs: Vec<Doc> = self
             .run(
-                "SELECT meta::id(id) AS id, title, content FROM type::table($t)",
-                obj([("t", table::DOCUMENT.into_value())]),
+                &format!("SELECT meta::id(id) AS id, title, content FROM {DOCUMENT}"),
+                Object::new(),
             )
             .await?;
         progress.start(Phase::Embeddings, docs.len() as u64);
@@ -396,7 +407,7 @@ impl KnowledgeBase {
         }
         let dim = self.embedder.dimension();
         self.exec(
-            "UPSERT kbq_meta:embedder CONTENT { name: $name, dimension: $dimension }",
+            &format!("UPSERT {META}:embedder CONTENT {{ name: $name, dimension: $dimension }}"),
             obj([
                 ("name", self.embedder.name().into_value()),
                 ("dimension", (dim as i64).into_value()),
@@ -410,31 +421,33 @@ impl KnowledgeBase {
 
     async fn define_schema(&self, c: &Connected) -> Result<()> {
         let dim = self.embedder.dimension();
-        let schema = "DEFINE TABLE IF NOT EXISTS entity SCHEMALESS;
-             DEFINE FIELD IF NOT EXISTS name ON entity TYPE string;
-             DEFINE FIELD IF NOT EXISTS name_lower ON entity TYPE string;
-             DEFINE FIELD IF NOT EXISTS entity_type ON entity TYPE string;
-             REMOVE INDEX IF EXISTS entity_name ON entity;
-             REMOVE INDEX IF EXISTS entity_type_idx ON entity;
-             DEFINE TABLE IF NOT EXISTS relates TYPE RELATION IN entity OUT entity SCHEMALESS;
-             DEFINE FIELD IF NOT EXISTS relationship_type ON relates TYPE string;
-             DEFINE TABLE IF NOT EXISTS document SCHEMALESS;
-             DEFINE INDEX IF NOT EXISTS document_entity ON document FIELDS entity_name;
+        let schema = format!(
+            "DEFINE TABLE IF NOT EXISTS {ENTITY} SCHEMALESS;
+             DEFINE FIELD IF NOT EXISTS name ON {ENTITY} TYPE string;
+             DEFINE FIELD IF NOT EXISTS name_lower ON {ENTITY} TYPE string;
+             DEFINE FIELD IF NOT EXISTS entity_type ON {ENTITY} TYPE string;
+             REMOVE INDEX IF EXISTS entity_name ON {ENTITY};
+             REMOVE INDEX IF EXISTS entity_type_idx ON {ENTITY};
+             DEFINE TABLE IF NOT EXISTS {RELATES} TYPE RELATION IN {ENTITY} OUT {ENTITY} SCHEMALESS;
+             DEFINE FIELD IF NOT EXISTS relationship_type ON {RELATES} TYPE string;
+             DEFINE TABLE IF NOT EXISTS {DOCUMENT} SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS document_entity ON {DOCUMENT} FIELDS entity_name;
              DEFINE ANALYZER IF NOT EXISTS kbq_text TOKENIZERS class FILTERS lowercase, ascii;
-             REMOVE INDEX IF EXISTS document_title_text ON document;
-             REMOVE INDEX IF EXISTS document_content_text ON document;
-             DEFINE FIELD IF NOT EXISTS embedding ON document TYPE bytes;
-             REMOVE INDEX IF EXISTS document_embedding ON document;
-             DEFINE TABLE IF NOT EXISTS memory SCHEMALESS;
-             DEFINE INDEX IF NOT EXISTS memory_owner ON memory FIELDS owner;
-             DEFINE INDEX IF NOT EXISTS memory_content_text ON memory FIELDS content FULLTEXT ANALYZER kbq_text BM25;
-             DEFINE TABLE IF NOT EXISTS kbq_meta SCHEMALESS;";
-        self.exec_on(c, schema, Object::new()).await?;
+             REMOVE INDEX IF EXISTS document_title_text ON {DOCUMENT};
+             REMOVE INDEX IF EXISTS document_content_text ON {DOCUMENT};
+             DEFINE FIELD IF NOT EXISTS embedding ON {DOCUMENT} TYPE bytes;
+             REMOVE INDEX IF EXISTS document_embedding ON {DOCUMENT};
+             DEFINE TABLE IF NOT EXISTS {MEMORY} SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS memory_owner ON {MEMORY} FIELDS owner;
+             DEFINE INDEX IF NOT EXISTS memory_content_text ON {MEMORY} FIELDS content FULLTEXT ANALYZER kbq_text BM25;
+             DEFINE TABLE IF NOT EXISTS {META} SCHEMALESS;"
+        );
+        self.exec_on(c, &schema, Object::new()).await?;
         // Vectors of two embedders must never mix in one index.
         let found: Vec<Json> = self
             .run_on(
                 c,
-                "SELECT name, dimension FROM kbq_meta:embedder",
+                &format!("SELECT name, dimension FROM {META}:embedder"),
                 Object::new(),
             )
             .await?;
@@ -443,7 +456,9 @@ impl KnowledgeBase {
             None => {
                 self.exec_on(
                     c,
-                    "UPSERT kbq_meta:embedder CONTENT { name: $name, dimension: $dimension }",
+                    &format!(
+                        "UPSERT {META}:embedder CONTENT {{ name: $name, dimension: $dimension }}"
+                    ),
                     obj([
                         ("name", self.embedder.name().into_value()),
                         ("dimension", (dim as i64).into_value()),
@@ -548,7 +563,9 @@ impl KnowledgeBase {
         }
         let rows: Vec<Row> = self
             .run(
-                "RETURN [{ entities: count(SELECT VALUE id FROM entity), relationships: count(SELECT VALUE id FROM relates), documents: count(SELECT VALUE id FROM document) }]",
+                &format!(
+                    "RETURN [{{ entities: count(SELECT VALUE id FROM {ENTITY}), relationships: count(SELECT VALUE id FROM {RELATES}), documents: count(SELECT VALUE id FROM {DOCUMENT}) }}]"
+                ),
                 Object::new(),
             )
             .await?;
@@ -569,7 +586,7 @@ impl KnowledgeBase {
     /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
     pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
         self.insert_pipelined(
-            "INSERT INTO entity $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE",
+            &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE"),
             entities,
             |chunk: Vec<NewEntity>| async move {
                 let rows = chunk.iter().map(entity_row).collect();
@@ -591,7 +608,7 @@ impl KnowledgeBase {
     /// Inserts or updates relationships by (source, target, type). Both ends must exist.
     pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
         self.insert_pipelined(
-            "INSERT RELATION INTO relates $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE",
+            &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE"),
             rels,
             |chunk: Vec<NewRelationship>| async move {
                 let rows = chunk.iter().map(relationship_row).collect();
@@ -613,7 +630,7 @@ impl KnowledgeBase {
     pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
         let embedder = self.embedder.clone();
         self.insert_pipelined(
-            "INSERT INTO document $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE",
+            &format!("INSERT INTO {DOCUMENT} $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE"),
             docs,
             move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
             |written: Vec<DocEntry>| self.index_documents(written),
@@ -629,7 +646,7 @@ impl KnowledgeBase {
     /// once their statement has succeeded.
     async fn insert_pipelined<T, X, F, Fut>(
         &self,
-        sql: &'static str,
+        sql: &str,
         items: &[T],
         build: F,
         mut written: impl FnMut(X),
@@ -641,6 +658,7 @@ impl KnowledgeBase {
         Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
     {
         let c = self.connection().await?;
+        let sql: Arc<str> = Arc::from(sql);
         let mut chunks = items.chunks(INSERT_ROWS);
         let mut in_flight = std::collections::VecDeque::new();
         loop {
@@ -648,13 +666,14 @@ impl KnowledgeBase {
                 let Some(chunk) = chunks.next() else { break };
                 let rows = build(chunk.to_vec());
                 let db = c.db.clone();
+                let sql = sql.clone();
                 let timeout = self.config.query_timeout;
                 // Aborted when dropped: a write whose caller has gone stops with it, rather
                 // than landing in the database after the caller stopped updating the indexes.
                 in_flight.push_back(AbortOnDropHandle::new(tokio::spawn(async move {
                     let (rows, extra) = rows.await?;
                     let vars = obj([("rows", rows.into_value())]);
-                    query_on(&db, sql, vars, timeout)
+                    query_on(&db, &sql, vars, timeout)
                         .await?
                         .check()
                         .map_err(|e| StoreError::Query(e.to_string()))?;
@@ -693,7 +712,7 @@ impl KnowledgeBase {
         let id = RecordId::new(table::ENTITY, keys::entity(name));
         let rows: Vec<Row> = self
             .run(
-                "SELECT ->relates.{source_name, target_name, relationship_type} AS outs, <-relates.{source_name, target_name, relationship_type} AS ins FROM $ids",
+                &format!("SELECT ->{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS outs, <-{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS ins FROM $ids"),
                 obj([("ids", vec![id.clone()].into_value())]),
             )
             .await?;
@@ -719,7 +738,7 @@ impl KnowledgeBase {
         .await?;
         let unlinked: Vec<String> = self
             .run(
-                "UPDATE document SET entity_name = NONE, entity = NONE WHERE entity_name = $name RETURN VALUE meta::id(id)",
+                &format!("UPDATE {DOCUMENT} SET entity_name = NONE, entity = NONE WHERE entity_name = $name RETURN VALUE meta::id(id)"),
                 obj([("name", name.to_string().into_value())]),
             )
             .await?;
@@ -744,7 +763,10 @@ impl KnowledgeBase {
 
     /// Deletes one document by id (`document:<key>` or the key); false when there was none.
     pub async fn delete_document(&self, id: &str) -> Result<bool> {
-        let key = id.strip_prefix("document:").unwrap_or(id);
+        let key = id
+            .strip_prefix(DOCUMENT)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .unwrap_or(id);
         let valid = key.len() == 33
             && key.starts_with('d')
             && key[1..].bytes().all(|b| b.is_ascii_hexdigit());
@@ -806,8 +828,8 @@ impl KnowledgeBase {
         let entries = self
             .document_entries_on(
                 c,
-                DOCUMENTS_OF_TABLE,
-                obj([("t", table::DOCUMENT.into_value())]),
+                &format!("SELECT {DOCUMENT_ENTRY_FIELDS} FROM {DOCUMENT}"),
+                Object::new(),
                 INDEX_LOAD_TIMEOUT,
             )
             .await?;
@@ -849,14 +871,14 @@ impl KnowledgeBase {
         let c = self.connection().await?;
         self.document_entries_on(
             &c,
-            DOCUMENTS_OF_IDS,
+            &format!("SELECT {DOCUMENT_ENTRY_FIELDS} FROM $ids"),
             obj([("ids", ids.into_value())]),
             self.config.query_timeout,
         )
         .await
     }
 
-    /// Runs one of the `DOCUMENTS_OF_*` queries.
+    /// Runs a query that selects [`DOCUMENT_ENTRY_FIELDS`].
     async fn document_entries_on(
         &self,
         c: &Connected,
@@ -906,7 +928,7 @@ impl KnowledgeBase {
             self.connection().await?;
             return Ok(index.read().names());
         }
-        self.run("SELECT VALUE name FROM entity", Object::new())
+        self.run(&format!("SELECT VALUE name FROM {ENTITY}"), Object::new())
             .await
     }
 
@@ -958,7 +980,7 @@ impl KnowledgeBase {
         for chunk in names.chunks(WRITE_BATCH) {
             let rows: Vec<Entity> = self
                 .run(
-                    "SELECT name, entity_type, properties, '' AS id FROM $ids",
+                    &format!("SELECT {ENTITY_FIELDS} FROM $ids"),
                     obj([("ids", entity_ids(chunk))]),
                 )
                 .await?;
@@ -981,7 +1003,7 @@ impl KnowledgeBase {
         let q = graph::fold_case(query);
         let rows: Vec<Entity> = self
             .run(
-                "SELECT name, entity_type, properties, '' AS id FROM entity WHERE string::contains(name_lower, $q) AND ($type = NONE OR entity_type = $type)",
+                &format!("SELECT {ENTITY_FIELDS} FROM {ENTITY} WHERE string::contains(name_lower, $q) AND ($type = NONE OR entity_type = $type)"),
                 obj([
                     ("q", q.clone().into_value()),
                     ("type", entity_type.map_or(Value::None, |t| Value::String(t.to_string()))),
@@ -1035,23 +1057,19 @@ impl KnowledgeBase {
             return Ok(Traversal::default());
         }
         let types = query.relationship_types.clone();
+        let outs = format!("->{RELATES}.{{{RELATIONSHIP_FIELDS}}} AS outs");
+        let ins = format!("<-{RELATES}.{{{RELATIONSHIP_FIELDS}}} AS ins");
+        let sql = match query.direction {
+            Direction::Out => format!("SELECT name, {outs} FROM $ids"),
+            Direction::In => format!("SELECT name, {ins} FROM $ids"),
+            Direction::Both => format!("SELECT name, {outs}, {ins} FROM $ids"),
+        };
         let mut walk: Walk<String, String> =
             Walk::new(query.start.clone(), query.limit, query.depth);
         let mut rels: HashMap<String, Relationship> = HashMap::new();
         'walk: while let Some(level) = walk.next_level() {
             let names: Vec<String> = walk.slots[level].iter().map(|s| s.0.clone()).collect();
-            let sql = match query.direction {
-                Direction::Out => {
-                    "SELECT name, ->relates.{source_name, target_name, relationship_type, properties} AS outs FROM $ids"
-                }
-                Direction::In => {
-                    "SELECT name, <-relates.{source_name, target_name, relationship_type, properties} AS ins FROM $ids"
-                }
-                Direction::Both => {
-                    "SELECT name, ->relates.{source_name, target_name, relationship_type, properties} AS outs, <-relates.{source_name, target_name, relationship_type, properties} AS ins FROM $ids"
-                }
-            };
-            let rows: Vec<Level> = self.run(sql, obj([("ids", entity_ids(&names))])).await?;
+            let rows: Vec<Level> = self.run(&sql, obj([("ids", entity_ids(&names))])).await?;
             let mut by_name: HashMap<String, Level> =
                 rows.into_iter().map(|l| (l.name.clone(), l)).collect();
             for name in &names {

@@ -6,6 +6,7 @@ use surrealdb::types::SurrealValue;
 
 use crate::error::{Result, StoreError};
 use crate::kb::{KnowledgeBase, obj, vector};
+use crate::model::table::MEMORY;
 
 /// Longest fact accepted (in bytes).
 pub const MAX_MEMORY_BYTES: usize = 8 * 1024;
@@ -54,7 +55,7 @@ impl Row {
         MemoryHit {
             score: self.score.unwrap_or(0.0),
             memory: Memory {
-                id: format!("memory:{}", self.id),
+                id: format!("{MEMORY}:{}", self.id),
                 content: self.content,
                 tags: self.tags,
                 entities: self.entities,
@@ -92,7 +93,7 @@ impl KnowledgeBase {
         let rows: Vec<Row> = self
             .run(
                 &format!(
-                    "CREATE memory CONTENT {{ owner: $owner, content: $content, tags: $tags, entities: $entities, created_at: $created_at, embedding: $embedding }} RETURN {FIELDS}"
+                    "CREATE {MEMORY} CONTENT {{ owner: $owner, content: $content, tags: $tags, entities: $entities, created_at: $created_at, embedding: $embedding }} RETURN {FIELDS}"
                 ),
                 obj([
                     ("owner", owner.to_string().into_value()),
@@ -107,7 +108,7 @@ impl KnowledgeBase {
         rows.into_iter()
             .next()
             .map(|r| r.into_hit().memory)
-            .ok_or_else(|| StoreError::Query("CREATE memory returned nothing".into()))
+            .ok_or_else(|| StoreError::Query(format!("CREATE {MEMORY} returned nothing")))
     }
 
     /// `owner`'s memories nearest to `text`.
@@ -120,7 +121,7 @@ impl KnowledgeBase {
         let q = self.embed_one(text).await?;
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM memory WHERE owner = $owner ORDER BY score DESC LIMIT $limit"),
+                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM {MEMORY} WHERE owner = $owner ORDER BY score DESC LIMIT $limit"),
                 obj([("owner", owner.to_string().into_value()), ("q", vector(q)), ("limit", (limit as i64).into_value())]),
             )
             .await?;
@@ -143,7 +144,7 @@ impl KnowledgeBase {
         }
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS}, search::score(1) AS score FROM memory WHERE owner = $owner AND content @1@ $q ORDER BY score DESC LIMIT $limit"),
+                &format!("SELECT {FIELDS}, search::score(1) AS score FROM {MEMORY} WHERE owner = $owner AND content @1@ $q ORDER BY score DESC LIMIT $limit"),
                 obj([("owner", owner.to_string().into_value()), ("q", text.to_string().into_value()), ("limit", (limit as i64).into_value())]),
             )
             .await?;
@@ -162,7 +163,7 @@ impl KnowledgeBase {
         }
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS}, 1.0 AS score FROM memory WHERE owner = $owner AND entities CONTAINSANY $entities ORDER BY created_at DESC LIMIT $limit"),
+                &format!("SELECT {FIELDS}, 1.0 AS score FROM {MEMORY} WHERE owner = $owner AND entities CONTAINSANY $entities ORDER BY created_at DESC LIMIT $limit"),
                 obj([("owner", owner.to_string().into_value()), ("entities", entities.to_vec().into_value()), ("limit", (limit as i64).into_value())]),
             )
             .await?;
@@ -172,8 +173,10 @@ impl KnowledgeBase {
     pub async fn memory_stats(&self, owner: &str) -> Result<MemoryStats> {
         let rows: Vec<MemoryStats> = self
             .run(
-                "LET $times = (SELECT VALUE created_at FROM memory WHERE owner = $owner);
-                 RETURN [{ memories: array::len($times), oldest: math::min($times), newest: math::max($times) }]",
+                &format!(
+                    "LET $times = (SELECT VALUE created_at FROM {MEMORY} WHERE owner = $owner);
+                 RETURN [{{ memories: array::len($times), oldest: math::min($times), newest: math::max($times) }}]"
+                ),
                 obj([("owner", owner.to_string().into_value())]),
             )
             .await?;

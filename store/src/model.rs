@@ -14,6 +14,7 @@ pub mod table {
     pub const RELATES: &str = "relates";
     pub const DOCUMENT: &str = "document";
     pub const META: &str = "kbq_meta";
+    pub const MEMORY: &str = "memory";
 }
 
 /// Longest entity name, relationship type or entity type accepted (in bytes).
