@@ -2,8 +2,12 @@
 //! in-memory graph index. Nothing outside this crate writes SurrealQL.
 //!
 //! # Layout
-//! - [`model`]: entities, relationships, documents, the import record, and derived record keys.
-//! - [`kb`]: [`KnowledgeBase`], the connection, schema, batched upserts and the read paths.
+//! - [`model`]: entities, relationships, documents, the import record, table names and record keys.
+//! - [`kb`]: [`KnowledgeBase`], its connection and the query helpers; the files below extend it.
+//! - [`schema`]: the schema, the embedder record that guards it, and `reembed`.
+//! - [`write`]: upserts through pipelined INSERTs, and deletes.
+//! - [`doc_index`]: the document indexes (vectors, keywords) kept in step with SurrealDB.
+//! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
@@ -17,25 +21,29 @@
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
 
+pub mod doc_index;
 pub mod embed;
 pub mod error;
 pub mod follow;
 pub mod generate;
 pub mod graph;
+pub mod graph_reads;
 pub mod import;
 pub mod kb;
 pub mod memory;
 pub mod model;
 pub mod progress;
 pub mod related;
+pub mod schema;
 pub mod search;
 pub mod text;
 pub mod vectors;
+pub mod write;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
 pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalQuery};
-pub use kb::{Counts, EntityDeletion, KnowledgeBase, StoreConfig};
+pub use kb::{Counts, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,
@@ -44,3 +52,4 @@ pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSH
 pub use search::{DocumentFilter, DocumentHit};
 pub use text::TextIndex;
 pub use vectors::{DocTags, VectorIndex};
+pub use write::EntityDeletion;

@@ -2,10 +2,10 @@
 //! filters on the owner; no call can reach another owner's memories.
 
 use serde::{Deserialize, Serialize};
-use surrealdb::types::SurrealValue;
+use surrealdb::types::{SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
-use crate::kb::{KnowledgeBase, obj, vector};
+use crate::kb::{KnowledgeBase, obj};
 use crate::model::table::MEMORY;
 
 /// Longest fact accepted (in bytes).
@@ -186,4 +186,13 @@ impl KnowledgeBase {
             newest: None,
         }))
     }
+}
+
+/// A memory's embedding as stored: an array of numbers, which the cosine similarity in
+/// [`KnowledgeBase::memory_by_vector`]'s query reads.
+fn vector(v: Vec<f32>) -> Value {
+    v.into_iter()
+        .map(f64::from)
+        .collect::<Vec<f64>>()
+        .into_value()
 }

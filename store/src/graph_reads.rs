@@ -1,0 +1,286 @@
+//! Graph reads: one entity, entity names, name search and traversal, each answered from the
+//! in-memory [`GraphIndex`] when it is on and from SurrealDB otherwise, and the loading of that
+//! index. [`traverse_in_db`](KnowledgeBase::traverse_in_db) walks with the same [`Walk`] as
+//! `GraphIndex::traverse` in [`graph`](crate::graph), one query per level, so that both paths
+//! give the same answer. Its own file because it is the one place that knows both read paths.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+
+use crate::error::Result;
+use crate::graph::{
+    self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
+};
+use crate::kb::{
+    Connected, INDEX_LOAD_TIMEOUT, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, obj,
+};
+use crate::model::table::{self, ENTITY, RELATES};
+use crate::model::{Entity, EntityRef, Relationship, keys};
+
+/// An entity row as [`Entity`] reads it; the id is filled in from the name (see [`with_id`]).
+pub(crate) const ENTITY_FIELDS: &str = "name, entity_type, properties, '' AS id";
+
+impl KnowledgeBase {
+    /// Rebuilds the graph index (when there is one) from the entities and relationships
+    /// SurrealDB holds.
+    pub(crate) async fn load_graph_index(&self, c: &Connected) -> Result<()> {
+        let Some(index) = self.graph_index() else {
+            return Ok(());
+        };
+        let entities: Vec<Entity> = self
+            .run_within(
+                c,
+                &format!("SELECT {ENTITY_FIELDS} FROM {ENTITY}"),
+                Object::new(),
+                INDEX_LOAD_TIMEOUT,
+            )
+            .await?;
+        let rels: Vec<Relationship> = self
+            .run_within(
+                c,
+                &format!("SELECT {RELATIONSHIP_FIELDS} FROM {RELATES}"),
+                Object::new(),
+                INDEX_LOAD_TIMEOUT,
+            )
+            .await?;
+        let started = Instant::now();
+        let built = GraphIndex::build(entities, rels);
+        tracing::info!(
+            entities = built.entity_count(),
+            relationships = built.relationship_count(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "graph index built"
+        );
+        *index.write() = built;
+        self.bump_generation();
+        Ok(())
+    }
+
+    /// Every entity name.
+    pub async fn entity_names(&self) -> Result<Vec<String>> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().names());
+        }
+        self.run(&format!("SELECT VALUE name FROM {ENTITY}"), Object::new())
+            .await
+    }
+
+    /// The names among `names` that are not entities of the store.
+    pub async fn missing_entities(&self, names: &[String]) -> Result<Vec<String>> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            let index = index.read();
+            return Ok(names
+                .iter()
+                .filter(|n| !index.contains(n))
+                .cloned()
+                .collect());
+        }
+        let mut missing = Vec::new();
+        for chunk in names.chunks(WRITE_BATCH) {
+            let found: Vec<String> = self
+                .run(
+                    "SELECT VALUE name FROM $ids",
+                    obj([("ids", entity_ids(chunk))]),
+                )
+                .await?;
+            let found: std::collections::HashSet<&str> = found.iter().map(String::as_str).collect();
+            missing.extend(
+                chunk
+                    .iter()
+                    .filter(|n| !found.contains(n.as_str()))
+                    .cloned(),
+            );
+        }
+        Ok(missing)
+    }
+
+    /// One entity by exact name.
+    pub async fn entity(&self, name: &str) -> Result<Option<EntityRef>> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().entity(name));
+        }
+        let rows = self.entities_by_name(&[name.to_string()]).await?;
+        Ok(rows.into_iter().next().map(with_id))
+    }
+
+    /// The stored entities among `names` (missing ones are left out), in batches.
+    pub(crate) async fn entities_by_name(&self, names: &[String]) -> Result<Vec<Entity>> {
+        let mut found = Vec::with_capacity(names.len());
+        for chunk in names.chunks(WRITE_BATCH) {
+            let rows: Vec<Entity> = self
+                .run(
+                    &format!("SELECT {ENTITY_FIELDS} FROM $ids"),
+                    obj([("ids", entity_ids(chunk))]),
+                )
+                .await?;
+            found.extend(rows);
+        }
+        Ok(found)
+    }
+
+    /// Entities whose name contains `query`, case-insensitively; exact, then prefix, then other.
+    pub async fn search_entities(
+        &self,
+        query: &str,
+        entity_type: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<EntityRef>> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().search(query, entity_type, limit));
+        }
+        let q = graph::fold_case(query);
+        let rows: Vec<Entity> = self
+            .run(
+                &format!("SELECT {ENTITY_FIELDS} FROM {ENTITY} WHERE string::contains(name_lower, $q) AND ($type = NONE OR entity_type = $type)"),
+                obj([
+                    ("q", q.clone().into_value()),
+                    ("type", entity_type.map_or(Value::None, |t| Value::String(t.to_string()))),
+                ]),
+            )
+            .await?;
+        let hits = rows
+            .into_iter()
+            .filter_map(|e| {
+                let rank = graph::search_rank(&graph::fold_case(&e.name), &q)?;
+                Some((rank, with_id(e)))
+            })
+            .collect();
+        Ok(graph::rank_hits(hits, limit))
+    }
+
+    /// Walks the graph from `query.start`: from the index when it is on, else one SurrealDB
+    /// graph query per level. Both give the same answer.
+    pub async fn traverse(&self, query: &TraversalQuery) -> Result<Traversal> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().traverse(query));
+        }
+        self.traverse_in_db(query).await
+    }
+
+    /// The in-memory walk alone, without the async call or the connection check: what the
+    /// benchmark reports as the bare walk. `None` when the index is off.
+    pub fn traverse_indexed(&self, query: &TraversalQuery) -> Option<Traversal> {
+        self.graph_index().map(|index| index.read().traverse(query))
+    }
+
+    /// The SurrealDB read path of [`traverse`](Self::traverse), public so that tests and
+    /// benchmarks can compare the two paths on one store.
+    pub async fn traverse_in_db(&self, query: &TraversalQuery) -> Result<Traversal> {
+        #[derive(serde::Deserialize)]
+        struct Level {
+            name: String,
+            #[serde(default)]
+            outs: Vec<Relationship>,
+            #[serde(default)]
+            ins: Vec<Relationship>,
+        }
+        if self
+            .entities_by_name(std::slice::from_ref(&query.start))
+            .await?
+            .is_empty()
+        {
+            return Ok(Traversal::default());
+        }
+        let types = query.relationship_types.clone();
+        let outs = format!("->{RELATES}.{{{RELATIONSHIP_FIELDS}}} AS outs");
+        let ins = format!("<-{RELATES}.{{{RELATIONSHIP_FIELDS}}} AS ins");
+        let sql = match query.direction {
+            Direction::Out => format!("SELECT name, {outs} FROM $ids"),
+            Direction::In => format!("SELECT name, {ins} FROM $ids"),
+            Direction::Both => format!("SELECT name, {outs}, {ins} FROM $ids"),
+        };
+        let mut walk: Walk<String, String> =
+            Walk::new(query.start.clone(), query.limit, query.depth);
+        let mut rels: HashMap<String, Relationship> = HashMap::new();
+        'walk: while let Some(level) = walk.next_level() {
+            let names: Vec<String> = walk.slots[level].iter().map(|s| s.0.clone()).collect();
+            let rows: Vec<Level> = self.run(&sql, obj([("ids", entity_ids(&names))])).await?;
+            let mut by_name: HashMap<String, Level> =
+                rows.into_iter().map(|l| (l.name.clone(), l)).collect();
+            for name in &names {
+                let Some(level) = by_name.remove(name) else {
+                    continue;
+                };
+                let mut candidates: Vec<(String, bool, Relationship)> = Vec::new();
+                for r in level.outs {
+                    candidates.push((r.target_name.clone(), true, r));
+                }
+                for r in level.ins {
+                    candidates.push((r.source_name.clone(), false, r));
+                }
+                candidates.retain(|(_, _, r)| {
+                    types
+                        .as_ref()
+                        .is_none_or(|t| t.contains(&r.relationship_type))
+                });
+                candidates.sort_by(|a, b| {
+                    candidate_order(
+                        (&a.0, &a.2.relationship_type, a.1),
+                        (&b.0, &b.2.relationship_type, b.1),
+                    )
+                });
+                for (neighbour, _, r) in candidates {
+                    let key =
+                        keys::relationship(&r.source_name, &r.target_name, &r.relationship_type);
+                    let go_on = walk.offer(&neighbour, &key);
+                    rels.entry(key).or_insert(r);
+                    if !go_on {
+                        break 'walk;
+                    }
+                }
+            }
+        }
+        let names: Vec<String> = walk.slots.iter().map(|s| s.0.clone()).collect();
+        let mut entities: HashMap<String, Entity> = self
+            .entities_by_name(&names)
+            .await?
+            .into_iter()
+            .map(|e| (e.name.clone(), e))
+            .collect();
+        let mut reached = Vec::with_capacity(walk.slots.len());
+        for (name, depth, via) in &walk.slots {
+            // An entity deleted while the walk ran is left out rather than invented.
+            let Some(e) = entities.remove(name) else {
+                continue;
+            };
+            reached.push(Reached {
+                entity: with_id(e),
+                depth: *depth,
+                via: via
+                    .as_ref()
+                    .and_then(|k| rels.get(k))
+                    .map(|r| Arc::from(r.relationship_type.as_str())),
+            });
+        }
+        Ok(Traversal {
+            entities: reached,
+            relationships: walk
+                .edges
+                .iter()
+                .filter_map(|k| rels.get(k).cloned().map(Arc::new))
+                .collect(),
+            truncated: walk.truncated,
+        })
+    }
+}
+
+fn with_id(mut e: Entity) -> EntityRef {
+    e.id = keys::entity_id(&e.name);
+    Arc::new(e)
+}
+
+fn entity_ids(names: &[String]) -> Value {
+    names
+        .iter()
+        .map(|n| RecordId::new(table::ENTITY, keys::entity(n)))
+        .collect::<Vec<_>>()
+        .into_value()
+}

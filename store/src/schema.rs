@@ -1,0 +1,133 @@
+//! The schema, and the record of which embedder wrote the store's vectors: checked on every
+//! connection, so that vectors of two embedders never mix, and moved to another embedder by
+//! [`reembed`](KnowledgeBase::reembed). Its own file because the schema and the embedder
+//! record change together and apart from the queries.
+
+use serde_json::Value as Json;
+use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+
+use crate::error::{Result, StoreError};
+use crate::kb::{Connected, KnowledgeBase, obj, row, vector_bytes};
+use crate::model::table::{self, DOCUMENT, ENTITY, MEMORY, META, RELATES};
+use crate::progress::{Phase, Progress};
+use crate::write::INSERT_ROWS;
+
+impl KnowledgeBase {
+    /// Embeds every document again with this knowledge base's embedder, then records that
+    /// embedder as the store's: how a store moves to another embedder (`kbq reindex`), so that
+    /// vectors of two models never mix in a search. The old record stays until every document
+    /// is done: after an interrupted run the old configuration still serves the store (the
+    /// documents already converted, if their dimension differs, are left out of semantic
+    /// search), and a second run finishes the work. Returns the number of documents embedded.
+    pub async fn reembed(&self, progress: &dyn Progress) -> Result<u64> {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            id: String,
+            title: String,
+            content: String,
+        }
+        let docs: Vec<Doc> = self
+            .run(
+                &format!("SELECT meta::id(id) AS id, title, content FROM {DOCUMENT}"),
+                Object::new(),
+            )
+            .await?;
+        progress.start(Phase::Embeddings, docs.len() as u64);
+        for chunk in docs.chunks(INSERT_ROWS) {
+            let texts: Vec<String> = chunk
+                .iter()
+                .map(|d| crate::model::embedding_text(&d.title, &d.content))
+                .collect();
+            let vectors = self.embedder().embed(&texts).await?;
+            let rows: Vec<Value> = chunk
+                .iter()
+                .zip(&vectors)
+                .map(|(d, v)| {
+                    row([
+                        (
+                            "id",
+                            RecordId::new(table::DOCUMENT, d.id.as_str()).into_value(),
+                        ),
+                        ("embedding", vector_bytes(v)),
+                    ])
+                })
+                .collect();
+            self.exec(
+                "FOR $r IN $rows { UPDATE $r.id SET embedding = $r.embedding };",
+                obj([("rows", rows.into_value())]),
+            )
+            .await?;
+            progress.advance(chunk.len() as u64);
+        }
+        let dim = self.embedder().dimension();
+        self.exec(
+            &format!("UPSERT {META}:embedder CONTENT {{ name: $name, dimension: $dimension }}"),
+            obj([
+                ("name", self.embedder().name().into_value()),
+                ("dimension", (dim as i64).into_value()),
+            ]),
+        )
+        .await?;
+        let c = self.connection().await?;
+        self.load_document_indexes(&c).await?;
+        Ok(docs.len() as u64)
+    }
+
+    pub(crate) async fn define_schema(&self, c: &Connected) -> Result<()> {
+        let dim = self.embedder().dimension();
+        let schema = format!(
+            "DEFINE TABLE IF NOT EXISTS {ENTITY} SCHEMALESS;
+             DEFINE FIELD IF NOT EXISTS name ON {ENTITY} TYPE string;
+             DEFINE FIELD IF NOT EXISTS name_lower ON {ENTITY} TYPE string;
+             DEFINE FIELD IF NOT EXISTS entity_type ON {ENTITY} TYPE string;
+             REMOVE INDEX IF EXISTS entity_name ON {ENTITY};
+             REMOVE INDEX IF EXISTS entity_type_idx ON {ENTITY};
+             DEFINE TABLE IF NOT EXISTS {RELATES} TYPE RELATION IN {ENTITY} OUT {ENTITY} SCHEMALESS;
+             DEFINE FIELD IF NOT EXISTS relationship_type ON {RELATES} TYPE string;
+             DEFINE TABLE IF NOT EXISTS {DOCUMENT} SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS document_entity ON {DOCUMENT} FIELDS entity_name;
+             DEFINE ANALYZER IF NOT EXISTS kbq_text TOKENIZERS class FILTERS lowercase, ascii;
+             REMOVE INDEX IF EXISTS document_title_text ON {DOCUMENT};
+             REMOVE INDEX IF EXISTS document_content_text ON {DOCUMENT};
+             DEFINE FIELD IF NOT EXISTS embedding ON {DOCUMENT} TYPE bytes;
+             REMOVE INDEX IF EXISTS document_embedding ON {DOCUMENT};
+             DEFINE TABLE IF NOT EXISTS {MEMORY} SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS memory_owner ON {MEMORY} FIELDS owner;
+             DEFINE INDEX IF NOT EXISTS memory_content_text ON {MEMORY} FIELDS content FULLTEXT ANALYZER kbq_text BM25;
+             DEFINE TABLE IF NOT EXISTS {META} SCHEMALESS;"
+        );
+        self.exec_on(c, &schema, Object::new()).await?;
+        // Vectors of two embedders must never mix in one index.
+        let found: Vec<Json> = self
+            .run_on(
+                c,
+                &format!("SELECT name, dimension FROM {META}:embedder"),
+                Object::new(),
+            )
+            .await?;
+        let want = serde_json::json!({"name": self.embedder().name(), "dimension": dim});
+        match found.first() {
+            None => {
+                self.exec_on(
+                    c,
+                    &format!(
+                        "UPSERT {META}:embedder CONTENT {{ name: $name, dimension: $dimension }}"
+                    ),
+                    obj([
+                        ("name", self.embedder().name().into_value()),
+                        ("dimension", (dim as i64).into_value()),
+                    ]),
+                )
+                .await
+            }
+            Some(have) if *have == want => Ok(()),
+            Some(have) if self.adopts_embedder() => {
+                tracing::info!(%have, %want, "the store changes embedder");
+                Ok(())
+            }
+            Some(have) => Err(StoreError::Query(format!(
+                "the store's documents were embedded with {have}, but kbq is configured with {want}: run `kbq reindex` to embed them again with the configured embedder"
+            ))),
+        }
+    }
+}

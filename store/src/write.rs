@@ -1,0 +1,353 @@
+//! Writes: entity, relationship and document upserts, the pipelined INSERTs they share, and
+//! deletes, with the rows they write. Each write updates the in-memory indexes once its
+//! statement has succeeded. Its own file because writing is one concern with one tuning (rows
+//! per statement, statements in flight) apart from connecting and reading.
+
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+use surrealdb::types::{RecordId, SurrealValue, Value};
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::doc_index::DocEntry;
+use crate::embed::Embedder;
+use crate::error::{Result, StoreError};
+use crate::graph;
+use crate::kb::{
+    KnowledgeBase, RELATIONSHIP_NAME_FIELDS, obj, query_on, relationship_id, row, vector_bytes,
+};
+use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
+use crate::model::{NewDocument, NewEntity, NewRelationship, keys};
+use crate::text::Analysed;
+use crate::vectors::DocTags;
+
+/// How many records go into one INSERT statement. SurrealDB takes a savepoint per record of a
+/// statement, copying the statement's writes so far, so a record's cost grows with its
+/// statement's size: 100 rows wrote entities three times as fast as 1000 (docs/benchmarks.md).
+pub(crate) const INSERT_ROWS: usize = 100;
+
+/// How many INSERT statements of one batch are written at once (see
+/// [`KnowledgeBase::insert_pipelined`]): one per core, at least two, at most eight. With one,
+/// the embedded engine used one core (user time equal to wall time); two took the benchmark
+/// import from 136.9 s to 76.2 s on two cores, and four were no faster than two
+/// (docs/benchmarks.md).
+fn writers() -> usize {
+    static WRITERS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WRITERS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(2, usize::from)
+            .clamp(2, 8)
+    })
+}
+
+/// What [`KnowledgeBase::delete_entity`] did.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EntityDeletion {
+    pub deleted: bool,
+    /// Relationships removed with it.
+    pub relationships: usize,
+    /// Documents whose link to it was removed.
+    pub documents_unlinked: usize,
+}
+
+impl KnowledgeBase {
+    /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
+    pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
+        self.insert_pipelined(
+            &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE"),
+            entities,
+            |chunk: Vec<NewEntity>| async move {
+                let rows = chunk.iter().map(entity_row).collect();
+                Ok((rows, chunk.into_iter().map(NewEntity::into_entity).collect::<Vec<_>>()))
+            },
+            |written| {
+                if let Some(index) = self.graph_index() {
+                    let mut index = index.write();
+                    for e in written {
+                        index.upsert_entity(e);
+                    }
+                }
+                self.bump_generation();
+            },
+        )
+        .await
+    }
+
+    /// Inserts or updates relationships by (source, target, type). Both ends must exist.
+    pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
+        self.insert_pipelined(
+            &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE"),
+            rels,
+            |chunk: Vec<NewRelationship>| async move {
+                let rows = chunk.iter().map(relationship_row).collect();
+                Ok((rows, chunk.into_iter().map(NewRelationship::into_relationship).collect::<Vec<_>>()))
+            },
+            |written| {
+                if let Some(index) = self.graph_index() {
+                    let mut index = index.write();
+                    for r in written {
+                        index.upsert_relationship(r);
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Inserts or updates documents by (source, source_id), embedding each.
+    pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
+        let embedder = self.embedder().clone();
+        self.insert_pipelined(
+            &format!("INSERT INTO {DOCUMENT} $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE"),
+            docs,
+            move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
+            |written: Vec<DocEntry>| self.index_documents(written),
+        )
+        .await
+    }
+
+    /// Writes `items` in INSERT statements of [`INSERT_ROWS`] rows: `sql` binds them as
+    /// `$rows`. Up to [`writers`] statements are in flight at once, each built (by `build`)
+    /// and written on a task of its own: SurrealDB's embedded engine runs a statement inside
+    /// the future that awaits it, so statements awaited by one task would take turns on one
+    /// thread. `written` gets what `build` returned beside the rows, in the order of `items`,
+    /// once their statement has succeeded.
+    async fn insert_pipelined<T, X, F, Fut>(
+        &self,
+        sql: &str,
+        items: &[T],
+        build: F,
+        mut written: impl FnMut(X),
+    ) -> Result<()>
+    where
+        T: Clone + Send + 'static,
+        X: Send + 'static,
+        F: Fn(Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
+    {
+        let c = self.connection().await?;
+        let sql: Arc<str> = Arc::from(sql);
+        let mut chunks = items.chunks(INSERT_ROWS);
+        let mut in_flight = std::collections::VecDeque::new();
+        loop {
+            while in_flight.len() < writers() {
+                let Some(chunk) = chunks.next() else { break };
+                let rows = build(chunk.to_vec());
+                let db = c.db.clone();
+                let sql = sql.clone();
+                let timeout = self.config().query_timeout;
+                // Aborted when dropped: a write whose caller has gone stops with it, rather
+                // than landing in the database after the caller stopped updating the indexes.
+                in_flight.push_back(AbortOnDropHandle::new(tokio::spawn(async move {
+                    let (rows, extra) = rows.await?;
+                    let vars = obj([("rows", rows.into_value())]);
+                    query_on(&db, &sql, vars, timeout)
+                        .await?
+                        .check()
+                        .map_err(|e| StoreError::Query(e.to_string()))?;
+                    Ok::<X, StoreError>(extra)
+                })));
+            }
+            let Some(task) = in_flight.pop_front() else {
+                return Ok(());
+            };
+            match task.await {
+                Ok(Ok(extra)) => written(extra),
+                Ok(Err(e)) => return Err(e),
+                Err(e) => return Err(StoreError::Query(format!("writing rows failed: {e}"))),
+            }
+        }
+    }
+
+    /// Deletes an entity, every relationship touching it, and the link of its documents to it
+    /// (the documents stay, with `entity_name` null). Deleting an entity that does not exist
+    /// changes nothing. Each step is its own write, in an order that a retry completes.
+    pub async fn delete_entity(&self, name: &str) -> Result<EntityDeletion> {
+        crate::model::check_name("name", name)?;
+        #[derive(serde::Deserialize)]
+        struct EdgeRow {
+            source_name: String,
+            target_name: String,
+            relationship_type: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Row {
+            #[serde(default)]
+            outs: Vec<EdgeRow>,
+            #[serde(default)]
+            ins: Vec<EdgeRow>,
+        }
+        let id = RecordId::new(table::ENTITY, keys::entity(name));
+        let rows: Vec<Row> = self
+            .run(
+                &format!("SELECT ->{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS outs, <-{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS ins FROM $ids"),
+                obj([("ids", vec![id.clone()].into_value())]),
+            )
+            .await?;
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(EntityDeletion::default());
+        };
+        let mut edges: Vec<(String, String, String)> = row
+            .outs
+            .into_iter()
+            .chain(row.ins)
+            .map(|e| (e.source_name, e.target_name, e.relationship_type))
+            .collect();
+        edges.sort();
+        edges.dedup();
+        let edge_ids: Vec<RecordId> = edges
+            .iter()
+            .map(|(s, d, t)| relationship_id(s, d, t))
+            .collect();
+        self.exec(
+            "DELETE $edges; DELETE $id",
+            obj([("edges", edge_ids.into_value()), ("id", id.into_value())]),
+        )
+        .await?;
+        let unlinked: Vec<String> = self
+            .run(
+                &format!("UPDATE {DOCUMENT} SET entity_name = NONE, entity = NONE WHERE entity_name = $name RETURN VALUE meta::id(id)"),
+                obj([("name", name.to_string().into_value())]),
+            )
+            .await?;
+        if let Some(index) = self.graph_index() {
+            index.write().remove_entity(name);
+        }
+        {
+            let mut vectors = self.vectors().write();
+            let mut text = self.text().write();
+            for key in &unlinked {
+                vectors.set_entity(key, None);
+                text.set_entity(key, None);
+            }
+        }
+        self.bump_generation();
+        Ok(EntityDeletion {
+            deleted: true,
+            relationships: edges.len(),
+            documents_unlinked: unlinked.len(),
+        })
+    }
+
+    /// Deletes one document by id (`document:<key>` or the key); false when there was none.
+    pub async fn delete_document(&self, id: &str) -> Result<bool> {
+        let key = id
+            .strip_prefix(DOCUMENT)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .unwrap_or(id);
+        let valid = key.len() == 33
+            && key.starts_with('d')
+            && key[1..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid {
+            return Err(StoreError::invalid(
+                "id",
+                "must be a document id: document:d followed by 32 hex digits",
+            ));
+        }
+        let rid = RecordId::new(table::DOCUMENT, key);
+        let found: Vec<String> = self
+            .run(
+                "SELECT VALUE meta::id(id) FROM $ids",
+                obj([("ids", vec![rid.clone()].into_value())]),
+            )
+            .await?;
+        if found.is_empty() {
+            return Ok(false);
+        }
+        self.exec("DELETE $id", obj([("id", rid.into_value())]))
+            .await?;
+        self.unindex_documents(&[key]);
+        Ok(true)
+    }
+}
+
+fn entity_row(e: &NewEntity) -> Value {
+    row([
+        (
+            "id",
+            RecordId::new(table::ENTITY, keys::entity(&e.name)).into_value(),
+        ),
+        ("name", e.name.clone().into_value()),
+        ("name_lower", graph::fold_case(&e.name).into_value()),
+        ("entity_type", e.entity_type.clone().into_value()),
+        ("properties", json(Json::Object(e.properties.clone()))),
+    ])
+}
+
+fn relationship_row(r: &NewRelationship) -> Value {
+    row([
+        (
+            "id",
+            relationship_id(&r.source_name, &r.target_name, &r.relationship_type).into_value(),
+        ),
+        (
+            "in",
+            RecordId::new(table::ENTITY, keys::entity(&r.source_name)).into_value(),
+        ),
+        (
+            "out",
+            RecordId::new(table::ENTITY, keys::entity(&r.target_name)).into_value(),
+        ),
+        ("source_name", r.source_name.clone().into_value()),
+        ("target_name", r.target_name.clone().into_value()),
+        (
+            "relationship_type",
+            r.relationship_type.clone().into_value(),
+        ),
+        ("properties", json(Json::Object(r.properties.clone()))),
+    ])
+}
+
+/// The rows of `docs`, embedded, and each document as the in-process indexes hold it.
+async fn document_rows(
+    embedder: Arc<dyn Embedder>,
+    docs: Vec<NewDocument>,
+) -> Result<(Vec<Value>, Vec<DocEntry>)> {
+    let texts: Vec<String> = docs.iter().map(NewDocument::embedding_text).collect();
+    let vectors = embedder.embed(&texts).await?;
+    let mut rows = Vec::with_capacity(docs.len());
+    let mut keyed = Vec::with_capacity(docs.len());
+    for (d, v) in docs.into_iter().zip(vectors) {
+        let key = keys::document(&d.source, &d.source_id);
+        let tags = DocTags {
+            source: d.source.as_str().into(),
+            content_type: d.content_type.as_str().into(),
+            entity_name: d.entity_name.as_deref().map(Into::into),
+        };
+        let entity = match &d.entity_name {
+            Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
+            None => Value::None,
+        };
+        let text = Analysed::new(&d.title, &d.content);
+        rows.push(row([
+            (
+                "id",
+                RecordId::new(table::DOCUMENT, key.as_str()).into_value(),
+            ),
+            ("title", d.title.into_value()),
+            ("content", d.content.into_value()),
+            ("source", d.source.into_value()),
+            ("source_id", d.source_id.into_value()),
+            ("content_type", d.content_type.into_value()),
+            ("url", d.url.map_or(Value::Null, Value::String)),
+            (
+                "entity_name",
+                d.entity_name.map_or(Value::Null, Value::String),
+            ),
+            ("entity", entity),
+            ("embedding", vector_bytes(&v)),
+        ]));
+        keyed.push(DocEntry {
+            key,
+            vector: Some(v),
+            tags,
+            text,
+        });
+    }
+    Ok((rows, keyed))
+}
+
+fn json(v: Json) -> Value {
+    v.into_value()
+}
