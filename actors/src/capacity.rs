@@ -6,41 +6,51 @@
 //! minimum).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use ractor::factory::{FactoryRef, JobKey};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, Message};
 
-use crate::pool::{PoolStats, Slot, pool_stats};
+use crate::pool::{PoolHandle, PoolStats};
 
 /// How often the controller looks at the pools.
 pub const TICK: Duration = Duration::from_millis(100);
 /// Quiet ticks in a row before a pool shrinks (2 s).
 pub const IDLE_TICKS: u32 = 20;
 
-/// A factory the controller can read and resize, whatever its message type.
+/// A pool the controller can read and resize, whatever its message type.
 pub(crate) trait Resizable: Send + Sync {
     /// The running factory's id (a restarted factory has a new one), or `None` while it
     /// restarts.
     fn id(&self) -> Option<ActorId>;
     fn stats(&self) -> BoxFuture<'_, Option<PoolStats>>;
+    /// Workers in the pool, as last recorded.
+    fn size(&self) -> usize;
+    /// Records the pool's size.
+    fn set_size(&self, workers: usize);
+    /// Grows or shrinks the running factory to `workers`.
     fn resize(&self, workers: usize) -> Result<(), ActorProcessingErr>;
 }
 
-impl<K: JobKey, M: Message> Resizable for Slot<FactoryRef<K, M>> {
+impl<M: Message> Resizable for PoolHandle<M> {
     fn id(&self) -> Option<ActorId> {
-        self.read().as_ref().map(|f| f.get_id())
+        self.factory().map(|f| f.get_id())
     }
 
     fn stats(&self) -> BoxFuture<'_, Option<PoolStats>> {
-        let factory = self.read().clone();
-        Box::pin(async move { pool_stats(factory?).await })
+        Box::pin(PoolHandle::stats(self))
+    }
+
+    fn size(&self) -> usize {
+        PoolHandle::size(self)
+    }
+
+    fn set_size(&self, workers: usize) {
+        PoolHandle::set_size(self, workers)
     }
 
     fn resize(&self, workers: usize) -> Result<(), ActorProcessingErr> {
-        if let Some(f) = self.read().as_ref() {
+        if let Some(f) = self.factory() {
             f.adjust_worker_pool(workers)?;
         }
         Ok(())
@@ -51,14 +61,23 @@ impl<K: JobKey, M: Message> Resizable for Slot<FactoryRef<K, M>> {
 pub(crate) struct ElasticPool {
     /// As in metrics and logs: `graph`, `tool:NAME`, `provider:NAME`.
     pub name: String,
-    pub factory: Box<dyn Resizable>,
+    /// The pool's handle, shared with its callers: the controller records sizes on it.
+    pub pool: Box<dyn Resizable>,
     pub min: usize,
     pub max: usize,
-    /// The pool's current size, shared with its handle for metrics.
-    pub size: Arc<AtomicUsize>,
 }
 
 impl ElasticPool {
+    /// `pool`, sized between its least workers and `max`.
+    pub(crate) fn new<M: Message>(name: String, pool: &PoolHandle<M>, max: usize) -> Self {
+        ElasticPool {
+            name,
+            min: pool.least(),
+            max,
+            pool: Box::new(pool.clone()),
+        }
+    }
+
     pub(crate) fn is_elastic(&self) -> bool {
         self.max > self.min
     }
@@ -136,12 +155,11 @@ impl Actor for CapacityController {
         let elastic: Vec<usize> = (0..pools.len())
             .filter(|&i| pools[i].is_elastic())
             .collect();
-        let stats =
-            futures::future::join_all(elastic.iter().map(|&i| pools[i].factory.stats())).await;
+        let stats = futures::future::join_all(elastic.iter().map(|&i| pools[i].pool.stats())).await;
         for (&i, stats) in elastic.iter().zip(stats) {
             let pool = &pools[i];
             let seen = &mut state.seen[i];
-            let Some(id) = pool.factory.id() else {
+            let Some(id) = pool.pool.id() else {
                 continue;
             };
             // A restarted factory starts again at the minimum.
@@ -150,10 +168,10 @@ impl Actor for CapacityController {
                     factory: Some(id),
                     idle: 0,
                 };
-                pool.size.store(pool.min, Ordering::Release);
+                pool.pool.set_size(pool.min);
             }
             let Some(stats) = stats else { continue };
-            let size = pool.size.load(Ordering::Acquire);
+            let size = pool.pool.size();
             let (next, idle) = next_size(
                 size,
                 stats.active_workers,
@@ -172,8 +190,8 @@ impl Actor for CapacityController {
                     queued = stats.queue_depth,
                     "pool resized"
                 );
-                pool.factory.resize(next)?;
-                pool.size.store(next, Ordering::Release);
+                pool.pool.resize(next)?;
+                pool.pool.set_size(next);
             }
         }
         Ok(())

@@ -2,15 +2,15 @@
 //! operations from the knowledge base, and [`GraphPool`], the handle the HTTP edge calls.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kbq_store::{
     DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, Traversal, TraversalQuery,
 };
 use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
-use ractor::rpc::CallResult;
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use crate::pool::{PoolError, PoolHandle, PoolStats, answer};
 
 /// What the graph workers do. Each variant answers through its reply port.
 #[derive(Debug)]
@@ -89,7 +89,6 @@ impl Worker for GraphWorker {
     ) -> Result<(), ActorProcessingErr> {
         // A caller that gave up (it timed out, or its client went away) has closed its port:
         // its request is not started, or stops where it is, and the worker moves on.
-        use crate::pool::answer;
         match msg {
             GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse(&q)).await,
             GraphRequest::Search {
@@ -121,44 +120,36 @@ impl Worker for GraphWorker {
     }
 }
 
-/// The handle the edge uses: every call has a timeout, and the handle follows the factory
-/// across restarts by the root supervisor.
+/// The handle the edge uses: every call has a timeout, a full pool sheds at once, and the
+/// handle follows the factory across restarts by the root supervisor.
 #[derive(Clone)]
-pub struct GraphPool {
-    pub(crate) factory: crate::pool::Slot<FactoryRef<(), GraphRequest>>,
-    timeout: Duration,
-    /// Requests admitted and not yet answered (running or queued).
-    in_flight: Arc<AtomicUsize>,
-    /// Most requests admitted at once: workers plus queue capacity.
-    admit: usize,
-    /// The pool's current size (the capacity controller changes it).
-    size: Arc<AtomicUsize>,
+pub struct GraphPool(PoolHandle<GraphRequest>);
+
+impl From<PoolError> for GraphError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::NotRunning => GraphError::NotRunning("restarting".into()),
+            PoolError::Refused(reason) => GraphError::NotRunning(reason),
+            PoolError::Overloaded(n) => GraphError::Overloaded(n),
+            PoolError::Timeout(after) => GraphError::Timeout(after),
+            PoolError::WorkerLost => GraphError::WorkerLost,
+        }
+    }
 }
 
 impl GraphPool {
-    pub(crate) fn new(
-        factory: crate::pool::Slot<FactoryRef<(), GraphRequest>>,
-        timeout: Duration,
-        admit: usize,
-        size: Arc<AtomicUsize>,
-    ) -> Self {
-        GraphPool {
-            factory,
-            timeout,
-            in_flight: Arc::new(AtomicUsize::new(0)),
-            admit: admit.max(1),
-            size,
-        }
+    pub(crate) fn new(pool: PoolHandle<GraphRequest>) -> Self {
+        GraphPool(pool)
     }
 
     /// Workers in the pool now.
     pub fn size(&self) -> usize {
-        self.size.load(Ordering::Acquire)
+        self.0.size()
     }
 
     /// Requests running or queued now.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        self.0.in_flight()
     }
 
     /// Holds one worker until `release` sends or is dropped; resolves when the worker lets
@@ -209,30 +200,19 @@ impl GraphPool {
     }
 
     /// Workers and queued requests of the pool, or `None` while it restarts.
-    pub async fn stats(&self) -> Option<crate::pool::PoolStats> {
-        crate::pool::pool_stats(self.factory()?).await
+    pub async fn stats(&self) -> Option<PoolStats> {
+        self.0.stats().await
     }
 
     /// The current factory, e.g. to kill it in a test of supervision.
     pub fn factory(&self) -> Option<FactoryRef<(), GraphRequest>> {
-        self.factory.read().clone()
+        self.0.factory()
     }
 
     async fn call<T: Send + 'static>(
         &self,
         build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
     ) -> Result<T, GraphError> {
-        let Some(factory) = self.factory() else {
-            return Err(GraphError::NotRunning("restarting".into()));
-        };
-        // Shed instead of queueing without bound: a full pool answers at once.
-        let _admitted = crate::pool::Admission::take(&self.in_flight, self.admit)
-            .map_err(GraphError::Overloaded)?;
-        match factory.call_job((), build, Some(self.timeout)).await {
-            Ok(CallResult::Success(answer)) => Ok(answer?),
-            Ok(CallResult::Timeout) => Err(GraphError::Timeout(self.timeout)),
-            Ok(CallResult::SenderError) => Err(GraphError::WorkerLost),
-            Err(e) => Err(GraphError::NotRunning(e.to_string())),
-        }
+        Ok(self.0.call(build).await??)
     }
 }

@@ -50,6 +50,9 @@ use kbq_tools::{EntityExtractor, Toolbox};
 use parking_lot::RwLock;
 use ractor::{Actor, ActorRef, SpawnErr};
 
+use crate::capacity::ElasticPool;
+use crate::pool::PoolHandle;
+
 pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
@@ -153,7 +156,7 @@ impl Default for RuntimeConfig {
 /// Every worker pool of the runtime (the graph workers, each tool's, each provider's), as
 /// metrics read them.
 #[derive(Clone)]
-pub struct Pools(Arc<Vec<capacity::ElasticPool>>);
+pub struct Pools(Arc<Vec<ElasticPool>>);
 
 /// One pool as read now.
 #[derive(Debug, Clone)]
@@ -169,13 +172,13 @@ pub struct PoolReading {
 impl Pools {
     /// Reads every pool, in a fixed order.
     pub async fn read(&self) -> Vec<PoolReading> {
-        let stats = futures::future::join_all(self.0.iter().map(|p| p.factory.stats())).await;
+        let stats = futures::future::join_all(self.0.iter().map(|p| p.pool.stats())).await;
         self.0
             .iter()
             .zip(stats)
             .map(|(p, stats)| PoolReading {
                 name: p.name.clone(),
-                size: p.size.load(std::sync::atomic::Ordering::Acquire),
+                size: p.pool.size(),
                 stats,
             })
             .collect()
@@ -196,6 +199,32 @@ impl Runtime {
     pub async fn start(kb: Arc<KnowledgeBase>, config: RuntimeConfig) -> Result<Runtime, SpawnErr> {
         let extractor = Arc::new(EntityExtractor::new(kb.clone()));
         let toolbox = Toolbox::default();
+        // Every pool's least and most workers; the capacity controller sizes it in between.
+        let bounds = |min: usize, max: usize| (min.max(1), max.max(min.max(1)));
+        let (graph_min, graph_max) = bounds(config.graph_workers, config.graph_max_workers);
+        let (tool_min, tool_max) = bounds(config.tool_workers, config.tool_max_workers);
+        let (provider_min, provider_max) =
+            bounds(config.provider_workers, config.provider_max_workers);
+
+        let graph = PoolHandle::new(
+            graph_min,
+            graph_max + config.graph_queue_capacity,
+            config.graph_call_timeout,
+        );
+        let tool_pools: HashMap<String, PoolHandle<tools::ToolJob>> = toolbox
+            .tools()
+            .iter()
+            .map(|t| {
+                let pool = PoolHandle::new(
+                    tool_min,
+                    tool_max + config.tool_queue_capacity,
+                    config.tool_timeout,
+                );
+                (t.name().to_string(), pool)
+            })
+            .collect();
+        let tools = ToolPool::new(tool_pools.clone());
+
         let provider_configs = if config.providers.is_empty() {
             vec![ProviderConfig {
                 name: "builtin".into(),
@@ -235,7 +264,11 @@ impl Runtime {
                     name: p.name.clone(),
                     backend,
                     retry: p.retry,
-                    slot: Arc::new(RwLock::new(None)),
+                    pool: PoolHandle::new(
+                        provider_min,
+                        provider_max + config.provider_queue_capacity,
+                        config.session.provider_timeout,
+                    ),
                 }
             })
             .collect();
@@ -246,83 +279,39 @@ impl Runtime {
                 .collect::<Vec<_>>(),
             config.health,
         );
-        let tool_slots: HashMap<String, tools::ToolSlot> = toolbox
-            .tools()
-            .iter()
-            .map(|t| (t.name().to_string(), Arc::new(RwLock::new(None))))
-            .collect();
 
-        // Every pool the capacity controller sizes, with its bounds and its live size.
-        let bounds = |min: usize, max: usize| (min.max(1), max.max(min.max(1)));
-        let mut pools = Vec::new();
-        let mut elastic = |name: String, factory: Box<dyn capacity::Resizable>, (min, max)| {
-            let size = Arc::new(std::sync::atomic::AtomicUsize::new(min));
-            pools.push(capacity::ElasticPool {
-                name,
-                factory,
-                min,
-                max,
-                size: size.clone(),
-            });
-            size
-        };
-        let graph_slot = Arc::new(RwLock::new(None));
-        let (graph_min, graph_max) = bounds(config.graph_workers, config.graph_max_workers);
-        let graph_size = elastic(
-            "graph".into(),
-            Box::new(graph_slot.clone()),
-            (graph_min, graph_max),
-        );
-        let (tool_min, tool_max) = bounds(config.tool_workers, config.tool_max_workers);
-        let mut tool_names: Vec<&String> = tool_slots.keys().collect();
+        // Every pool the capacity controller sizes, in the order metrics list them.
+        let mut pools = vec![ElasticPool::new("graph".into(), &graph, graph_max)];
+        let mut tool_names: Vec<&String> = tool_pools.keys().collect();
         tool_names.sort();
         for name in tool_names {
-            elastic(
-                format!("tool:{name}"),
-                Box::new(tool_slots[name].clone()),
-                (tool_min, tool_max),
-            );
+            let pool = &tool_pools[name];
+            pools.push(ElasticPool::new(format!("tool:{name}"), pool, tool_max));
         }
-        let (provider_min, provider_max) =
-            bounds(config.provider_workers, config.provider_max_workers);
-        let provider_handles: Vec<session::ProviderHandle> = providers
-            .iter()
-            .map(|p| {
-                elastic(
-                    format!("provider:{}", p.name),
-                    Box::new(p.slot.clone()),
-                    (provider_min, provider_max),
-                );
-                session::ProviderHandle {
-                    name: p.name.clone(),
-                    factory: p.slot.clone(),
-                    in_flight: Arc::default(),
-                    admit: provider_max + config.provider_queue_capacity,
-                }
-            })
-            .collect();
+        for p in &providers {
+            let name = format!("provider:{}", p.name);
+            pools.push(ElasticPool::new(name, &p.pool, provider_max));
+        }
         let pools = Arc::new(pools);
 
         let router = session::ProviderRouter {
-            providers: provider_handles,
+            providers: providers
+                .iter()
+                .map(|p| session::ProviderHandle {
+                    name: p.name.clone(),
+                    pool: p.pool.clone(),
+                })
+                .collect(),
             board: board.clone(),
         };
         let session_slot = Arc::new(RwLock::new(None));
-        let tools = ToolPool::new(
-            tool_slots.clone(),
-            config.tool_timeout,
-            tool_max + config.tool_queue_capacity,
-        );
         let args = root::RootArguments {
             kb: kb.clone(),
-            graph_workers: graph_min,
-            graph_slot: graph_slot.clone(),
+            graph: graph.clone(),
             capacity_slot: Arc::new(RwLock::new(None)),
             pools: pools.clone(),
             toolbox: toolbox.clone(),
-            tool_workers: tool_min,
-            tool_slots,
-            provider_workers: provider_min,
+            tools: tool_pools,
             providers,
             health_board: board,
             health_slot: Arc::new(RwLock::new(None)),
@@ -339,12 +328,7 @@ impl Runtime {
             running: Arc::default(),
         };
         Ok(Runtime {
-            graph: GraphPool::new(
-                graph_slot,
-                config.graph_call_timeout,
-                graph_max + config.graph_queue_capacity,
-                graph_size,
-            ),
+            graph: GraphPool::new(graph),
             pools: Pools(pools),
             agent: Agent {
                 deps: Arc::new(deps),

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use ractor::{Actor, SpawnErr};
+use ractor::factory::{FactoryRef, JobKey, Worker};
+use ractor::rpc::CallResult;
+use ractor::{Actor, ActorCell, Message, RpcReplyPort, SpawnErr};
 
 /// A child's current handle: the supervisor writes it at each (re)start, callers read it.
 pub(crate) type Slot<T> = Arc<RwLock<Option<T>>>;
@@ -50,10 +52,10 @@ pub(crate) async fn spawn_pool<W>(
     make: fn() -> W,
     args: W::Arguments,
     workers: usize,
-    supervisor: ractor::ActorCell,
-) -> Result<ractor::factory::FactoryRef<(), W::Message>, SpawnErr>
+    supervisor: ActorCell,
+) -> Result<FactoryRef<(), W::Message>, SpawnErr>
 where
-    W: ractor::factory::Worker<Key = ()>,
+    W: Worker<Key = ()>,
     W::Arguments: Clone + Sync,
 {
     use ractor::factory::{Factory, FactoryArguments, queues, routing, worker_builder};
@@ -77,7 +79,7 @@ where
 
 /// Resolves once nobody waits for the reply any more (the caller timed out, or was dropped
 /// with its client's connection).
-async fn requester_gone<T>(reply: &ractor::RpcReplyPort<T>) {
+async fn requester_gone<T>(reply: &RpcReplyPort<T>) {
     while !reply.is_closed() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -86,7 +88,7 @@ async fn requester_gone<T>(reply: &ractor::RpcReplyPort<T>) {
 /// Runs `work` and sends what it gives, unless its caller gives up first. A request whose
 /// caller has already gone (it timed out while the request waited in a queue) is not started;
 /// one whose caller goes while it runs is dropped at once, freeing its worker.
-pub(crate) async fn answer<T>(reply: ractor::RpcReplyPort<T>, work: impl Future<Output = T>) {
+pub(crate) async fn answer<T>(reply: RpcReplyPort<T>, work: impl Future<Output = T>) {
     if reply.is_closed() {
         return;
     }
@@ -99,23 +101,144 @@ pub(crate) async fn answer<T>(reply: ractor::RpcReplyPort<T>, work: impl Future<
 }
 
 /// Asks a factory for its stats; `None` when it does not answer within 100 ms.
-pub(crate) async fn pool_stats<K, M>(
-    factory: ractor::factory::FactoryRef<K, M>,
-) -> Option<PoolStats>
+pub(crate) async fn pool_stats<K, M>(factory: FactoryRef<K, M>) -> Option<PoolStats>
 where
-    K: ractor::factory::JobKey,
-    M: ractor::Message,
+    K: JobKey,
+    M: Message,
 {
     let wait = Some(Duration::from_millis(100));
     let (active, queued) = futures::join!(factory.active_workers(wait), factory.queue_depth(wait));
     match (active, queued) {
-        (
-            Ok(ractor::rpc::CallResult::Success(active_workers)),
-            Ok(ractor::rpc::CallResult::Success(queue_depth)),
-        ) => Some(PoolStats {
-            active_workers,
-            queue_depth,
-        }),
+        (Ok(CallResult::Success(active_workers)), Ok(CallResult::Success(queue_depth))) => {
+            Some(PoolStats {
+                active_workers,
+                queue_depth,
+            })
+        }
         _ => None,
+    }
+}
+
+/// Why a pool did not answer a call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PoolError {
+    /// The slot holds no factory (it is starting or being restarted): nothing was asked.
+    NotRunning,
+    /// The factory did not take the job (it is stopping); ractor's reason.
+    Refused(String),
+    /// The pool had its most workers plus its queue admitted (this many): shed at once.
+    Overloaded(usize),
+    /// No worker answered within this long.
+    Timeout(Duration),
+    /// The worker stopped (crashed) before answering.
+    WorkerLost,
+}
+
+/// The handle of one bounded worker pool, as its callers use it: it follows the pool's
+/// factory across restarts (through its [`Slot`]), admits at most `admit` calls at once and
+/// sheds the next at once, gives every call a timeout, and keeps the numbers metrics read
+/// (calls in flight, and the size the capacity controller gave the pool). Cloning it shares
+/// all of that.
+pub(crate) struct PoolHandle<M: Message> {
+    slot: Slot<FactoryRef<(), M>>,
+    /// Longest wait of a call, unless the caller gives its own.
+    timeout: Duration,
+    /// Calls admitted and not yet answered (running or queued).
+    in_flight: Arc<AtomicUsize>,
+    /// Most calls admitted at once: the pool's most workers plus its queue capacity.
+    admit: usize,
+    /// Workers the pool starts (and restarts) with: its least size.
+    least: usize,
+    /// Workers in the pool: its least size at start, then as the capacity controller sets it.
+    size: Arc<AtomicUsize>,
+}
+
+impl<M: Message> Clone for PoolHandle<M> {
+    fn clone(&self) -> Self {
+        PoolHandle {
+            slot: self.slot.clone(),
+            timeout: self.timeout,
+            in_flight: self.in_flight.clone(),
+            admit: self.admit,
+            least: self.least,
+            size: self.size.clone(),
+        }
+    }
+}
+
+impl<M: Message> PoolHandle<M> {
+    /// A handle on a pool not yet spawned: its supervisor fills [`slot`](Self::slot) with a
+    /// factory of `least` workers, at start and at each restart.
+    pub(crate) fn new(least: usize, admit: usize, timeout: Duration) -> Self {
+        PoolHandle {
+            slot: Arc::new(RwLock::new(None)),
+            timeout,
+            in_flight: Arc::default(),
+            admit: admit.max(1),
+            least,
+            size: Arc::new(AtomicUsize::new(least)),
+        }
+    }
+
+    /// Where the supervisor puts the pool's factory at each (re)start.
+    pub(crate) fn slot(&self) -> &Slot<FactoryRef<(), M>> {
+        &self.slot
+    }
+
+    /// The running factory, or `None` while it restarts.
+    pub(crate) fn factory(&self) -> Option<FactoryRef<(), M>> {
+        self.slot.read().clone()
+    }
+
+    /// Workers the pool starts with.
+    pub(crate) fn least(&self) -> usize {
+        self.least
+    }
+
+    /// Calls running or queued now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Workers in the pool now.
+    pub(crate) fn size(&self) -> usize {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Records the pool's size (only the capacity controller changes it).
+    pub(crate) fn set_size(&self, workers: usize) {
+        self.size.store(workers, Ordering::Release);
+    }
+
+    /// Busy workers and queued calls, or `None` while the pool restarts.
+    pub(crate) async fn stats(&self) -> Option<PoolStats> {
+        pool_stats(self.factory()?).await
+    }
+
+    /// Sends the job `build` makes and waits for its answer, at most the handle's timeout.
+    pub(crate) async fn call<R: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<R>) -> M,
+    ) -> Result<R, PoolError> {
+        self.call_within(Some(self.timeout), build).await
+    }
+
+    /// As [`call`](Self::call), waiting at most `timeout` (for ever when `None`).
+    pub(crate) async fn call_within<R: Send + 'static>(
+        &self,
+        timeout: Option<Duration>,
+        build: impl FnOnce(RpcReplyPort<R>) -> M,
+    ) -> Result<R, PoolError> {
+        let factory = self.factory().ok_or(PoolError::NotRunning)?;
+        // Shed instead of queueing without bound: a full pool answers at once.
+        let _admitted =
+            Admission::take(&self.in_flight, self.admit).map_err(PoolError::Overloaded)?;
+        match factory.call_job((), build, timeout).await {
+            Ok(CallResult::Success(answer)) => Ok(answer),
+            // Only a call with a timeout can time out.
+            Ok(CallResult::Timeout) => Err(PoolError::Timeout(timeout.unwrap_or_default())),
+            Ok(CallResult::SenderError) => Err(PoolError::WorkerLost),
+            Err(e) => Err(PoolError::Refused(e.to_string())),
+        }
     }
 }

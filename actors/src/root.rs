@@ -7,38 +7,35 @@ use std::time::Duration;
 
 use kbq_store::KnowledgeBase;
 use kbq_tools::Toolbox;
-use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
 use crate::capacity::ElasticPool;
 use crate::graph::{GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
-use crate::pool::{Slot, spawn_pool};
+use crate::pool::{PoolHandle, Slot, spawn_pool};
 use crate::provider::{Backend, ProviderArguments, ProviderMessage, ProviderWorker, RetryPolicy};
 use crate::session::{SessionSupervisor, SessionSupervisorMessage};
-use crate::tools::{ToolSlot, ToolWorker};
+use crate::tools::{ToolJob, ToolWorker};
 
 /// A provider as the root builds it.
 pub(crate) struct ProviderSpec {
     pub name: String,
     pub backend: Arc<dyn Backend>,
     pub retry: RetryPolicy,
-    pub slot: Slot<FactoryRef<(), ProviderMessage>>,
+    /// Its workers, as the router calls them.
+    pub pool: PoolHandle<ProviderMessage>,
 }
 
 /// What the root needs to build (and rebuild) its children.
 pub struct RootArguments {
     pub(crate) kb: Arc<KnowledgeBase>,
-    /// Workers each pool starts with (its least size).
-    pub(crate) graph_workers: usize,
-    pub(crate) graph_slot: Slot<FactoryRef<(), GraphRequest>>,
+    /// The root fills each pool's slot with a factory of the pool's least workers.
+    pub(crate) graph: PoolHandle<GraphRequest>,
     pub(crate) capacity_slot: Slot<ActorRef<crate::capacity::CapacityMessage>>,
     /// The pools the capacity controller sizes.
     pub(crate) pools: Arc<Vec<ElasticPool>>,
     pub(crate) toolbox: Toolbox,
-    pub(crate) tool_workers: usize,
-    pub(crate) tool_slots: HashMap<String, ToolSlot>,
-    pub(crate) provider_workers: usize,
+    pub(crate) tools: HashMap<String, PoolHandle<ToolJob>>,
     pub(crate) providers: Vec<ProviderSpec>,
     pub(crate) health_board: HealthBoard,
     pub(crate) health_slot: Slot<ActorRef<HealthMessage>>,
@@ -78,7 +75,7 @@ fn id_of<T: Clone + Into<ActorCell>>(slot: &Slot<T>) -> Option<ActorId> {
 impl RootState {
     fn child(&self, id: ActorId) -> Option<Child> {
         let a = &self.args;
-        if id_of(&a.graph_slot) == Some(id) {
+        if id_of(a.graph.slot()) == Some(id) {
             return Some(Child::Graph);
         }
         if id_of(&a.capacity_slot) == Some(id) {
@@ -90,12 +87,12 @@ impl RootState {
         if id_of(&a.session_slot) == Some(id) {
             return Some(Child::Sessions);
         }
-        if let Some((name, _)) = a.tool_slots.iter().find(|(_, s)| id_of(s) == Some(id)) {
+        if let Some((name, _)) = a.tools.iter().find(|(_, t)| id_of(t.slot()) == Some(id)) {
             return Some(Child::Tool(name.clone()));
         }
         a.providers
             .iter()
-            .position(|p| id_of(&p.slot) == Some(id))
+            .position(|p| id_of(p.pool.slot()) == Some(id))
             .map(Child::Provider)
     }
 }
@@ -107,8 +104,9 @@ async fn spawn_child(
 ) -> Result<(), ActorProcessingErr> {
     match child {
         Child::Graph => {
-            let f = spawn_pool(|| GraphWorker, args.kb.clone(), args.graph_workers, root).await?;
-            *args.graph_slot.write() = Some(f);
+            let pool = &args.graph;
+            let f = spawn_pool(|| GraphWorker, args.kb.clone(), pool.least(), root).await?;
+            *pool.slot().write() = Some(f);
         }
         Child::Capacity => {
             let capacity = crate::capacity::CapacityArguments {
@@ -121,10 +119,9 @@ async fn spawn_child(
         }
         Child::Tool(name) => {
             let tool = args.toolbox.get(name).cloned().ok_or("unknown tool")?;
-            let f = spawn_pool(|| ToolWorker, tool, args.tool_workers, root).await?;
-            if let Some(slot) = args.tool_slots.get(name) {
-                *slot.write() = Some(f);
-            }
+            let pool = args.tools.get(name).ok_or("unknown tool")?;
+            let f = spawn_pool(|| ToolWorker, tool, pool.least(), root).await?;
+            *pool.slot().write() = Some(f);
         }
         Child::Provider(i) => {
             let spec = &args.providers[*i];
@@ -134,8 +131,8 @@ async fn spawn_child(
                 retry: spec.retry,
                 health: args.health_slot.clone(),
             };
-            let f = spawn_pool(|| ProviderWorker, provider, args.provider_workers, root).await?;
-            *spec.slot.write() = Some(f);
+            let f = spawn_pool(|| ProviderWorker, provider, spec.pool.least(), root).await?;
+            *spec.pool.slot().write() = Some(f);
         }
         Child::Health => {
             let health = HealthArguments {
@@ -178,7 +175,7 @@ impl Actor for RootSupervisor {
         if args.pools.iter().any(ElasticPool::is_elastic) {
             spawn_child(&Child::Capacity, &args, root.clone()).await?;
         }
-        let names: Vec<String> = args.tool_slots.keys().cloned().collect();
+        let names: Vec<String> = args.tools.keys().cloned().collect();
         for name in names {
             spawn_child(&Child::Tool(name), &args, root.clone()).await?;
         }

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use kbq_store::KnowledgeBase;
 use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
 use parking_lot::RwLock;
-use ractor::factory::FactoryRef;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::health::HealthBoard;
+use crate::pool::{Admission, PoolError, PoolHandle};
 use crate::provider::{ChatRequest, ChatResponse, ProviderMessage, Usage};
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
 
@@ -115,12 +115,7 @@ pub struct SessionLimits {
 #[derive(Clone)]
 pub(crate) struct ProviderHandle {
     pub name: String,
-    /// The provider's factory, followed across restarts by the root supervisor.
-    pub factory: crate::pool::Slot<FactoryRef<(), ProviderMessage>>,
-    /// Calls admitted and not yet answered (running or queued).
-    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
-    /// Most calls admitted at once: the pool's most workers plus its queue.
-    pub admit: usize,
+    pub pool: PoolHandle<ProviderMessage>,
 }
 
 /// Picks providers in priority order, skipping ejected ones, and falls back on failure.
@@ -166,39 +161,31 @@ impl ProviderRouter {
             let Some(provider) = self.providers.iter().find(|p| p.name == name) else {
                 continue;
             };
-            let Some(factory) = provider.factory.read().clone() else {
-                continue;
-            };
-            tried += 1;
-            // A full pool sheds at once, and the next provider is tried.
-            let _admitted = match crate::pool::Admission::take(&provider.in_flight, provider.admit)
-            {
-                Ok(admitted) => admitted,
-                Err(n) => {
+            let answer = provider
+                .pool
+                .call_within(Some(timeout), |reply| {
+                    ProviderMessage::Complete(request.clone(), reply)
+                })
+                .await;
+            last_error = match answer {
+                Ok(Ok(answer)) => return Ok(answer),
+                // Starting or restarting: not asked, so not counted.
+                Err(PoolError::NotRunning) => continue,
+                // A full pool sheds at once, and the next provider is tried.
+                Err(PoolError::Overloaded(n)) => {
+                    tried += 1;
                     busy += 1;
                     last_error = format!("{name}: {n} calls already running or queued");
                     tracing::warn!(provider = %name, "provider busy; falling back");
                     continue;
                 }
+                Ok(Err(e)) => format!("{name}: {e}"),
+                Err(PoolError::Timeout(after)) => format!("{name}: no answer within {after:?}"),
+                Err(PoolError::WorkerLost | PoolError::Refused(_)) => {
+                    format!("{name}: provider stopped")
+                }
             };
-            let request = request.clone();
-            match factory
-                .call_job(
-                    (),
-                    |reply| ProviderMessage::Complete(request, reply),
-                    Some(timeout),
-                )
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(Ok(answer))) => return Ok(answer),
-                Ok(ractor::rpc::CallResult::Success(Err(e))) => last_error = format!("{name}: {e}"),
-                Ok(ractor::rpc::CallResult::Timeout) => {
-                    last_error = format!("{name}: no answer within {timeout:?}")
-                }
-                Ok(ractor::rpc::CallResult::SenderError) | Err(_) => {
-                    last_error = format!("{name}: provider stopped")
-                }
-            }
+            tried += 1;
             tracing::warn!(provider = %name, error = %last_error, "provider failed; falling back");
         }
         if tried > 0 && busy == tried {
@@ -286,9 +273,8 @@ impl Agent {
         if self.deps.router.board.available().is_empty() {
             return Err(AgentError::NoProvider);
         }
-        let _running =
-            crate::pool::Admission::take(&self.deps.running, self.deps.limits.max_sessions.max(1))
-                .map_err(AgentError::Overloaded)?;
+        let _running = Admission::take(&self.deps.running, self.deps.limits.max_sessions.max(1))
+            .map_err(AgentError::Overloaded)?;
         let supervisor = self
             .supervisor
             .read()

@@ -3,14 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kbq_tools::{Tool, ToolContext, ToolError};
-use parking_lot::RwLock;
-use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
-use ractor::rpc::CallResult;
+use ractor::factory::{FactoryMessage, Job, Worker, WorkerId};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
+
+use crate::pool::{PoolError, PoolHandle, answer};
 
 /// Work for a tool worker.
 pub enum ToolJob {
@@ -54,14 +53,12 @@ impl Worker for ToolWorker {
         tool: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolJob::Call { ctx, args, reply } => {
-                crate::pool::answer(reply, tool.call(&ctx, &args)).await
-            }
+            ToolJob::Call { ctx, args, reply } => answer(reply, tool.call(&ctx, &args)).await,
             #[cfg(feature = "fault-injection")]
             ToolJob::Panic => panic!("tool worker panicked on request (fault injection)"),
             #[cfg(feature = "fault-injection")]
             ToolJob::Hold(release, reply) => {
-                crate::pool::answer(reply, async {
+                answer(reply, async {
                     let _ = release.await;
                 })
                 .await
@@ -71,68 +68,59 @@ impl Worker for ToolWorker {
     }
 }
 
-pub(crate) type ToolSlot = Arc<RwLock<Option<FactoryRef<(), ToolJob>>>>;
-
-/// Calls tools by name, each through its own pool, with a timeout.
+/// Calls tools by name, each through its own bounded pool, with a timeout.
 #[derive(Clone)]
 pub struct ToolPool {
-    pub(crate) slots: Arc<HashMap<String, ToolSlot>>,
-    timeout: Duration,
-    /// Calls admitted and not yet answered, per tool.
-    in_flight: Arc<HashMap<String, Arc<std::sync::atomic::AtomicUsize>>>,
-    /// Most calls admitted at once per tool: most workers plus queue capacity.
-    admit: usize,
+    pools: Arc<HashMap<String, PoolHandle<ToolJob>>>,
+}
+
+/// The error result the model sees for a call `name`'s pool did not answer.
+fn tool_error(name: &str, e: PoolError) -> ToolError {
+    match e {
+        PoolError::NotRunning => ToolError::UnknownTool(name.to_string()),
+        PoolError::Refused(reason) => {
+            ToolError::Failed(format!("the tool is not running: {reason}"))
+        }
+        PoolError::Overloaded(n) => ToolError::Failed(format!(
+            "{name} is busy: {n} calls are already running or queued; try again later"
+        )),
+        PoolError::Timeout(after) => ToolError::Failed(format!("no answer within {after:?}")),
+        PoolError::WorkerLost => {
+            ToolError::Failed("the tool worker stopped; it has been restarted".into())
+        }
+    }
 }
 
 impl ToolPool {
-    pub(crate) fn new(slots: HashMap<String, ToolSlot>, timeout: Duration, admit: usize) -> Self {
-        let in_flight = slots.keys().map(|k| (k.clone(), Arc::default())).collect();
+    pub(crate) fn new(pools: HashMap<String, PoolHandle<ToolJob>>) -> Self {
         ToolPool {
-            slots: Arc::new(slots),
-            timeout,
-            in_flight: Arc::new(in_flight),
-            admit: admit.max(1),
+            pools: Arc::new(pools),
         }
     }
 
-    /// Bounded like the graph pool: a full tool pool fails the call at once.
-    fn admit(&self, name: &str) -> Result<Option<crate::pool::Admission>, ToolError> {
-        match self.in_flight.get(name) {
-            Some(counter) => crate::pool::Admission::take(counter, self.admit)
-                .map(Some)
-                .map_err(|n| {
-                    ToolError::Failed(format!(
-                        "{name} is busy: {n} calls are already running or queued; try again later"
-                    ))
-                }),
-            None => Ok(None),
-        }
+    fn pool(&self, name: &str) -> Result<&PoolHandle<ToolJob>, ToolError> {
+        self.pools
+            .get(name)
+            .ok_or_else(|| ToolError::UnknownTool(name.to_string()))
     }
 
     /// Holds one worker of `name` until `release` sends or is dropped, as a call would (it
-    /// takes a place in the pool). Only for tests of load.
+    /// takes a place in the pool, but waits without a timeout). Only for tests of load.
     #[cfg(feature = "fault-injection")]
     pub async fn hold(
         &self,
         name: &str,
         release: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), ToolError> {
-        let Some(factory) = self.slots.get(name).and_then(|s| s.read().clone()) else {
-            return Err(ToolError::UnknownTool(name.to_string()));
-        };
-        let _admitted = self.admit(name)?;
-        factory
-            .call_job((), |reply| ToolJob::Hold(release, reply), None)
+        self.pool(name)?
+            .call_within(None, |reply| ToolJob::Hold(release, reply))
             .await
-            .map(|_| ())
-            .map_err(|e| ToolError::Failed(e.to_string()))
+            .map_err(|e| tool_error(name, e))
     }
 
     /// Calls of `name` running or queued now.
     pub fn in_flight(&self, name: &str) -> usize {
-        self.in_flight
-            .get(name)
-            .map_or(0, |c| c.load(std::sync::atomic::Ordering::Acquire))
+        self.pools.get(name).map_or(0, PoolHandle::in_flight)
     }
 
     /// Runs `name` and returns its result, or the error result the model should see.
@@ -142,29 +130,11 @@ impl ToolPool {
         ctx: &ToolContext,
         args: Value,
     ) -> Result<Value, ToolError> {
-        let Some(factory) = self.slots.get(name).and_then(|s| s.read().clone()) else {
-            return Err(ToolError::UnknownTool(name.to_string()));
-        };
-        let _admitted = self.admit(name)?;
+        let pool = self.pool(name)?;
         let ctx = Box::new(ctx.clone());
-        match factory
-            .call_job(
-                (),
-                |reply| ToolJob::Call { ctx, args, reply },
-                Some(self.timeout),
-            )
+        pool.call(|reply| ToolJob::Call { ctx, args, reply })
             .await
-        {
-            Ok(CallResult::Success(result)) => result,
-            Ok(CallResult::Timeout) => Err(ToolError::Failed(format!(
-                "no answer within {:?}",
-                self.timeout
-            ))),
-            Ok(CallResult::SenderError) => Err(ToolError::Failed(
-                "the tool worker stopped; it has been restarted".into(),
-            )),
-            Err(e) => Err(ToolError::Failed(format!("the tool is not running: {e}"))),
-        }
+            .map_err(|e| tool_error(name, e))?
     }
 
     /// The result object for a call, successful or not.
@@ -178,7 +148,7 @@ impl ToolPool {
     /// Makes one worker of `tool` panic. Only for tests of supervision.
     #[cfg(feature = "fault-injection")]
     pub fn inject_panic(&self, tool: &str) {
-        if let Some(f) = self.slots.get(tool).and_then(|s| s.read().clone()) {
+        if let Some(f) = self.pools.get(tool).and_then(PoolHandle::factory) {
             let _ = f.dispatch((), ToolJob::Panic);
         }
     }
