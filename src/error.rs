@@ -5,38 +5,30 @@
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
-use kbq_actors::GraphError;
+use kbq_actors::{AgentError, GraphError};
 use kbq_store::StoreError;
 use serde::Serialize;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
 /// Every public error code, with its HTTP status and meaning ([`ErrorCode::status`],
-/// [`ErrorCode::meaning`]). docs/errors.md lists the same table, and so does the OpenAPI
-/// document (`crate::openapi`), from these functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+/// [`ErrorCode::meaning`]) and its text ([`ErrorCode::as_str`], the one place each code is
+/// written). docs/errors.md lists the same table, and so does the OpenAPI document (the
+/// schema below, and `crate::openapi`), from these functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
-    #[serde(rename = "invalid_request")]
     InvalidRequest,
-    #[serde(rename = "INVALID_API_KEY")]
     InvalidApiKey,
-    #[serde(rename = "not_found")]
     NotFound,
-    #[serde(rename = "method_not_allowed")]
     MethodNotAllowed,
-    #[serde(rename = "version_sunset")]
     VersionSunset,
-    #[serde(rename = "insufficient_scope")]
     InsufficientScope,
-    #[serde(rename = "payload_too_large")]
     PayloadTooLarge,
-    #[serde(rename = "RATE_LIMIT_EXCEEDED")]
     RateLimitExceeded,
-    #[serde(rename = "internal_error")]
     Internal,
-    #[serde(rename = "service_unavailable")]
     ServiceUnavailable,
     /// 502: every language-model provider tried for the request failed.
-    #[serde(rename = "upstream_error")]
     Upstream,
 }
 
@@ -95,6 +87,7 @@ impl ErrorCode {
         }
     }
 
+    /// The code as clients see it in bodies: the table's one spelling of each code.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::InvalidRequest => "invalid_request",
@@ -109,6 +102,12 @@ impl ErrorCode {
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::Upstream => "upstream_error",
         }
+    }
+
+    /// A response's description in the OpenAPI document: the code, then when the route
+    /// answers with it.
+    pub fn answers(self, when: &str) -> String {
+        format!("`{}`: {when}", self.as_str())
     }
 
     /// The code for a status that some layer other than kbq's handlers produced.
@@ -128,6 +127,44 @@ impl ErrorCode {
         }
     }
 }
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl utoipa::PartialSchema for ErrorCode {
+    /// A string enum of every code, described by the table: one line per code with its
+    /// status and meaning.
+    fn schema() -> RefOr<Schema> {
+        // Listed in declaration order, as the schema always has; the description follows
+        // the table's order (by status), as docs/errors.md does.
+        let mut declared = ErrorCode::ALL;
+        declared.sort_by_key(|c| *c as u8);
+        let lines: Vec<String> = ErrorCode::ALL
+            .iter()
+            .map(|c| {
+                format!(
+                    "- `{}` ({}): {}",
+                    c.as_str(),
+                    c.status().as_u16(),
+                    c.meaning()
+                )
+            })
+            .collect();
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(format!(
+                "Stable: clients may branch on it.\n\n{}",
+                lines.join("\n")
+            )))
+            .enum_values(Some(declared.map(ErrorCode::as_str)))
+            .into()
+    }
+}
+
+impl ToSchema for ErrorCode {}
 
 /// An error on its way to becoming a response.
 #[derive(Debug, Clone)]
@@ -241,6 +278,34 @@ impl From<GraphError> for ApiError {
             GraphError::WorkerLost => {
                 tracing::error!("graph worker stopped while answering");
                 ApiError::new(ErrorCode::Internal, e.to_string())
+            }
+        }
+    }
+}
+
+impl From<AgentError> for ApiError {
+    fn from(e: AgentError) -> Self {
+        ApiError::agent(e, None)
+    }
+}
+
+impl ApiError {
+    /// An agent failure, for both agent routes (`POST /v1/agent/chat`, which answers a 502 of
+    /// a run that started as a 200 with `success: false`, and `POST /v1/chat/completions`).
+    /// `model` is the model a chat completion asked for, so that "no provider" names it.
+    pub fn agent(e: AgentError, model: Option<&str>) -> Self {
+        match e {
+            // Nothing was asked: the client may retry.
+            AgentError::NoProvider => ApiError::unavailable(match model {
+                Some(model) => format!("no provider behind model `{model}` is available"),
+                None => e.to_string(),
+            }),
+            AgentError::Overloaded(_) | AgentError::ProvidersBusy(_) => {
+                ApiError::unavailable(e.to_string())
+            }
+            // Providers were asked and failed, or the session stopped before answering.
+            AgentError::ProvidersFailed(_) | AgentError::SessionLost(_) => {
+                ApiError::new(ErrorCode::Upstream, e.to_string())
             }
         }
     }

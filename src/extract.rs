@@ -1,8 +1,11 @@
-//! [`ValidJson`]: a JSON body extractor whose errors name the field at fault.
+//! Reading requests: [`ValidJson`], a JSON body extractor whose errors name the field at
+//! fault, and the field checks that several resource groups share ([`ranged`], [`name`],
+//! [`name_in_path`], [`relationship_types`]), so that a rule reads the same on every route.
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
 use futures::future::LocalBoxFuture;
+use kbq_store::model::check_name;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -103,6 +106,71 @@ fn friendly(message: &str) -> String {
         .replace("expected f64", "expected a number")
         .replace("a sequence", "an array")
         .replace("expected a map", "expected an object")
+}
+
+// ---- field checks shared by the routes -----------------------------------------------------
+
+/// An integer field with a default and an inclusive range.
+pub(crate) fn ranged(
+    field: &str,
+    value: Option<i64>,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        Some(_) => Err(ApiError::invalid(
+            field,
+            format!("{field} must be between {min} and {max}"),
+        )),
+    }
+}
+
+/// A name (entity, type, source, ...) by the knowledge base's name rules, as `field`.
+pub(crate) fn name(field: &str, value: &str) -> Result<(), ApiError> {
+    check_name(field, value).map_err(ApiError::from)
+}
+
+/// Most relationship types one request may name.
+const MAX_RELATIONSHIP_TYPES: usize = 64;
+
+/// `relationship_types`: absent (every type), or 1 to [`MAX_RELATIONSHIP_TYPES`] names.
+pub(crate) fn relationship_types(
+    value: Option<Vec<String>>,
+) -> Result<Option<Vec<String>>, ApiError> {
+    let Some(types) = value else { return Ok(None) };
+    let field = "relationship_types";
+    if types.is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            "relationship_types must not be empty; omit it to follow every type",
+        ));
+    }
+    if types.len() > MAX_RELATIONSHIP_TYPES {
+        return Err(ApiError::invalid(
+            field,
+            format!("relationship_types may name at most {MAX_RELATIONSHIP_TYPES} types"),
+        ));
+    }
+    for t in &types {
+        name(field, t)?;
+    }
+    Ok(Some(types))
+}
+
+/// The name in the rest of the path after `mark`, percent-decoded in full (so `%2F` is a
+/// slash in the name, not a separator; spaces and unicode too) and checked by the name rules
+/// as `field`.
+pub(crate) fn name_in_path(req: &HttpRequest, mark: &str, field: &str) -> Result<String, ApiError> {
+    let path = req.uri().path();
+    let raw = path.find(mark).map_or("", |i| &path[i + mark.len()..]);
+    let decoded = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::invalid(field, format!("{field} must be percent-encoded UTF-8")))?;
+    name(field, &decoded)?;
+    Ok(decoded.into_owned())
 }
 
 #[cfg(test)]

@@ -6,13 +6,18 @@
 //! - [`server`]: assembles the knowledge base, the actor runtime and the actix-web server.
 //! - [`routes`]: one module per resource group, each with its handlers and `configure`.
 //! - [`openapi`]: the OpenAPI 3.1 document, generated from the handlers and their types.
-//! - [`extract`]: the JSON body extractor whose errors name the field at fault.
+//! - [`extract`]: the JSON body extractor whose errors name the field at fault, and the field
+//!   checks that several routes share.
+//! - [`models`]: the model names of the OpenAI-compatible routes and the providers behind each.
 //! - [`error`]: the public error-code table and the one error body.
 //! - [`limits`]: per-key rate limits (governor), a budget for graph and one for agent routes.
 //! - [`auth`]: API keys (hashed, compared in constant time) and the key middleware.
 //! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
 //! - [`offload`]: runs handlers' knowledge-base calls on the main runtime, off the HTTP threads.
+//! - [`peer`]: notices a client that has closed its connection, so a handler can stop early.
+//! - [`metrics`]: the Prometheus series at `/metrics` and the middleware that records them.
+//! - [`load`]: `kbq load`, the load generator that drives a running kbq.
 //! - [`demo`]: the bundled demo knowledge base.
 
 pub mod auth;
@@ -24,6 +29,7 @@ pub mod limits;
 pub mod load;
 pub mod metrics;
 pub mod middleware;
+pub mod models;
 pub mod offload;
 pub mod openapi;
 pub mod peer;

@@ -98,9 +98,6 @@ impl Modify for Layers {
                 .responses
                 .insert(code.as_str().into(), RefOr::T(error_response(code)));
         }
-        if let Some(RefOr::T(schema)) = components.schemas.get_mut("ErrorCode") {
-            describe_codes(schema);
-        }
         for (path, item) in doc.paths.paths.iter_mut() {
             for (method, op) in operations(item) {
                 add_layer_errors(path, op);
@@ -131,7 +128,7 @@ fn name_operation(method: &str, op: &mut Operation) {
 /// A response with the error body, described by the code's line of the table.
 fn error_response(code: ErrorCode) -> Response {
     let mut res = ResponseBuilder::new()
-        .description(format!("`{}`: {}", code.as_str(), code.meaning()))
+        .description(code.answers(code.meaning()))
         .content(
             "application/json",
             ContentBuilder::new()
@@ -167,27 +164,6 @@ fn error_response(code: ErrorCode) -> Response {
         | ErrorCode::Upstream => {}
     }
     res.build()
-}
-
-/// The `ErrorCode` schema lists every code with its status and meaning.
-fn describe_codes(schema: &mut utoipa::openapi::Schema) {
-    if let utoipa::openapi::Schema::Object(object) = schema {
-        let lines: Vec<String> = ErrorCode::ALL
-            .iter()
-            .map(|c| {
-                format!(
-                    "- `{}` ({}): {}",
-                    c.as_str(),
-                    c.status().as_u16(),
-                    c.meaning()
-                )
-            })
-            .collect();
-        object.description = Some(format!(
-            "Stable: clients may branch on it.\n\n{}",
-            lines.join("\n")
-        ));
-    }
 }
 
 /// Each operation of a path with its method's name.

@@ -13,6 +13,9 @@ use kbq_store::KnowledgeBase;
 
 use crate::auth::Keys;
 use crate::config::Config;
+use crate::offload::Offload;
+use crate::routes::ingest::IngestService;
+use crate::routes::rag::RagService;
 use crate::versions::{Clock, SystemClock, Versions};
 use crate::{demo, middleware, routes, versions};
 
@@ -110,7 +113,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let graph = web::Data::new(runtime.graph.clone());
     let agent = web::Data::new(runtime.agent.clone());
     let agent_limits = web::Data::new(config.agent.clone());
-    let models = web::Data::new(crate::routes::completions::Models::new(
+    let models = web::Data::new(crate::models::Models::new(
         &runtime.agent.providers(),
         &config.chat.aliases,
     ));
@@ -125,12 +128,17 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         ),
     });
     let kb_data = web::Data::from(kb.clone());
-    let rag_timeout = web::Data::new(crate::routes::rag::RagTimeout(
+    // RAG search and ingestion call the knowledge base on this runtime (crate::offload).
+    let offload = Offload::current();
+    let rag = web::Data::new(RagService::new(
+        kb.clone(),
+        runtime.agent.extractor().clone(),
+        offload.clone(),
         std::time::Duration::from_millis(config.graph.call_timeout_ms),
     ));
+    let ingest = web::Data::new(IngestService::new(kb.clone(), offload));
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
-    let offload = web::Data::new(crate::offload::Offload::current());
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -142,11 +150,11 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(models.clone())
             .app_data(rate_limits.clone())
             .app_data(kb_data.clone())
-            .app_data(rag_timeout.clone())
+            .app_data(rag.clone())
+            .app_data(ingest.clone())
             .app_data(payload.clone())
             .app_data(metrics.clone())
             .app_data(pools.clone())
-            .app_data(offload.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))

@@ -3,9 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
-use kbq_actors::{
-    Agent, AgentError, AgentRequest, Health, HealthReport, Role, StopReason, ToolCallRecord,
-};
+use kbq_actors::{Agent, AgentRequest, Health, HealthReport, Role, StopReason, ToolCallRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -13,7 +11,7 @@ use crate::auth::{KeyIdentity, Scope, require_scope};
 use crate::config::AgentSection;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
-use crate::peer::PeerWatch;
+use crate::peer::unless_client_leaves;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -63,6 +61,27 @@ pub struct ChatResponse {
     pub stop_reason: StopReason,
     pub usage: ChatUsage,
     pub provider: Option<String>,
+}
+
+impl ChatResponse {
+    /// The answer of a run that failed before the agent could answer: no tool calls, no
+    /// usage, `stop_reason` `provider_error`.
+    fn failed(error: String) -> Self {
+        ChatResponse {
+            success: false,
+            response: None,
+            tool_calls: Vec::new(),
+            error: Some(error),
+            stop_reason: StopReason::ProviderError,
+            usage: ChatUsage {
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                total_tokens: 0,
+                steps: 0,
+            },
+            provider: None,
+        }
+    }
 }
 
 /// Checks a chat request against the spec's rules and the configured bounds.
@@ -153,7 +172,7 @@ fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, Api
     request_body = ChatRequest,
     responses(
         (status = 200, description = "The run's answer, tool calls and usage", body = ChatResponse),
-        (status = 503, description = "`service_unavailable`: no language-model provider is available, or the client closed the connection", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("no language-model provider is available, or the client closed the connection"), body = ErrorBody),
     ),
     security(("bearer" = ["agent"]), ("api_key" = ["agent"])),
 )]
@@ -169,46 +188,20 @@ async fn chat(
         .get::<KeyIdentity>()
         .map(|k| k.id.to_string())
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidApiKey, "an API key is required"))?;
-    // actix keeps running a handler whose client has gone: the peer watch notices instead,
-    // and dropping the chat future kills the session.
-    let chat = agent.chat(request, owner);
-    let result = match http.conn_data::<PeerWatch>() {
-        Some(watch) => tokio::select! {
-            result = chat => result,
-            () = watch.closed() => {
-                tracing::info!("the client closed the connection; session cancelled");
-                return Err(ApiError::unavailable("the client closed the connection"));
-            }
-        },
-        None => chat.await,
-    };
-    let reply = match result {
+    // Dropping the chat future kills the session.
+    let result =
+        unless_client_leaves(&http, agent.chat(request, owner), "session cancelled").await?;
+    let reply = match result.map_err(ApiError::from) {
         Ok(reply) => reply,
-        Err(AgentError::NoProvider) => {
-            return Err(ApiError::unavailable(
-                "no language-model provider is available",
-            ));
+        // The one exception to the common mapping of agent failures: a run that started and
+        // then failed upstream (every provider failed, or the session was lost) is a 200 with
+        // `success: false` here, as the spec allows ("an agent chat that fails may return
+        // success false"), not a 502.
+        Err(e) if e.code == ErrorCode::Upstream => {
+            tracing::error!(error = %e.message, "chat run failed");
+            return Ok(HttpResponse::Ok().json(ChatResponse::failed(e.message)));
         }
-        Err(e @ (AgentError::Overloaded(_) | AgentError::ProvidersBusy(_))) => {
-            return Err(ApiError::unavailable(e.to_string()));
-        }
-        Err(e @ (AgentError::SessionLost(_) | AgentError::ProvidersFailed(_))) => {
-            tracing::error!(error = %e, "chat session lost");
-            return Ok(HttpResponse::Ok().json(ChatResponse {
-                success: false,
-                response: None,
-                tool_calls: Vec::new(),
-                error: Some(e.to_string()),
-                stop_reason: StopReason::ProviderError,
-                usage: ChatUsage {
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                    total_tokens: 0,
-                    steps: 0,
-                },
-                provider: None,
-            }));
-        }
+        Err(e) => return Err(e),
     };
     if let Some(m) = http.app_data::<web::Data<crate::metrics::Metrics>>() {
         for call in &reply.tool_calls {

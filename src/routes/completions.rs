@@ -6,22 +6,23 @@
 //! chunk format once the provider has given it whole, so that a failed attempt can still be
 //! retried or handed to the next provider before anything reaches the client.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::http::header;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
-use kbq_actors::{Agent, AgentError, ChatRequest, ChatResponse};
+use kbq_actors::{Agent, ChatRequest, ChatResponse};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::auth::{Scope, require_scope};
-use crate::config::{AgentSection, DEFAULT_MODEL};
-use crate::error::{ApiError, ErrorCode};
+use crate::config::AgentSection;
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
-use crate::peer::PeerWatch;
+use crate::models::Models;
+use crate::peer::unless_client_leaves;
 
 /// Most messages in one request.
 pub const MAX_MESSAGES: usize = 1000;
@@ -34,49 +35,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .wrap(from_fn(|req, next| require_scope(Scope::Agent, req, next)))
             .route(web::post().to(completions)),
     );
-}
-
-/// The model names this server answers to, each with the providers it tries in order.
-#[derive(Debug, Clone)]
-pub struct Models {
-    /// In listing order: `kbq`, the aliases, then the providers.
-    names: Vec<(String, ModelKind)>,
-    chains: BTreeMap<String, Option<Vec<String>>>,
-}
-
-/// What a model name stands for, for `GET /v1/models`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelKind {
-    /// `kbq`: every provider in priority order.
-    Default,
-    Alias,
-    Provider,
-}
-
-impl Models {
-    pub fn new(providers: &[String], aliases: &BTreeMap<String, Vec<String>>) -> Self {
-        let mut names = vec![(DEFAULT_MODEL.to_string(), ModelKind::Default)];
-        let mut chains = BTreeMap::from([(DEFAULT_MODEL.to_string(), None)]);
-        for (alias, chain) in aliases {
-            names.push((alias.clone(), ModelKind::Alias));
-            chains.insert(alias.clone(), Some(chain.clone()));
-        }
-        for p in providers {
-            names.push((p.clone(), ModelKind::Provider));
-            chains.insert(p.clone(), Some(vec![p.clone()]));
-        }
-        Models { names, chains }
-    }
-
-    pub fn names(&self) -> &[(String, ModelKind)] {
-        &self.names
-    }
-
-    /// The providers behind `model` (`None`: all, in priority order), or `None` when the
-    /// name is unknown.
-    fn chain(&self, model: &str) -> Option<Option<&[String]>> {
-        self.chains.get(model).map(Option::as_deref)
-    }
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -507,9 +465,9 @@ fn usage_json(answer: &ChatResponse) -> Value {
                 (crate::openapi::ChatCompletion = "application/json"),
                 (String = "text/event-stream"),
             )),
-        (status = 404, description = "`not_found`: no such model (`field` is `model`)", body = crate::error::ErrorBody),
-        (status = 502, description = "`upstream_error`: every provider tried failed", body = crate::error::ErrorBody),
-        (status = 503, description = "`service_unavailable`: every provider behind the model is ejected", body = crate::error::ErrorBody),
+        (status = 404, description = ErrorCode::NotFound.answers("no such model (`field` is `model`)"), body = ErrorBody),
+        (status = 502, description = ErrorCode::Upstream.answers("every provider tried failed"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("every provider behind the model is ejected"), body = ErrorBody),
     ),
     security(("bearer" = ["agent"]), ("api_key" = ["agent"])),
 )]
@@ -522,32 +480,20 @@ pub(crate) async fn completions(
 ) -> Result<HttpResponse, ApiError> {
     let v = validate(req, &models, &limits)?;
     let chain = models.chain(&v.chain_model).flatten();
-    // As for the agent: a client that goes away abandons the call and its retries.
-    let call = agent.complete(chain, &v.request);
-    let result = match http.conn_data::<PeerWatch>() {
-        Some(watch) => tokio::select! {
-            result = call => result,
-            () = watch.closed() => {
-                tracing::info!("the client closed the connection; completion abandoned");
-                return Err(ApiError::unavailable("the client closed the connection"));
-            }
-        },
-        None => call.await,
-    };
-    let answer = match result {
-        Ok(answer) => answer,
-        Err(AgentError::NoProvider) => {
-            return Err(ApiError::unavailable(format!(
-                "no provider behind model `{}` is available",
-                v.chain_model
-            )));
+    // Dropping the call abandons it and its retries.
+    let result = unless_client_leaves(
+        &http,
+        agent.complete(chain, &v.request),
+        "completion abandoned",
+    )
+    .await?;
+    let answer = result.map_err(|e| {
+        let e = ApiError::agent(e, Some(&v.chain_model));
+        if e.code == ErrorCode::Upstream {
+            tracing::warn!(error = %e.message, model = %v.chain_model, "chat completion failed");
         }
-        Err(e @ AgentError::ProvidersBusy(_)) => return Err(ApiError::unavailable(e.to_string())),
-        Err(e) => {
-            tracing::warn!(error = %e, model = %v.chain_model, "chat completion failed");
-            return Err(ApiError::new(ErrorCode::Upstream, e.to_string()));
-        }
-    };
+        e
+    })?;
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
     let created = now_secs();
     let (message, finish) = message_and_finish(&answer);

@@ -2,13 +2,12 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::GraphPool;
-use kbq_store::model::check_name;
 use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalQuery};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorBody};
-use crate::extract::ValidJson;
+use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::extract::{ValidJson, name, name_in_path, ranged, relationship_types};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
@@ -19,54 +18,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
+/// Why any graph query answers 503.
+const UNAVAILABLE: &str = "the knowledge base or the graph workers cannot answer now";
+
 // ---- request rules ------------------------------------------------------------------------
 
-/// An integer field with a default and an inclusive range.
-pub(crate) fn ranged(
-    field: &str,
-    value: Option<i64>,
-    default: i64,
-    min: i64,
-    max: i64,
-) -> Result<i64, ApiError> {
-    match value {
-        None => Ok(default),
-        Some(v) if (min..=max).contains(&v) => Ok(v),
-        Some(_) => Err(ApiError::invalid(
-            field,
-            format!("{field} must be between {min} and {max}"),
-        )),
-    }
-}
-
-pub(crate) fn name(field: &str, value: &str) -> Result<(), ApiError> {
-    check_name(field, value).map_err(ApiError::from)
-}
-
-/// Most relationship types one request may name.
-const MAX_RELATIONSHIP_TYPES: usize = 64;
-
-fn relationship_types(value: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(types) = value else { return Ok(None) };
-    let field = "relationship_types";
-    if types.is_empty() {
-        return Err(ApiError::invalid(
-            field,
-            "relationship_types must not be empty; omit it to follow every type",
-        ));
-    }
-    if types.len() > MAX_RELATIONSHIP_TYPES {
-        return Err(ApiError::invalid(
-            field,
-            format!("relationship_types may name at most {MAX_RELATIONSHIP_TYPES} types"),
-        ));
-    }
-    for t in &types {
-        name(field, t)?;
-    }
-    Ok(Some(types))
-}
-
+/// `entity_type`, when given, by the name rules. Only the graph takes it; the checks that
+/// other routes share are in [`crate::extract`].
 fn entity_type(value: Option<String>) -> Result<Option<String>, ApiError> {
     if let Some(t) = &value {
         name("entity_type", t)?;
@@ -116,7 +74,7 @@ pub struct TraversalResponse<'a> {
     request_body = TraversalRequest,
     responses(
         (status = 200, description = "The entities reached and the edges examined; empty lists for an unknown entity", body = TraversalResponse),
-        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
@@ -191,7 +149,7 @@ pub struct SearchResponse<'a> {
     request_body = SearchRequest,
     responses(
         (status = 200, description = "The matching entities, best first", body = SearchResponse),
-        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
@@ -215,20 +173,6 @@ async fn search(
 
 // ---- entity by name -----------------------------------------------------------------------
 
-/// The raw path segment after `/entity/`, percent-decoded in full (so `%2F` is a slash in the
-/// name, not a separator).
-/// The name in the rest of the path after `mark`, percent-decoded (spaces, slashes, unicode)
-/// and checked by the name rules as `field`.
-pub(crate) fn name_in_path(req: &HttpRequest, mark: &str, field: &str) -> Result<String, ApiError> {
-    let path = req.uri().path();
-    let raw = path.find(mark).map_or("", |i| &path[i + mark.len()..]);
-    let decoded = percent_encoding::percent_decode_str(raw)
-        .decode_utf8()
-        .map_err(|_| ApiError::invalid(field, format!("{field} must be percent-encoded UTF-8")))?;
-    name(field, &decoded)?;
-    Ok(decoded.into_owned())
-}
-
 /// One entity by exact name, or `null`.
 #[utoipa::path(
     get,
@@ -241,8 +185,8 @@ pub(crate) fn name_in_path(req: &HttpRequest, mark: &str, field: &str) -> Result
     )),
     responses(
         (status = 200, description = "The entity, or `null` when there is none", body = Option<Entity>),
-        (status = 400, description = "`invalid_request`: the name is blank, too long, or not UTF-8", body = ErrorBody),
-        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+        (status = 400, description = ErrorCode::InvalidRequest.answers("the name is blank, too long, or not UTF-8"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
@@ -298,7 +242,7 @@ pub struct DocumentsResponse<'a> {
     request_body = DocumentsRequest,
     responses(
         (status = 200, description = "The documents, best first, and the entities reached", body = DocumentsResponse),
-        (status = 503, description = "`service_unavailable`: the knowledge base or the graph workers cannot answer now", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]

@@ -3,19 +3,22 @@
 //! code path (`kbq_store::import`), so a record is checked, deduplicated and written exactly
 //! as `kbq import` would, and the graph and vector indexes are current when the answer comes.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_store::import::{self, ImportReport, Silent};
-use kbq_store::{EntityDeletion, KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record};
+use kbq_store::{
+    EntityDeletion, KnowledgeBase, NewDocument, NewEntity, NewRelationship, Record, StoreError,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::extract::name_in_path;
 use crate::offload::Offload;
-use crate::routes::graph::name_in_path;
 
 /// Most records in one JSON array.
 pub const MAX_BATCH: usize = 10_000;
@@ -108,33 +111,58 @@ fn batch<T: DeserializeOwned>(
     })
 }
 
-async fn write_batch<T: DeserializeOwned>(
-    kb: &Arc<KnowledgeBase>,
-    offload: &Offload,
-    body: &[u8],
-    what: &str,
-    wrap: impl Fn(T) -> Record,
-) -> Result<HttpResponse, ApiError> {
-    let Parsed {
-        received,
-        records,
-        mut failures,
-    } = batch(body, what, wrap)?;
-    let kb = kb.clone();
-    let report = offload
-        .run(async move { import::import_records(&kb, records, &Silent).await })
-        .await??;
-    failures.extend(report.failures.into_iter().map(|f| Failure {
-        index: f.line,
-        reason: f.reason,
-    }));
-    failures.sort_by_key(|f| f.index);
-    Ok(HttpResponse::Ok().json(BatchReport {
-        received,
-        written: report.entities + report.relationships + report.documents,
-        failures,
-    }))
+/// What the ingest handlers need, in one piece: the knowledge base and the runtime its
+/// writes run on.
+pub struct IngestService {
+    kb: Arc<KnowledgeBase>,
+    offload: Offload,
 }
+
+impl IngestService {
+    pub fn new(kb: Arc<KnowledgeBase>, offload: Offload) -> Self {
+        IngestService { kb, offload }
+    }
+
+    /// Runs one knowledge-base call on the main runtime and waits for its answer.
+    async fn store<T, F>(&self, work: impl FnOnce(Arc<KnowledgeBase>) -> F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        Ok(self.offload.run(work(self.kb.clone())).await??)
+    }
+
+    /// Parses a JSON array of `T` (see [`batch`]) and writes its valid records through the
+    /// import's code path.
+    async fn write_batch<T: DeserializeOwned>(
+        &self,
+        body: &[u8],
+        what: &str,
+        wrap: impl Fn(T) -> Record,
+    ) -> Result<HttpResponse, ApiError> {
+        let Parsed {
+            received,
+            records,
+            mut failures,
+        } = batch(body, what, wrap)?;
+        let report = self
+            .store(move |kb| async move { import::import_records(&kb, records, &Silent).await })
+            .await?;
+        failures.extend(report.failures.into_iter().map(|f| Failure {
+            index: f.line,
+            reason: f.reason,
+        }));
+        failures.sort_by_key(|f| f.index);
+        Ok(HttpResponse::Ok().json(BatchReport {
+            received,
+            written: report.entities + report.relationships + report.documents,
+            failures,
+        }))
+    }
+}
+
+/// Why any ingest route answers 503.
+const UNAVAILABLE: &str = "the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe";
 
 /// Upserts entities from a JSON array of 1 to 10,000.
 ///
@@ -146,23 +174,17 @@ async fn write_batch<T: DeserializeOwned>(
     request_body = Vec<NewEntity>,
     responses(
         (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
 async fn entities(
-    kb: web::Data<KnowledgeBase>,
-    offload: web::Data<Offload>,
+    ingest: web::Data<IngestService>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    write_batch::<NewEntity>(
-        &kb.into_inner(),
-        &offload,
-        &body,
-        "entities",
-        Record::Entity,
-    )
-    .await
+    ingest
+        .write_batch::<NewEntity>(&body, "entities", Record::Entity)
+        .await
 }
 
 /// Upserts relationships from a JSON array of 1 to 10,000.
@@ -175,23 +197,17 @@ async fn entities(
     request_body = Vec<NewRelationship>,
     responses(
         (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
 async fn relationships(
-    kb: web::Data<KnowledgeBase>,
-    offload: web::Data<Offload>,
+    ingest: web::Data<IngestService>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    write_batch::<NewRelationship>(
-        &kb.into_inner(),
-        &offload,
-        &body,
-        "relationships",
-        Record::Relationship,
-    )
-    .await
+    ingest
+        .write_batch::<NewRelationship>(&body, "relationships", Record::Relationship)
+        .await
 }
 
 /// Upserts documents from a JSON array of 1 to 10,000.
@@ -204,23 +220,17 @@ async fn relationships(
     request_body = Vec<NewDocument>,
     responses(
         (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
 async fn documents(
-    kb: web::Data<KnowledgeBase>,
-    offload: web::Data<Offload>,
+    ingest: web::Data<IngestService>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    write_batch::<NewDocument>(
-        &kb.into_inner(),
-        &offload,
-        &body,
-        "documents",
-        Record::Document,
-    )
-    .await
+    ingest
+        .write_batch::<NewDocument>(&body, "documents", Record::Document)
+        .await
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -269,19 +279,17 @@ impl From<ImportReport> for NdjsonReport {
     request_body(content = String, content_type = "application/x-ndjson", description = "One record per line"),
     responses(
         (status = 200, description = "Counts by kind, and the lines that failed", body = NdjsonReport),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
 async fn ndjson(
-    kb: web::Data<KnowledgeBase>,
-    offload: web::Data<Offload>,
+    ingest: web::Data<IngestService>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
-    let kb = kb.into_inner();
-    let report = offload
-        .run(async move { import::import(&kb, body.as_ref(), &Silent).await })
-        .await??;
+    let report = ingest
+        .store(move |kb| async move { import::import(&kb, body.as_ref(), &Silent).await })
+        .await?;
     Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
 }
 
@@ -296,21 +304,19 @@ async fn ndjson(
     params(("name" = String, Path, description = "The exact name, percent-encoded (`OS%2F360` is `OS/360`)")),
     responses(
         (status = 200, description = "What was deleted", body = EntityDeletion),
-        (status = 400, description = "`invalid_request`: the name is blank, too long, or not UTF-8", body = ErrorBody),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+        (status = 400, description = ErrorCode::InvalidRequest.answers("the name is blank, too long, or not UTF-8"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
 async fn delete_entity(
-    kb: web::Data<KnowledgeBase>,
-    offload: web::Data<Offload>,
+    ingest: web::Data<IngestService>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let name = name_in_path(&req, "/ingest/entities/", "name")?;
-    let kb = kb.into_inner();
-    let done = offload
-        .run(async move { kb.delete_entity(&name).await })
-        .await??;
+    let done = ingest
+        .store(move |kb| async move { kb.delete_entity(&name).await })
+        .await?;
     Ok(HttpResponse::Ok().json(done))
 }
 
@@ -330,19 +336,17 @@ pub struct DocumentDeletion {
     responses(
         (status = 200, description = "Whether a document was deleted", body = DocumentDeletion),
         (status = 400, description = "`invalid_request` (`field` `id`): not a document id", body = ErrorBody),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),
 )]
 async fn delete_document(
-    kb: web::Data<KnowledgeBase>,
-    offload: web::Data<Offload>,
+    ingest: web::Data<IngestService>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let kb = kb.into_inner();
     let id = id.into_inner();
-    let deleted = offload
-        .run(async move { kb.delete_document(&id).await })
-        .await??;
+    let deleted = ingest
+        .store(move |kb| async move { kb.delete_document(&id).await })
+        .await?;
     Ok(HttpResponse::Ok().json(DocumentDeletion { deleted }))
 }

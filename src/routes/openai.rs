@@ -11,9 +11,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::{Scope, require_scope};
-use crate::error::{ApiError, ErrorCode};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
-use crate::routes::completions::{ModelKind, Models};
+use crate::models::{ModelKind, Models};
 
 /// Most inputs in one embeddings request.
 pub const MAX_INPUTS: usize = 256;
@@ -111,7 +111,7 @@ fn inputs(input: Value) -> Result<Vec<String>, ApiError> {
     request_body = EmbeddingsRequest,
     responses(
         (status = 200, description = "One vector per input", body = crate::openapi::EmbeddingList),
-        (status = 503, description = "`service_unavailable`: the embedder did not answer in time", body = crate::error::ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the embedder did not answer in time"), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
@@ -169,12 +169,7 @@ async fn embeddings(
     };
     let vectors = tokio::time::timeout(EMBED_TIMEOUT, embed)
         .await
-        .map_err(|_| {
-            ApiError::new(
-                ErrorCode::ServiceUnavailable,
-                "the embedder did not answer in time",
-            )
-        })??;
+        .map_err(|_| ApiError::unavailable("the embedder did not answer in time"))??;
     let data: Vec<Value> = vectors
         .into_iter()
         .enumerate()

@@ -6,7 +6,7 @@ use kbq_store::KnowledgeBase;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -48,7 +48,7 @@ async fn livez() -> HttpResponse {
     tag = "probes",
     responses(
         (status = 200, description = "Ready", body = ProbeStatus),
-        (status = 503, description = "`service_unavailable`: the knowledge base does not answer", body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the knowledge base does not answer"), body = ErrorBody),
     ),
 )]
 async fn readyz(kb: web::Data<KnowledgeBase>) -> Result<HttpResponse, ApiError> {

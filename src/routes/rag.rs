@@ -3,19 +3,19 @@
 //! Retrieval only, no model: each answers from the knowledge base through `kbq_tools::rag`
 //! within `graph.call_timeout_ms`. Paths, payloads and scores are documented in docs/api.md.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use kbq_actors::session::Agent;
 use kbq_store::{DocumentFilter, KnowledgeBase};
+use kbq_tools::EntityExtractor;
 use kbq_tools::rag::{self, Method, RagAnswer, RagQuery};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::ValidJson;
+use crate::extract::{ValidJson, name, ranged};
 use crate::offload::Offload;
-use crate::routes::graph::{name, ranged};
 
 /// Longest query, in bytes.
 pub const MAX_QUERY_BYTES: usize = 4096;
@@ -25,10 +25,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/keyword").route(web::post().to(keyword)))
         .service(web::resource("/hybrid").route(web::post().to(hybrid)));
 }
-
-/// How long one RAG search may take.
-#[derive(Debug, Clone, Copy)]
-pub struct RagTimeout(pub Duration);
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -89,32 +85,53 @@ fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {
     })
 }
 
-async fn run(
-    method: Method,
-    req: RagRequest,
-    kb: web::Data<KnowledgeBase>,
-    agent: web::Data<Agent>,
-    timeout: web::Data<RagTimeout>,
-    offload: web::Data<Offload>,
-) -> Result<HttpResponse, ApiError> {
-    let q = query(req, method)?;
-    let kb = kb.into_inner();
-    let extractor = agent.extractor().clone();
-    let limit = timeout.0;
-    let answer =
-        offload
+/// What the RAG handlers need, in one piece: the knowledge base, the entity extractor that
+/// hybrid search names entities with, the runtime the search runs on, and its time limit.
+pub struct RagService {
+    kb: Arc<KnowledgeBase>,
+    extractor: Arc<EntityExtractor>,
+    offload: Offload,
+    /// How long one search may take (`graph.call_timeout_ms`).
+    timeout: Duration,
+}
+
+impl RagService {
+    pub fn new(
+        kb: Arc<KnowledgeBase>,
+        extractor: Arc<EntityExtractor>,
+        offload: Offload,
+        timeout: Duration,
+    ) -> Self {
+        RagService {
+            kb,
+            extractor,
+            offload,
+            timeout,
+        }
+    }
+
+    /// Checks the request, then searches by `method` on the main runtime within the limit.
+    async fn search(&self, method: Method, req: RagRequest) -> Result<HttpResponse, ApiError> {
+        let q = query(req, method)?;
+        let (kb, extractor, limit) = (self.kb.clone(), self.extractor.clone(), self.timeout);
+        let answer = self
+            .offload
             .run(async move {
                 tokio::time::timeout(limit, rag::search(&kb, &extractor, method, &q)).await
             })
             .await?
             .map_err(|_| {
-                ApiError::new(
-                    ErrorCode::ServiceUnavailable,
-                    format!("the search did not finish within {:?}", timeout.0),
-                )
+                ApiError::unavailable(format!("the search did not finish within {limit:?}"))
             })??;
-    Ok(HttpResponse::Ok().json(answer))
+        Ok(HttpResponse::Ok().json(answer))
+    }
 }
+
+/// The 200 of every search.
+const FOUND: &str = "The documents found, best first";
+/// Why any search answers 503.
+const UNAVAILABLE: &str =
+    "the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`";
 
 /// Documents nearest to the query by embedding (cosine similarity).
 ///
@@ -125,19 +142,16 @@ async fn run(
     tag = "rag",
     request_body = RagRequest,
     responses(
-        (status = 200, description = "The documents found, best first", body = RagAnswer),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`", body = ErrorBody),
+        (status = 200, description = FOUND, body = RagAnswer),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
 async fn semantic(
-    kb: web::Data<KnowledgeBase>,
-    agent: web::Data<Agent>,
-    timeout: web::Data<RagTimeout>,
-    offload: web::Data<Offload>,
+    rag: web::Data<RagService>,
     ValidJson(req): ValidJson<RagRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    run(Method::Semantic, req, kb, agent, timeout, offload).await
+    rag.search(Method::Semantic, req).await
 }
 
 /// Documents matching the query's words, by BM25 over title and content.
@@ -149,19 +163,16 @@ async fn semantic(
     tag = "rag",
     request_body = RagRequest,
     responses(
-        (status = 200, description = "The documents found, best first", body = RagAnswer),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`", body = ErrorBody),
+        (status = 200, description = FOUND, body = RagAnswer),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
 async fn keyword(
-    kb: web::Data<KnowledgeBase>,
-    agent: web::Data<Agent>,
-    timeout: web::Data<RagTimeout>,
-    offload: web::Data<Offload>,
+    rag: web::Data<RagService>,
     ValidJson(req): ValidJson<RagRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    run(Method::Keyword, req, kb, agent, timeout, offload).await
+    rag.search(Method::Keyword, req).await
 }
 
 /// Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
@@ -174,17 +185,14 @@ async fn keyword(
     tag = "rag",
     request_body = RagRequest,
     responses(
-        (status = 200, description = "The documents found, best first", body = RagAnswer),
-        (status = 503, description = "`service_unavailable`: the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`", body = ErrorBody),
+        (status = 200, description = FOUND, body = RagAnswer),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
 async fn hybrid(
-    kb: web::Data<KnowledgeBase>,
-    agent: web::Data<Agent>,
-    timeout: web::Data<RagTimeout>,
-    offload: web::Data<Offload>,
+    rag: web::Data<RagService>,
     ValidJson(req): ValidJson<RagRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    run(Method::Hybrid, req, kb, agent, timeout, offload).await
+    rag.search(Method::Hybrid, req).await
 }
