@@ -30,15 +30,19 @@
 //! - [`capacity`]: the CapacityController that sizes every elastic pool.
 //! - [`root`]: the [`RootSupervisor`] and its restart policy.
 
+pub mod agent;
 pub mod builtin;
 pub mod capacity;
+pub mod chat;
 pub mod embedder;
 pub mod graph;
 pub mod health;
 pub mod pool;
 pub mod provider;
 pub mod root;
+pub mod router;
 pub mod session;
+pub mod session_supervisor;
 pub mod tools;
 
 use std::collections::HashMap;
@@ -53,15 +57,16 @@ use ractor::{Actor, ActorRef, SpawnErr};
 use crate::capacity::ElasticPool;
 use crate::pool::PoolHandle;
 
+pub use agent::Agent;
+pub use chat::{
+    AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
+};
 pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use pool::PoolStats;
 pub use provider::{Backend, ChatRequest, ChatResponse, RetryPolicy, Usage};
 pub use root::{RootMessage, RootSupervisor};
-pub use session::{
-    Agent, AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
-};
 pub use tools::ToolPool;
 
 /// Which model a provider talks to.
@@ -294,10 +299,10 @@ impl Runtime {
         }
         let pools = Arc::new(pools);
 
-        let router = session::ProviderRouter {
+        let router = router::ProviderRouter {
             providers: providers
                 .iter()
-                .map(|p| session::ProviderHandle {
+                .map(|p| router::ProviderHandle {
                     name: p.name.clone(),
                     pool: p.pool.clone(),
                 })
@@ -325,15 +330,11 @@ impl Runtime {
             tools,
             router,
             limits: config.session,
-            running: Arc::default(),
         };
         Ok(Runtime {
             graph: GraphPool::new(graph),
             pools: Pools(pools),
-            agent: Agent {
-                deps: Arc::new(deps),
-                supervisor: session_slot,
-            },
+            agent: Agent::new(deps, session_slot),
             root,
             root_handle,
         })

@@ -14,7 +14,7 @@ use crate::graph::{GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
 use crate::pool::{PoolHandle, Slot, spawn_pool};
 use crate::provider::{Backend, ProviderArguments, ProviderMessage, ProviderWorker, RetryPolicy};
-use crate::session::{SessionSupervisor, SessionSupervisorMessage};
+use crate::session_supervisor::{SessionSupervisor, SessionSupervisorMessage};
 use crate::tools::{ToolJob, ToolWorker};
 
 /// A provider as the root builds it.

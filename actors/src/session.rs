@@ -1,199 +1,31 @@
-//! Chat sessions: [`Agent`] (the edge's handle), the [`ProviderRouter`] that picks a healthy
-//! provider and falls back in priority order, and one [`ChatSessionActor`] per request that
-//! runs the tool-selection loop under the [`SessionSupervisor`].
+//! The [`ChatSessionActor`]: one per chat turn, it runs the tool-selection loop and replies.
 //!
 //! The loop: ask the provider with every tool offered; if it answers with tool calls, run
 //! them all concurrently, append their results, and ask again; stop at an answer, at
 //! `max_steps` provider calls, or at `max_wall` time.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use kbq_store::KnowledgeBase;
 use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
-use parking_lot::RwLock;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use serde::Serialize;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
-use crate::health::HealthBoard;
-use crate::pool::{Admission, PoolError, PoolHandle};
-use crate::provider::{ChatRequest, ChatResponse, ProviderMessage, Usage};
+use crate::chat::{AgentError, Role, SessionLimits, StopReason, ToolCallRecord};
+use crate::provider::{ChatRequest, Usage};
+use crate::router::ProviderRouter;
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
+
+// `kbq_actors::session::{Agent, AgentReply, AgentRequest}`, as the edge and the benchmarks
+// still import them: the paths these had before the handle and the turn's types left this
+// file. The re-export of `Agent` is the one import back up the crate; it goes when they
+// import these from the crate root.
+pub use crate::agent::Agent;
+pub use crate::chat::{AgentReply, AgentRequest};
 
 /// The system prompt when a request gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are kbq's knowledge base assistant. Use the tools to look things up in the knowledge base and in this user's memory before answering, store facts the user asks you to remember, and answer concisely, naming the entities and documents you used.";
-
-/// One earlier turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Role {
-    User,
-    Assistant,
-}
-
-/// A chat turn to answer.
-#[derive(Debug, Clone)]
-pub struct AgentRequest {
-    pub message: String,
-    pub system_prompt: Option<String>,
-    pub history: Vec<(Role, String)>,
-    pub temperature: f64,
-    pub max_tokens: u32,
-}
-
-/// One tool call the agent made, in call order.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ToolCallRecord {
-    pub tool: String,
-    pub arguments: Value,
-    pub result: Value,
-}
-
-/// Why the loop ended.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The model answered.
-    Answered,
-    /// `max_steps` provider calls were made without an answer.
-    StepLimit,
-    /// `max_wall` passed without an answer.
-    TimeLimit,
-    /// Every provider failed during the run.
-    ProviderError,
-}
-
-/// The outcome of a chat that started.
-#[derive(Debug, Clone, Serialize)]
-pub struct AgentReply {
-    pub success: bool,
-    pub response: Option<String>,
-    pub tool_calls: Vec<ToolCallRecord>,
-    pub error: Option<String>,
-    pub stop_reason: StopReason,
-    pub usage: Usage,
-    /// Provider calls made.
-    pub steps: u32,
-    /// The provider that gave the last answer.
-    pub provider: Option<String>,
-}
-
-/// Why a chat did not start or did not finish.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum AgentError {
-    /// Every provider is ejected: nothing can answer now.
-    #[error("no language-model provider is available")]
-    NoProvider,
-    /// The session stopped without answering (it crashed, or the runtime is stopping).
-    #[error("the chat session stopped before answering: {0}")]
-    SessionLost(String),
-    /// `max_sessions` sessions are running: the request was not started.
-    #[error("the agent is busy: {0} chat sessions are already running")]
-    Overloaded(usize),
-    /// Every provider that could answer has its workers and queue full: nothing was asked.
-    #[error("every available provider is busy: {0}")]
-    ProvidersBusy(String),
-    /// Every available provider was asked and failed (errors, timeouts, stopped workers).
-    #[error("every provider failed; last error: {0}")]
-    ProvidersFailed(String),
-}
-
-/// Caps on one session.
-#[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
-    pub max_steps: u32,
-    pub max_wall: Duration,
-    /// Longest wait for one provider (its retries included) before falling back.
-    pub provider_timeout: Duration,
-    /// Most sessions running at once; one more is refused at once.
-    pub max_sessions: usize,
-}
-
-/// One provider's worker pool as the router calls it.
-#[derive(Clone)]
-pub(crate) struct ProviderHandle {
-    pub name: String,
-    pub pool: PoolHandle<ProviderMessage>,
-}
-
-/// Picks providers in priority order, skipping ejected ones, and falls back on failure.
-#[derive(Clone)]
-pub struct ProviderRouter {
-    pub(crate) providers: Vec<ProviderHandle>,
-    pub board: HealthBoard,
-}
-
-impl ProviderRouter {
-    /// Asks the first available provider, then the next, until one answers.
-    pub async fn complete(
-        &self,
-        request: &ChatRequest,
-        timeout: Duration,
-    ) -> Result<ChatResponse, AgentError> {
-        self.complete_in(None, request, timeout).await
-    }
-
-    /// As [`complete`](Self::complete), over the providers of `chain` in its order (all
-    /// providers in priority order when `None`). Ejected providers are skipped.
-    pub async fn complete_in(
-        &self,
-        chain: Option<&[String]>,
-        request: &ChatRequest,
-        timeout: Duration,
-    ) -> Result<ChatResponse, AgentError> {
-        let available = self.board.available();
-        let available: Vec<String> = match chain {
-            None => available,
-            Some(chain) => chain
-                .iter()
-                .filter(|n| available.contains(n))
-                .cloned()
-                .collect(),
-        };
-        if available.is_empty() {
-            return Err(AgentError::NoProvider);
-        }
-        let mut last_error = String::new();
-        let (mut tried, mut busy) = (0, 0);
-        for name in available {
-            let Some(provider) = self.providers.iter().find(|p| p.name == name) else {
-                continue;
-            };
-            let answer = provider
-                .pool
-                .call_within(Some(timeout), |reply| {
-                    ProviderMessage::Complete(request.clone(), reply)
-                })
-                .await;
-            last_error = match answer {
-                Ok(Ok(answer)) => return Ok(answer),
-                // Starting or restarting: not asked, so not counted.
-                Err(PoolError::NotRunning) => continue,
-                // A full pool sheds at once, and the next provider is tried.
-                Err(PoolError::Overloaded(n)) => {
-                    tried += 1;
-                    busy += 1;
-                    last_error = format!("{name}: {n} calls already running or queued");
-                    tracing::warn!(provider = %name, "provider busy; falling back");
-                    continue;
-                }
-                Ok(Err(e)) => format!("{name}: {e}"),
-                Err(PoolError::Timeout(after)) => format!("{name}: no answer within {after:?}"),
-                Err(PoolError::WorkerLost | PoolError::Refused(_)) => {
-                    format!("{name}: provider stopped")
-                }
-            };
-            tried += 1;
-            tracing::warn!(provider = %name, error = %last_error, "provider failed; falling back");
-        }
-        if tried > 0 && busy == tried {
-            return Err(AgentError::ProvidersBusy(last_error));
-        }
-        Err(AgentError::ProvidersFailed(last_error))
-    }
-}
 
 /// What every session shares.
 pub struct SessionDeps {
@@ -203,125 +35,25 @@ pub struct SessionDeps {
     pub tools: ToolPool,
     pub router: ProviderRouter,
     pub limits: SessionLimits,
-    /// Sessions running now.
-    pub(crate) running: Arc<std::sync::atomic::AtomicUsize>,
 }
 
-/// The edge's handle on the agent runtime.
-#[derive(Clone)]
-pub struct Agent {
-    pub(crate) deps: Arc<SessionDeps>,
-    pub(crate) supervisor: Arc<RwLock<Option<ActorRef<SessionSupervisorMessage>>>>,
-}
-
-/// Kills the session if the caller goes away before it answers.
-struct KillOnDrop(Option<ActorCell>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if let Some(cell) = self.0.take() {
-            cell.kill();
-        }
-    }
-}
-
-impl Agent {
-    /// The health board, read without waiting on any provider.
-    pub fn health(&self) -> &HealthBoard {
-        &self.deps.router.board
-    }
-
-    pub fn tools(&self) -> &ToolPool {
-        &self.deps.tools
-    }
-
-    /// Finds known entity names in text (shared with the RAG endpoints).
-    pub fn extractor(&self) -> &Arc<EntityExtractor> {
-        &self.deps.extractor
-    }
-
-    /// The configured providers' names, in priority order.
-    pub fn providers(&self) -> Vec<String> {
-        self.deps
-            .router
-            .providers
-            .iter()
-            .map(|p| p.name.clone())
-            .collect()
-    }
-
-    /// One model call through the provider actors (retries, health, fallback along `chain`;
-    /// every provider in priority order when `None`), without tools run by kbq: the OpenAI
-    /// chat completions endpoint. Dropping the future abandons the call and its retries.
-    pub async fn complete(
-        &self,
-        chain: Option<&[String]>,
-        request: &ChatRequest,
-    ) -> Result<ChatResponse, AgentError> {
-        self.deps
-            .router
-            .complete_in(chain, request, self.deps.limits.provider_timeout)
-            .await
-    }
-
-    /// Answers one chat turn for the key `owner`. Dropping the future stops the session.
-    pub async fn chat(
-        &self,
-        request: AgentRequest,
-        owner: String,
-    ) -> Result<AgentReply, AgentError> {
-        if self.deps.router.board.available().is_empty() {
-            return Err(AgentError::NoProvider);
-        }
-        let _running = Admission::take(&self.deps.running, self.deps.limits.max_sessions.max(1))
-            .map_err(AgentError::Overloaded)?;
-        let supervisor = self
-            .supervisor
-            .read()
-            .clone()
-            .ok_or_else(|| AgentError::SessionLost("sessions are not running".into()))?;
-        let (tx, rx) = ractor::concurrency::oneshot();
-        let args = SessionArguments {
-            request,
-            owner,
-            deps: self.deps.clone(),
-            reply: tx.into(),
-        };
-        let (session, _) = Actor::spawn_linked(None, ChatSessionActor, args, supervisor.get_cell())
-            .await
-            .map_err(|e| AgentError::SessionLost(e.to_string()))?;
-        let mut guard = KillOnDrop(Some(session.get_cell()));
-        let grace =
-            self.deps.limits.max_wall + self.deps.limits.provider_timeout + Duration::from_secs(1);
-        let result = match tokio::time::timeout(grace, rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(AgentError::SessionLost(
-                "the session ended without a reply".into(),
-            )),
-            Err(_) => Err(AgentError::SessionLost(
-                "the session overran its time limit".into(),
-            )),
-        };
-        guard.0 = None;
-        result
-    }
-}
-
+/// One session's work: the turn, the key it runs for, and where its answer goes.
 pub struct SessionArguments {
-    request: AgentRequest,
-    owner: String,
-    deps: Arc<SessionDeps>,
-    reply: RpcReplyPort<Result<AgentReply, AgentError>>,
+    pub(crate) request: AgentRequest,
+    pub(crate) owner: String,
+    pub(crate) deps: Arc<SessionDeps>,
+    pub(crate) reply: RpcReplyPort<Result<AgentReply, AgentError>>,
+}
+
+/// The arguments until the loop takes them.
+pub struct SessionState {
+    args: Option<SessionArguments>,
 }
 
 /// Messages to a session.
 pub enum SessionMessage {
     /// Run the loop and reply.
     Run,
-}
-
-pub struct SessionState {
-    args: Option<SessionArguments>,
 }
 
 /// One chat turn: builds the conversation and runs the tool loop.
@@ -360,6 +92,7 @@ impl Actor for ChatSessionActor {
     }
 }
 
+/// The tool-selection loop of one turn.
 async fn run(
     deps: &SessionDeps,
     request: AgentRequest,
@@ -494,39 +227,5 @@ async fn run(
             }));
             reply.tool_calls.push(record);
         }
-    }
-}
-
-/// Messages to the session supervisor.
-#[derive(Debug)]
-pub enum SessionSupervisorMessage {}
-
-/// Parent of every chat session. A session is one request: it is never restarted; its
-/// failure is logged and its caller gets an error.
-pub struct SessionSupervisor;
-
-impl Actor for SessionSupervisor {
-    type Msg = SessionSupervisorMessage;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        _: (),
-    ) -> Result<(), ActorProcessingErr> {
-        Ok(())
-    }
-
-    async fn handle_supervisor_evt(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        event: SupervisionEvent,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        if let SupervisionEvent::ActorFailed(cell, err) = event {
-            tracing::error!(session = %cell.get_id(), error = %err, "chat session failed");
-        }
-        Ok(())
     }
 }
