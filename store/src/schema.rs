@@ -12,6 +12,9 @@ use crate::model::table::{self, DOCUMENT, ENTITY, MEMORY, META, RELATES};
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;
 
+/// The key of the embedder record in the meta table.
+const EMBEDDER_KEY: &str = "embedder";
+
 impl KnowledgeBase {
     /// Embeds every document again with this knowledge base's embedder, then records that
     /// embedder as the store's: how a store moves to another embedder (`kbq reindex`), so that
@@ -59,22 +62,15 @@ impl KnowledgeBase {
             .await?;
             progress.advance(chunk.len() as u64);
         }
-        let dim = self.embedder().dimension();
-        self.exec(
-            &format!("UPSERT {META}:embedder CONTENT {{ name: $name, dimension: $dimension }}"),
-            obj([
-                ("name", self.embedder().name().into_value()),
-                ("dimension", (dim as i64).into_value()),
-            ]),
-        )
-        .await?;
         let c = self.connection().await?;
+        self.record_embedder(&c).await?;
         self.load_document_indexes(&c).await?;
         Ok(docs.len() as u64)
     }
 
+    /// Defines the tables, fields and indexes (idempotently), then checks that the store's
+    /// vectors are this embedder's, recording it in a new store.
     pub(crate) async fn define_schema(&self, c: &Connected) -> Result<()> {
-        let dim = self.embedder().dimension();
         let schema = format!(
             "DEFINE TABLE IF NOT EXISTS {ENTITY} SCHEMALESS;
              DEFINE FIELD IF NOT EXISTS name ON {ENTITY} TYPE string;
@@ -101,25 +97,16 @@ impl KnowledgeBase {
         let found: Vec<Json> = self
             .run_on(
                 c,
-                &format!("SELECT name, dimension FROM {META}:embedder"),
+                &format!("SELECT name, dimension FROM {META}:{EMBEDDER_KEY}"),
                 Object::new(),
             )
             .await?;
-        let want = serde_json::json!({"name": self.embedder().name(), "dimension": dim});
+        let want = serde_json::json!({
+            "name": self.embedder().name(),
+            "dimension": self.embedder().dimension(),
+        });
         match found.first() {
-            None => {
-                self.exec_on(
-                    c,
-                    &format!(
-                        "UPSERT {META}:embedder CONTENT {{ name: $name, dimension: $dimension }}"
-                    ),
-                    obj([
-                        ("name", self.embedder().name().into_value()),
-                        ("dimension", (dim as i64).into_value()),
-                    ]),
-                )
-                .await
-            }
+            None => self.record_embedder(c).await,
             Some(have) if *have == want => Ok(()),
             Some(have) if self.adopts_embedder() => {
                 tracing::info!(%have, %want, "the store changes embedder");
@@ -129,5 +116,23 @@ impl KnowledgeBase {
                 "the store's documents were embedded with {have}, but kbq is configured with {want}: run `kbq reindex` to embed them again with the configured embedder"
             ))),
         }
+    }
+
+    /// Records this knowledge base's embedder as the one that wrote the store's vectors.
+    async fn record_embedder(&self, c: &Connected) -> Result<()> {
+        self.exec_on(
+            c,
+            &format!(
+                "UPSERT {META}:{EMBEDDER_KEY} CONTENT {{ name: $name, dimension: $dimension }}"
+            ),
+            obj([
+                ("name", self.embedder().name().into_value()),
+                (
+                    "dimension",
+                    (self.embedder().dimension() as i64).into_value(),
+                ),
+            ]),
+        )
+        .await
     }
 }

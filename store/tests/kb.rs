@@ -301,6 +301,72 @@ async fn surrealkv_store_persists_across_reopen() {
     assert_eq!(hits[0].document.title, "The Engine");
 }
 
+/// Opens `config` with a hashing embedder of `dimension` (`reembed`: for reembedding) and
+/// waits until it connects or fails for a reason other than the database being out of reach: a
+/// dropped instance lets go of its files in the background.
+async fn reopen(
+    config: &StoreConfig,
+    dimension: usize,
+    reembed: bool,
+) -> kbq_store::Result<Arc<KnowledgeBase>> {
+    let embedder = Arc::new(HashingEmbedder::new(dimension));
+    let kb = if reembed {
+        KnowledgeBase::open_for_reembed(config.clone(), embedder).await
+    } else {
+        KnowledgeBase::open(config.clone(), embedder).await
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match kb.ping().await {
+            Ok(()) => return Ok(kb),
+            Err(kbq_store::StoreError::Unavailable(_)) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[tokio::test]
+async fn reembed_moves_a_store_to_another_embedder() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("surrealkv://{}", dir.path().join("kb").display());
+    let config = StoreConfig {
+        url,
+        ..StoreConfig::memory()
+    };
+    {
+        let kb = reopen(&config, 64, false).await.unwrap();
+        import::import(&kb, SMALL.as_bytes(), &Silent)
+            .await
+            .unwrap();
+    }
+    // Another embedder may not serve the store's vectors...
+    let refused = reopen(&config, 32, false).await;
+    let Err(kbq_store::StoreError::Query(reason)) = refused else {
+        panic!("a store of another embedder was opened");
+    };
+    assert!(reason.contains("kbq reindex"), "{reason}");
+    // ...until reembed converts them and records it as the store's embedder.
+    {
+        let kb = reopen(&config, 32, true).await.unwrap();
+        assert_eq!(kb.reembed(&Silent).await.unwrap(), 2);
+    }
+    let kb = reopen(&config, 32, false).await.unwrap();
+    let hits = kb
+        .semantic_search("A mechanical computer designed by Babbage", 2)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0].document.title, "The Engine");
+    drop(kb);
+    // The old embedder is now the stranger.
+    assert!(matches!(
+        reopen(&config, 64, false).await,
+        Err(kbq_store::StoreError::Query(_))
+    ));
+}
+
 #[tokio::test]
 async fn unreachable_remote_store_is_unavailable_not_fatal() {
     let config = StoreConfig {
