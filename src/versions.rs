@@ -10,9 +10,9 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::web;
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 
-use crate::config::VersionSection;
+use crate::config::{VersionSection, is_version_name, parse_date};
 use crate::error::{ApiError, ErrorCode};
 
 /// Where time comes from, so tests can move it.
@@ -83,8 +83,7 @@ pub struct Versions {
 }
 
 fn midnight(date: &str) -> Option<DateTime<Utc>> {
-    let d = NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?;
-    Some(d.and_hms_opt(0, 0, 0)?.and_utc())
+    Some(parse_date(date)?.and_hms_opt(0, 0, 0)?.and_utc())
 }
 
 impl Versions {
@@ -110,9 +109,7 @@ impl Versions {
 pub fn version_of(path: &str) -> Option<&str> {
     let rest = path.strip_prefix("/data").unwrap_or(path);
     let seg = rest.strip_prefix('/')?.split('/').next()?;
-    let is_version =
-        seg.len() > 1 && seg.starts_with('v') && seg[1..].bytes().all(|b| b.is_ascii_digit());
-    is_version.then_some(seg)
+    is_version_name(seg).then_some(seg)
 }
 
 /// Middleware: 410 after sunset; deprecation headers once deprecated.

@@ -1,0 +1,262 @@
+//! The sections the HTTP edge reads: `[server]`, `[limits]`, `[auth]`, `[versions.vN]` and
+//! `[log]`, each with its defaults and its rules. They are their own file because nothing
+//! below the edge (the store, the actor runtime) reads them.
+
+use chrono::{Months, NaiveDate};
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, bad, within};
+use crate::auth::{KeyEntry, Scope};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    /// Largest request body accepted; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+    /// How long in-flight requests may finish after a stop signal.
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 1 << 20,
+            workers: 0,
+            shutdown_timeout_secs: 30,
+        }
+    }
+}
+
+impl ServerConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return bad("server.listen", "must be an address like 127.0.0.1:8080");
+        }
+        within(
+            "server.max_body_bytes",
+            self.max_body_bytes,
+            1024,
+            256 << 20,
+        )?;
+        if self.workers > 256 {
+            return bad("server.workers", "must be between 0 (one per core) and 256");
+        }
+        Ok(())
+    }
+}
+
+/// Per-key request budgets; a rate of 0 turns a budget off.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub graph_per_minute: u32,
+    pub graph_burst: u32,
+    pub agent_per_minute: u32,
+    pub agent_burst: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            graph_per_minute: 1200,
+            graph_burst: 100,
+            agent_per_minute: 60,
+            agent_burst: 10,
+        }
+    }
+}
+
+impl LimitsSection {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = self;
+        within("limits.graph_per_minute", l.graph_per_minute, 0, 10_000_000)?;
+        within("limits.graph_burst", l.graph_burst, 1, 1_000_000)?;
+        within("limits.agent_per_minute", l.agent_per_minute, 0, 10_000_000)?;
+        within("limits.agent_burst", l.agent_burst, 1, 1_000_000)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    pub keys: Vec<KeyEntry>,
+}
+
+impl AuthSection {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (i, k) in self.keys.iter().enumerate() {
+            if k.name.trim().is_empty() {
+                return bad(&format!("auth.keys[{i}].name"), "must not be empty");
+            }
+            if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return bad(
+                    &format!("auth.keys[{i}].sha256"),
+                    "must be 64 hex digits (see `kbq keys new`)",
+                );
+            }
+            if let Some(scopes) = &k.scopes {
+                let field = format!("auth.keys[{i}].scopes");
+                if scopes.is_empty() {
+                    return bad(&field, "must name at least one scope; omit it for all");
+                }
+                if scopes.iter().any(|s| Scope::parse(s).is_none()) {
+                    return bad(&field, "each must be one of read, write, agent, admin");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum VersionStatus {
+    Current,
+    Stable,
+    Deprecated,
+    Sunset,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VersionSection {
+    pub status: VersionStatus,
+    /// `YYYY-MM-DD`.
+    pub released: String,
+    /// From this date (00:00 UTC) responses carry the deprecation headers.
+    #[serde(default)]
+    pub deprecated_at: Option<String>,
+    /// From this date (00:00 UTC) every request under the version gets 410.
+    #[serde(default)]
+    pub sunset_at: Option<String>,
+    #[serde(default)]
+    pub migration_guide: Option<String>,
+    /// The version that replaces this one, e.g. `v2`.
+    #[serde(default)]
+    pub successor: Option<String>,
+}
+
+/// True for a version's name: `v` and a major number (`v1`, `v12`). Path prefixes are
+/// recognised by the same rule (`crate::versions`).
+pub fn is_version_name(name: &str) -> bool {
+    name.len() > 1 && name.starts_with('v') && name[1..].bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A version date, `YYYY-MM-DD`.
+pub fn parse_date(value: &str) -> Option<NaiveDate> {
+    NaiveDate::parse_from_str(value, "%Y-%m-%d").ok()
+}
+
+impl VersionSection {
+    /// The version `v1` as kbq ships it: current, no dates beyond its release.
+    pub(super) fn v1() -> VersionSection {
+        VersionSection {
+            status: VersionStatus::Current,
+            released: "2026-01-16".into(),
+            deprecated_at: None,
+            sunset_at: None,
+            migration_guide: None,
+            successor: None,
+        }
+    }
+
+    /// The rules of `[versions.{name}]`.
+    pub fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        if !is_version_name(name) {
+            return bad(
+                &format!("versions.{name}"),
+                "must be named v<major>, e.g. v1",
+            );
+        }
+        let date = |field: &str, value: &str| -> Result<NaiveDate, ConfigError> {
+            parse_date(value).ok_or_else(|| {
+                ConfigError(format!("versions.{name}.{field} must be a date YYYY-MM-DD"))
+            })
+        };
+        let released = date("released", &self.released)?;
+        let deprecated = self
+            .deprecated_at
+            .as_deref()
+            .map(|d| date("deprecated_at", d))
+            .transpose()?;
+        let sunset = self
+            .sunset_at
+            .as_deref()
+            .map(|d| date("sunset_at", d))
+            .transpose()?;
+        // The dates drive behaviour; the status must not contradict them.
+        if self.status == VersionStatus::Deprecated && deprecated.is_none() {
+            return bad(
+                &format!("versions.{name}.deprecated_at"),
+                "is required when status is deprecated",
+            );
+        }
+        if self.status == VersionStatus::Sunset && sunset.is_none() {
+            return bad(
+                &format!("versions.{name}.sunset_at"),
+                "is required when status is sunset",
+            );
+        }
+        if deprecated.is_some_and(|d| d < released) {
+            return bad(
+                &format!("versions.{name}.deprecated_at"),
+                "must not be before released",
+            );
+        }
+        if let Some(sunset) = sunset {
+            let Some(deprecated) = deprecated else {
+                return bad(
+                    &format!("versions.{name}.sunset_at"),
+                    "needs deprecated_at (a version is deprecated before it is sunset)",
+                );
+            };
+            if sunset < deprecated + Months::new(6) {
+                return bad(
+                    &format!("versions.{name}.sunset_at"),
+                    "must be at least 6 months after deprecated_at (the deprecation support period)",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// A tracing filter, e.g. `info` or `kbq=debug,info`. `RUST_LOG` overrides it.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+impl LogSection {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if tracing_subscriber::EnvFilter::try_new(&self.level).is_err() {
+            return bad(
+                "log.level",
+                "must be a tracing filter such as info or kbq=debug,info",
+            );
+        }
+        Ok(())
+    }
+}
