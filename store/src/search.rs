@@ -2,16 +2,14 @@
 //! and keyword (BM25 over the in-process [`TextIndex`](crate::TextIndex) of titles and
 //! contents). Both find keys in memory, then read those documents from SurrealDB.
 
-use serde::Deserialize;
-use surrealdb::types::SurrealValue;
+use std::collections::{HashMap, HashSet};
 
-use std::collections::HashMap;
-
-use surrealdb::types::RecordId;
+use surrealdb::types::{RecordId, SurrealValue};
 
 use crate::error::{Result, StoreError};
 use crate::kb::{KnowledgeBase, obj};
-use crate::model::{Document, table};
+use crate::model::Document;
+use crate::model::table::DOCUMENT;
 use crate::vectors::{DocTags, VectorKey};
 
 /// A document found by a search, with the method's own score.
@@ -25,39 +23,9 @@ pub struct DocumentHit {
 /// Most hits one search may ask for.
 pub const MAX_HITS: usize = 100;
 
-/// A document row as every document query here selects it (see [`FIELDS`]).
-#[derive(Deserialize)]
-pub(crate) struct Row {
-    id: String,
-    title: String,
-    content: String,
-    source: String,
-    source_id: String,
-    content_type: String,
-    url: Option<String>,
-    entity_name: Option<String>,
-    score: Option<f64>,
-}
-
-impl Row {
-    pub(crate) fn into_hit(self) -> DocumentHit {
-        DocumentHit {
-            score: self.score.unwrap_or(0.0),
-            document: Document {
-                id: format!("{}:{}", table::DOCUMENT, self.id),
-                title: self.title,
-                content: self.content,
-                source: self.source,
-                source_id: self.source_id,
-                content_type: self.content_type,
-                url: self.url,
-                entity_name: self.entity_name,
-            },
-        }
-    }
-}
-
-pub(crate) const FIELDS: &str =
+/// What the document queries here select: a [`Document`] whose `id` is its record key
+/// (see [`KnowledgeBase::documents_by_key`], which gives it its public id).
+const FIELDS: &str =
     "meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name";
 
 /// Exact-match conditions on documents; `None` accepts any value.
@@ -157,22 +125,25 @@ impl KnowledgeBase {
         }
         let ids: Vec<RecordId> = hits
             .iter()
-            .map(|(key, _)| RecordId::new(table::DOCUMENT, &**key))
+            .map(|(key, _)| RecordId::new(DOCUMENT, &**key))
             .collect();
-        let rows: Vec<Row> = self
+        let rows: Vec<Document> = self
             .run(
                 &format!("SELECT {FIELDS} FROM $ids"),
                 obj([("ids", ids.into_value())]),
             )
             .await?;
-        let mut by_key: HashMap<String, Row> =
-            rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+        let mut by_key: HashMap<String, Document> =
+            rows.into_iter().map(|d| (d.id.clone(), d)).collect();
         Ok(hits
             .into_iter()
             .filter_map(|(key, score)| {
-                let mut row = by_key.remove(&*key)?;
-                row.score = Some(f64::from(score));
-                Some(row.into_hit())
+                let mut document = by_key.remove(&*key)?;
+                document.id = format!("{DOCUMENT}:{key}");
+                Some(DocumentHit {
+                    document,
+                    score: f64::from(score),
+                })
             })
             .collect())
     }
@@ -231,31 +202,24 @@ impl KnowledgeBase {
             return Ok(Vec::new());
         }
         let q = self.embed_one(text).await?;
-        let ids: Vec<RecordId> = keys
-            .iter()
-            .map(|key| RecordId::new(table::DOCUMENT, &**key))
-            .collect();
-        let rows: Vec<Row> = self
-            .run(
-                &format!("SELECT {FIELDS} FROM $ids"),
-                obj([("ids", ids.into_value())]),
-            )
-            .await?;
-        let wanted: std::collections::HashSet<&str> =
-            entity_names.iter().map(String::as_str).collect();
-        let index = self.vectors().read();
-        Ok(rows
-            .into_iter()
-            // A document relinked by another node since the index last heard of it.
-            .filter(|row| {
-                row.entity_name
-                    .as_deref()
-                    .is_some_and(|n| wanted.contains(n))
-            })
-            .map(|mut row| {
-                row.score = index.similarity(&row.id, &q).map(f64::from);
-                row.into_hit()
-            })
-            .collect())
+        let scored: Vec<(VectorKey, f32)> = {
+            let index = self.vectors().read();
+            keys.into_iter()
+                .map(|key| {
+                    let score = index.similarity(&key, &q).unwrap_or(0.0);
+                    (key, score)
+                })
+                .collect()
+        };
+        let wanted: HashSet<&str> = entity_names.iter().map(String::as_str).collect();
+        let mut hits = self.documents_by_key(scored).await?;
+        // A document relinked by another node since the index last heard of it.
+        hits.retain(|hit| {
+            hit.document
+                .entity_name
+                .as_deref()
+                .is_some_and(|n| wanted.contains(n))
+        });
+        Ok(hits)
     }
 }
