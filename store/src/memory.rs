@@ -65,6 +65,16 @@ impl Row {
     }
 }
 
+/// The clauses of one way to recall memories: fixed SurrealQL, never user input (that is bound).
+struct Recall {
+    /// The score of a memory.
+    score: &'static str,
+    /// Conditions after the owner's, each starting with `AND`.
+    matching: &'static str,
+    /// What the best come first by.
+    order: &'static str,
+}
+
 const FIELDS: &str = "meta::id(id) AS id, content, tags, entities, created_at";
 
 impl KnowledgeBase {
@@ -119,17 +129,20 @@ impl KnowledgeBase {
         limit: usize,
     ) -> Result<Vec<MemoryHit>> {
         let q = self.embed_one(text).await?;
-        let rows: Vec<Row> = self
-            .run(
-                &format!("SELECT {FIELDS}, vector::similarity::cosine(embedding, $q) AS score FROM {MEMORY} WHERE owner = $owner ORDER BY score DESC LIMIT $limit"),
-                obj([("owner", owner.to_string().into_value()), ("q", vector(q)), ("limit", (limit as i64).into_value())]),
+        let mut hits = self
+            .recall(
+                owner,
+                Recall {
+                    score: "vector::similarity::cosine(embedding, $q)",
+                    matching: "",
+                    order: "score",
+                },
+                ("q", vector(q)),
+                limit,
             )
             .await?;
-        Ok(rows
-            .into_iter()
-            .filter(|r| r.score.unwrap_or(0.0) > 0.0)
-            .map(Row::into_hit)
-            .collect())
+        hits.retain(|h| h.score > 0.0);
+        Ok(hits)
     }
 
     /// `owner`'s memories matching the words of `text`, best BM25 first.
@@ -142,13 +155,17 @@ impl KnowledgeBase {
         if !text.chars().any(char::is_alphanumeric) {
             return Ok(Vec::new());
         }
-        let rows: Vec<Row> = self
-            .run(
-                &format!("SELECT {FIELDS}, search::score(1) AS score FROM {MEMORY} WHERE owner = $owner AND content @1@ $q ORDER BY score DESC LIMIT $limit"),
-                obj([("owner", owner.to_string().into_value()), ("q", text.to_string().into_value()), ("limit", (limit as i64).into_value())]),
-            )
-            .await?;
-        Ok(rows.into_iter().map(Row::into_hit).collect())
+        self.recall(
+            owner,
+            Recall {
+                score: "search::score(1)",
+                matching: "AND content @1@ $q",
+                order: "score",
+            },
+            ("q", text.to_string().into_value()),
+            limit,
+        )
+        .await
     }
 
     /// `owner`'s memories that mention any of `entities`, newest first.
@@ -161,10 +178,43 @@ impl KnowledgeBase {
         if entities.is_empty() {
             return Ok(Vec::new());
         }
+        self.recall(
+            owner,
+            Recall {
+                score: "1.0",
+                matching: "AND entities CONTAINSANY $entities",
+                order: "created_at",
+            },
+            ("entities", entities.to_vec().into_value()),
+            limit,
+        )
+        .await
+    }
+
+    /// The `limit` first of `owner`'s memories as `how` finds them, with `arg` bound as the
+    /// one parameter its clauses name.
+    async fn recall(
+        &self,
+        owner: &str,
+        how: Recall,
+        arg: (&str, Value),
+        limit: usize,
+    ) -> Result<Vec<MemoryHit>> {
+        let Recall {
+            score,
+            matching,
+            order,
+        } = how;
         let rows: Vec<Row> = self
             .run(
-                &format!("SELECT {FIELDS}, 1.0 AS score FROM {MEMORY} WHERE owner = $owner AND entities CONTAINSANY $entities ORDER BY created_at DESC LIMIT $limit"),
-                obj([("owner", owner.to_string().into_value()), ("entities", entities.to_vec().into_value()), ("limit", (limit as i64).into_value())]),
+                &format!(
+                    "SELECT {FIELDS}, {score} AS score FROM {MEMORY} WHERE owner = $owner {matching} ORDER BY {order} DESC LIMIT $limit"
+                ),
+                obj([
+                    ("owner", owner.to_string().into_value()),
+                    arg,
+                    ("limit", (limit as i64).into_value()),
+                ]),
             )
             .await?;
         Ok(rows.into_iter().map(Row::into_hit).collect())
