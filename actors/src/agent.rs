@@ -9,10 +9,10 @@ use std::time::Duration;
 use kbq_tools::EntityExtractor;
 use ractor::{Actor, ActorCell, ActorRef};
 
+use crate::backend::{ChatRequest, ChatResponse};
 use crate::chat::{AgentError, AgentReply, AgentRequest};
 use crate::health::HealthBoard;
 use crate::pool::{Admission, Slot};
-use crate::provider::{ChatRequest, ChatResponse};
 use crate::session::{ChatSessionActor, SessionArguments, SessionDeps};
 use crate::session_supervisor::SessionSupervisorMessage;
 use crate::tools::ToolPool;

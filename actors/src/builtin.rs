@@ -23,7 +23,7 @@ use kbq_store::KnowledgeBase;
 use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
 use serde_json::{Value, json};
 
-use crate::provider::{Backend, ChatRequest, ChatResponse, ProviderError, Usage};
+use crate::backend::{Backend, ChatRequest, ChatResponse, ProviderError, Usage};
 
 pub struct BuiltinBackend {
     name: String,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::provider::Usage;
+use crate::backend::Usage;
 
 /// One earlier turn.
 #[derive(Debug, Clone, PartialEq, Eq)]

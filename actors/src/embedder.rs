@@ -9,7 +9,9 @@ use async_openai::config::OpenAIConfig;
 use kbq_store::{Embedder, StoreError};
 use serde_json::{Value, json};
 
-use crate::provider::{ProviderError, classify, plain_http, with_retries, with_retry_after};
+use crate::backend::{
+    ProviderError, RetryPolicy, classify, plain_http, with_retries, with_retry_after,
+};
 
 /// What an [`OpenAiEmbedder`] is built from.
 #[derive(Debug, Clone)]
@@ -111,7 +113,7 @@ impl OpenAiEmbedder {
     ) -> kbq_store::Result<Vec<Vec<f32>>> {
         let mut out = Vec::with_capacity(texts.len());
         for batch in texts.chunks(self.config.batch_size.max(1)) {
-            let retry = crate::RetryPolicy {
+            let retry = RetryPolicy {
                 max_retries: self.config.max_retries,
                 min_delay: Duration::from_millis(100),
                 max_delay: Duration::from_secs(2),

@@ -14,7 +14,7 @@ use parking_lot::RwLock;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::Serialize;
 
-use crate::provider::Backend;
+use crate::backend::{Backend, ProviderError};
 
 /// Thresholds and timings of the health rules.
 #[derive(Debug, Clone, Copy)]
@@ -208,13 +208,22 @@ pub struct Outcome {
     pub probe: bool,
 }
 
-/// Messages to the health actor.
-#[derive(Debug)]
-pub enum HealthMessage {
-    /// A call or probe finished.
-    Outcome(Outcome),
-    /// Time to probe every provider.
-    Tick,
+impl Outcome {
+    /// The outcome of a call or probe of `provider` that started at `started`.
+    pub fn of<T>(
+        provider: String,
+        started: Instant,
+        result: &Result<T, ProviderError>,
+        probe: bool,
+    ) -> Self {
+        Outcome {
+            provider,
+            ok: result.is_ok(),
+            latency: started.elapsed(),
+            error: result.as_ref().err().map(|e| e.to_string()),
+            probe,
+        }
+    }
 }
 
 /// What the health actor is built from: the board it keeps, and the providers it probes.
@@ -226,6 +235,15 @@ pub struct HealthArguments {
 pub struct HealthState {
     board: HealthBoard,
     providers: Vec<(String, Arc<dyn Backend>)>,
+}
+
+/// Messages to the health actor.
+#[derive(Debug)]
+pub enum HealthMessage {
+    /// A call or probe finished.
+    Outcome(Outcome),
+    /// Time to probe every provider.
+    Tick,
 }
 
 /// Probes providers on an interval and records every outcome on the board. It never waits
@@ -260,12 +278,24 @@ impl Actor for HealthActor {
             HealthMessage::Outcome(o) => state.board.record(&o),
             HealthMessage::Tick => {
                 for (name, backend) in &state.providers {
-                    crate::provider::probe(name.clone(), backend.clone(), myself.clone());
+                    probe(name.clone(), backend.clone(), myself.clone());
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Checks one provider's reachability once (no retries) and tells `health` the outcome.
+/// Probes run on tasks of their own, never in the provider's pool, so a busy pool cannot
+/// delay them.
+fn probe(name: String, backend: Arc<dyn Backend>, health: ActorRef<HealthMessage>) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let result = backend.probe().await;
+        let outcome = Outcome::of(name, started, &result, true);
+        let _ = health.cast(HealthMessage::Outcome(outcome));
+    });
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@
 //! - [`root`]: the [`RootSupervisor`] and its restart policy.
 
 pub mod agent;
+pub mod backend;
 pub mod builtin;
 pub mod capacity;
 pub mod chat;
@@ -58,6 +59,7 @@ use crate::capacity::ElasticPool;
 use crate::pool::PoolHandle;
 
 pub use agent::Agent;
+pub use backend::{Backend, ChatRequest, ChatResponse, RetryPolicy, Usage};
 pub use chat::{
     AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
 };
@@ -65,7 +67,6 @@ pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use pool::PoolStats;
-pub use provider::{Backend, ChatRequest, ChatResponse, RetryPolicy, Usage};
 pub use root::{RootMessage, RootSupervisor};
 pub use tools::ToolPool;
 
@@ -257,7 +258,7 @@ impl Runtime {
                         base_url,
                         model,
                         api_key,
-                    } => Arc::new(provider::OpenAiBackend::new(
+                    } => Arc::new(backend::OpenAiBackend::new(
                         &p.name,
                         base_url,
                         model,

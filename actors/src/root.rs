@@ -9,11 +9,12 @@ use kbq_store::KnowledgeBase;
 use kbq_tools::Toolbox;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
+use crate::backend::{Backend, RetryPolicy};
 use crate::capacity::ElasticPool;
 use crate::graph::{GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
 use crate::pool::{PoolHandle, Slot, spawn_pool};
-use crate::provider::{Backend, ProviderArguments, ProviderMessage, ProviderWorker, RetryPolicy};
+use crate::provider::{ProviderArguments, ProviderMessage, ProviderWorker};
 use crate::session_supervisor::{SessionSupervisor, SessionSupervisorMessage};
 use crate::tools::{ToolJob, ToolWorker};
 

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use crate::backend::{ChatRequest, ChatResponse};
 use crate::chat::AgentError;
 use crate::health::HealthBoard;
 use crate::pool::{PoolError, PoolHandle};
 use crate::provider::ProviderMessage;
-use crate::provider::{ChatRequest, ChatResponse};
 
 /// One provider's worker pool as the router calls it.
 #[derive(Clone)]

@@ -12,8 +12,8 @@ use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
+use crate::backend::{ChatRequest, Usage};
 use crate::chat::{AgentError, Role, SessionLimits, StopReason, ToolCallRecord};
-use crate::provider::{ChatRequest, Usage};
 use crate::router::ProviderRouter;
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
 
