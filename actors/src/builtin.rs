@@ -14,22 +14,25 @@
 //! else the user's message in each required string parameter); `required` calls the planned
 //! tools, or the first offered one; `auto` calls the planned tools that are offered. When
 //! nothing is called (no tools, `none`, or no planned tool offered) the provider answers from
-//! the knowledge base itself, running the retrieval tools in process.
+//! the knowledge base itself, calling the retrieval tools through their worker pools (so
+//! within the pools' bounds and timeouts, and counted, like any model's tool calls).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kbq_store::KnowledgeBase;
-use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
+use kbq_tools::{EntityExtractor, ToolContext};
 use serde_json::{Value, json};
 
 use crate::backend::{Backend, ChatRequest, ChatResponse, ProviderError, Usage};
+use crate::tools::ToolPool;
 
 pub struct BuiltinBackend {
     name: String,
     kb: Arc<KnowledgeBase>,
     extractor: Arc<EntityExtractor>,
-    toolbox: Toolbox,
+    /// The tools' pools, for answers the provider gives itself.
+    tools: ToolPool,
     calls: AtomicU64,
 }
 
@@ -73,12 +76,17 @@ fn generic_arguments(tool: &Value, text: &str) -> Value {
 }
 
 impl BuiltinBackend {
-    pub fn new(name: &str, kb: Arc<KnowledgeBase>, extractor: Arc<EntityExtractor>) -> Self {
+    pub fn new(
+        name: &str,
+        kb: Arc<KnowledgeBase>,
+        extractor: Arc<EntityExtractor>,
+        tools: ToolPool,
+    ) -> Self {
         BuiltinBackend {
             name: name.into(),
             kb,
             extractor,
-            toolbox: Toolbox::default(),
+            tools,
             calls: AtomicU64::new(0),
         }
     }
@@ -88,8 +96,8 @@ impl BuiltinBackend {
     }
 
     /// Answers from the knowledge base itself, for a request that offers no tools to call:
-    /// runs the planned retrieval tools in process and describes what they found. Memory
-    /// belongs to API keys, so it is only reachable through the agent.
+    /// runs the planned retrieval tools through their pools and describes what they found.
+    /// Memory belongs to API keys, so it is only reachable through the agent.
     async fn answer_directly(&self, text: &str) -> Result<String, ProviderError> {
         let ctx = ToolContext {
             kb: self.kb.clone(),
@@ -105,13 +113,7 @@ impl BuiltinBackend {
                 );
                 continue;
             }
-            let Some(tool) = self.toolbox.get(name) else {
-                continue;
-            };
-            let result = match tool.call(&ctx, &args).await {
-                Ok(v) => v,
-                Err(e) => e.to_result(),
-            };
+            let result = self.tools.call_for_model(name, &ctx, args).await;
             parts.push(describe(name, &result));
         }
         Ok(parts.join("\n\n"))

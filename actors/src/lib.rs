@@ -253,6 +253,7 @@ impl Runtime {
                         &p.name,
                         kb.clone(),
                         extractor.clone(),
+                        tools.clone(),
                     )),
                     ProviderKind::OpenAi {
                         base_url,
