@@ -1,5 +1,7 @@
-//! Bad input: one error body shape, a 4xx naming the field, and nothing changed.
+//! Bad input: one error body shape, a 4xx naming the field, and nothing changed; and the
+//! table of codes in docs/errors.md is the one in `ErrorCode`.
 
+use kbq::error::ErrorCode;
 use reqwest::Method;
 use serde_json::json;
 
@@ -151,4 +153,108 @@ async fn every_response_carries_a_request_id() {
     let res = t.http.get(t.url("/nowhere")).send().await.unwrap();
     assert!(res.headers().contains_key("x-request-id"));
     t.stop().await;
+}
+
+const ERRORS_PAGE: &str = include_str!("../../docs/errors.md");
+
+/// One row of the "Codes" table of docs/errors.md: its line, code, status and meaning cells.
+struct CodeRow<'a> {
+    line: usize,
+    code: &'a str,
+    status: &'a str,
+    meaning: &'a str,
+}
+
+/// The rows of the table under `## Codes`, up to the next heading.
+fn code_rows(page: &str) -> Vec<CodeRow<'_>> {
+    let mut in_codes = false;
+    let mut rows = Vec::new();
+    for (i, line) in page.lines().enumerate() {
+        if line.starts_with("## ") {
+            in_codes = line == "## Codes";
+            continue;
+        }
+        // Data rows open with a code in backticks; the header and the rule do not.
+        if !in_codes || !line.starts_with("| `") {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 4, "docs/errors.md:{}: {line}", i + 1);
+        rows.push(CodeRow {
+            line: i + 1,
+            code: cells[0].trim_matches('`'),
+            status: cells[1],
+            meaning: cells[2],
+        });
+    }
+    rows
+}
+
+/// The code's meaning as the table opens its cell: a sentence, capitalised, with a full stop.
+fn as_sentence(meaning: &str) -> String {
+    let mut chars = meaning.chars();
+    let first = chars.next().map(|c| c.to_uppercase().to_string());
+    format!("{}{}.", first.unwrap_or_default(), chars.as_str())
+}
+
+/// Every code the type can serialise to, read from its derived schema, so that a variant left
+/// out of `ErrorCode::ALL` is caught too.
+fn every_code_string() -> Vec<String> {
+    let schema = serde_json::to_value(<ErrorCode as utoipa::PartialSchema>::schema()).unwrap();
+    schema["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("ErrorCode's schema lists no enum: {schema}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_docs_table_of_codes_is_error_code_all() {
+    let rows = code_rows(ERRORS_PAGE);
+    for code in ErrorCode::ALL {
+        // The string a client sees in the body is the one the table names.
+        assert_eq!(serde_json::to_value(code).unwrap(), json!(code.as_str()));
+        let found: Vec<&CodeRow> = rows.iter().filter(|r| r.code == code.as_str()).collect();
+        let [row] = found.as_slice() else {
+            panic!(
+                "docs/errors.md has {} rows for `{}`; it needs exactly one",
+                found.len(),
+                code.as_str()
+            );
+        };
+        assert_eq!(
+            row.status,
+            code.status().as_u16().to_string(),
+            "docs/errors.md:{}: the status of `{}`",
+            row.line,
+            code.as_str()
+        );
+        // The cell may explain further, after the meaning's own sentence.
+        let meaning = as_sentence(code.meaning());
+        let rest = row.meaning.strip_prefix(&meaning);
+        assert!(
+            rest.is_some_and(|rest| rest.is_empty() || rest.starts_with(' ')),
+            "docs/errors.md:{}: the meaning of `{}` should open with {meaning:?}, not {:?}",
+            row.line,
+            code.as_str(),
+            row.meaning
+        );
+    }
+    for row in &rows {
+        assert!(
+            ErrorCode::ALL.iter().any(|c| c.as_str() == row.code),
+            "docs/errors.md:{}: `{}` is not in ErrorCode::ALL",
+            row.line,
+            row.code
+        );
+    }
+    let mut every = every_code_string();
+    let mut all: Vec<String> = ErrorCode::ALL.iter().map(|c| c.as_str().into()).collect();
+    every.sort();
+    all.sort();
+    assert_eq!(
+        every, all,
+        "ErrorCode::ALL should hold every ErrorCode once"
+    );
 }
