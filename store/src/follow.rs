@@ -24,7 +24,7 @@ use surrealdb::types::{RecordIdKey, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
 use crate::kb::{
-    KnowledgeBase, RELATIONSHIP_FIELDS, RELATIONSHIP_NAME_FIELDS, obj, relationship_id,
+    KnowledgeBase, RELATIONSHIP_FIELDS, RELATIONSHIP_NAME_FIELDS, obj, relationship_record_id,
 };
 use crate::model::Relationship;
 use crate::model::table::{DOCUMENT, ENTITY, RELATES};
@@ -174,7 +174,7 @@ impl KnowledgeBase {
             if !rels.is_empty() {
                 let ids: Vec<_> = rels
                     .iter()
-                    .map(|(s, t, ty)| relationship_id(s, t, ty))
+                    .map(|(s, t, ty)| relationship_record_id(s, t, ty))
                     .collect();
                 let found: Vec<Relationship> = self
                     .run(

@@ -8,16 +8,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+use surrealdb::types::{Object, SurrealValue, Value};
 
 use crate::error::Result;
 use crate::graph::{
     self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
 };
 use crate::kb::{
-    Connected, INDEX_LOAD_TIMEOUT, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, obj,
+    Connected, INDEX_LOAD_TIMEOUT, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH,
+    entity_record_id, obj,
 };
-use crate::model::table::{self, ENTITY, RELATES};
+use crate::model::table::{ENTITY, RELATES};
 use crate::model::{Entity, EntityRef, Relationship, keys};
 
 /// An entity row as [`Entity`] reads it; the id is filled in from the name (see [`with_id`]).
@@ -280,7 +281,7 @@ fn with_id(mut e: Entity) -> EntityRef {
 fn entity_ids(names: &[String]) -> Value {
     names
         .iter()
-        .map(|n| RecordId::new(table::ENTITY, keys::entity(n)))
+        .map(|n| entity_record_id(n))
         .collect::<Vec<_>>()
         .into_value()
 }

@@ -391,8 +391,17 @@ impl KnowledgeBase {
     }
 }
 
+/// The record id of the entity named `name`.
+pub(crate) fn entity_record_id(name: &str) -> RecordId {
+    RecordId::new(table::ENTITY, keys::entity(name))
+}
+
 /// The record id of the relationship (source, target, type).
-pub(crate) fn relationship_id(source: &str, target: &str, relationship_type: &str) -> RecordId {
+pub(crate) fn relationship_record_id(
+    source: &str,
+    target: &str,
+    relationship_type: &str,
+) -> RecordId {
     RecordId::new(
         table::RELATES,
         keys::relationship(source, target, relationship_type),

@@ -12,12 +12,13 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::doc_index::DocEntry;
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
-use crate::graph;
+use crate::graph::{self, GraphIndex};
 use crate::kb::{
-    KnowledgeBase, RELATIONSHIP_NAME_FIELDS, obj, query_on, relationship_id, row, vector_bytes,
+    KnowledgeBase, RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, query_on,
+    relationship_record_id, row, vector_bytes,
 };
 use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
-use crate::model::{NewDocument, NewEntity, NewRelationship, keys};
+use crate::model::{Entity, NewDocument, NewEntity, NewRelationship, Relationship, keys};
 use crate::text::Analysed;
 use crate::vectors::DocTags;
 
@@ -54,42 +55,48 @@ pub struct EntityDeletion {
 impl KnowledgeBase {
     /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
     pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
-        self.insert_pipelined(
+        self.upsert_graph(
             &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE"),
             entities,
-            |chunk: Vec<NewEntity>| async move {
-                let rows = chunk.iter().map(entity_row).collect();
-                Ok((rows, chunk.into_iter().map(NewEntity::into_entity).collect::<Vec<_>>()))
-            },
-            |written| {
-                if let Some(index) = self.graph_index() {
-                    let mut index = index.write();
-                    for e in written {
-                        index.upsert_entity(e);
-                    }
-                }
-                self.bump_generation();
-            },
+            || self.bump_generation(),
         )
         .await
     }
 
     /// Inserts or updates relationships by (source, target, type). Both ends must exist.
     pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
-        self.insert_pipelined(
+        self.upsert_graph(
             &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE"),
             rels,
-            |chunk: Vec<NewRelationship>| async move {
-                let rows = chunk.iter().map(relationship_row).collect();
-                Ok((rows, chunk.into_iter().map(NewRelationship::into_relationship).collect::<Vec<_>>()))
+            || {},
+        )
+        .await
+    }
+
+    /// Writes graph records with `sql` (see [`insert_pipelined`](Self::insert_pipelined)),
+    /// putting each statement's records into the graph index once it has succeeded, then
+    /// calling `then`.
+    async fn upsert_graph<R: GraphRecord>(
+        &self,
+        sql: &str,
+        records: &[R],
+        then: impl Fn(),
+    ) -> Result<()> {
+        self.insert_pipelined(
+            sql,
+            records,
+            |chunk: Vec<R>| async move {
+                let rows = chunk.iter().map(R::row).collect();
+                Ok((rows, chunk.into_iter().map(R::indexed).collect::<Vec<_>>()))
             },
             |written| {
                 if let Some(index) = self.graph_index() {
                     let mut index = index.write();
-                    for r in written {
-                        index.upsert_relationship(r);
+                    for record in written {
+                        R::put(&mut index, record);
                     }
                 }
+                then();
             },
         )
         .await
@@ -178,7 +185,7 @@ impl KnowledgeBase {
             #[serde(default)]
             ins: Vec<EdgeRow>,
         }
-        let id = RecordId::new(table::ENTITY, keys::entity(name));
+        let id = entity_record_id(name);
         let rows: Vec<Row> = self
             .run(
                 &format!("SELECT ->{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS outs, <-{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS ins FROM $ids"),
@@ -198,7 +205,7 @@ impl KnowledgeBase {
         edges.dedup();
         let edge_ids: Vec<RecordId> = edges
             .iter()
-            .map(|(s, d, t)| relationship_id(s, d, t))
+            .map(|(s, d, t)| relationship_record_id(s, d, t))
             .collect();
         self.exec(
             "DELETE $edges; DELETE $id",
@@ -262,41 +269,71 @@ impl KnowledgeBase {
     }
 }
 
-fn entity_row(e: &NewEntity) -> Value {
-    row([
-        (
-            "id",
-            RecordId::new(table::ENTITY, keys::entity(&e.name)).into_value(),
-        ),
-        ("name", e.name.clone().into_value()),
-        ("name_lower", graph::fold_case(&e.name).into_value()),
-        ("entity_type", e.entity_type.clone().into_value()),
-        ("properties", json(Json::Object(e.properties.clone()))),
-    ])
+/// What the entity and relationship upserts share: each record is a row of its INSERT and,
+/// once written, a part of the graph index.
+trait GraphRecord: Clone + Send + 'static {
+    /// What the graph index keeps of the record.
+    type Indexed: Send + 'static;
+    fn row(&self) -> Value;
+    fn indexed(self) -> Self::Indexed;
+    fn put(index: &mut GraphIndex, indexed: Self::Indexed);
 }
 
-fn relationship_row(r: &NewRelationship) -> Value {
-    row([
-        (
-            "id",
-            relationship_id(&r.source_name, &r.target_name, &r.relationship_type).into_value(),
-        ),
-        (
-            "in",
-            RecordId::new(table::ENTITY, keys::entity(&r.source_name)).into_value(),
-        ),
-        (
-            "out",
-            RecordId::new(table::ENTITY, keys::entity(&r.target_name)).into_value(),
-        ),
-        ("source_name", r.source_name.clone().into_value()),
-        ("target_name", r.target_name.clone().into_value()),
-        (
-            "relationship_type",
-            r.relationship_type.clone().into_value(),
-        ),
-        ("properties", json(Json::Object(r.properties.clone()))),
-    ])
+impl GraphRecord for NewEntity {
+    type Indexed = Entity;
+
+    fn row(&self) -> Value {
+        row([
+            ("id", entity_record_id(&self.name).into_value()),
+            ("name", self.name.clone().into_value()),
+            ("name_lower", graph::fold_case(&self.name).into_value()),
+            ("entity_type", self.entity_type.clone().into_value()),
+            ("properties", json(Json::Object(self.properties.clone()))),
+        ])
+    }
+
+    fn indexed(self) -> Entity {
+        self.into_entity()
+    }
+
+    fn put(index: &mut GraphIndex, e: Entity) {
+        index.upsert_entity(e);
+    }
+}
+
+impl GraphRecord for NewRelationship {
+    type Indexed = Relationship;
+
+    fn row(&self) -> Value {
+        row([
+            (
+                "id",
+                relationship_record_id(
+                    &self.source_name,
+                    &self.target_name,
+                    &self.relationship_type,
+                )
+                .into_value(),
+            ),
+            ("in", entity_record_id(&self.source_name).into_value()),
+            ("out", entity_record_id(&self.target_name).into_value()),
+            ("source_name", self.source_name.clone().into_value()),
+            ("target_name", self.target_name.clone().into_value()),
+            (
+                "relationship_type",
+                self.relationship_type.clone().into_value(),
+            ),
+            ("properties", json(Json::Object(self.properties.clone()))),
+        ])
+    }
+
+    fn indexed(self) -> Relationship {
+        self.into_relationship()
+    }
+
+    fn put(index: &mut GraphIndex, r: Relationship) {
+        index.upsert_relationship(r);
+    }
 }
 
 /// The rows of `docs`, embedded, and each document as the in-process indexes hold it.
@@ -316,7 +353,7 @@ async fn document_rows(
             entity_name: d.entity_name.as_deref().map(Into::into),
         };
         let entity = match &d.entity_name {
-            Some(n) => RecordId::new(table::ENTITY, keys::entity(n)).into_value(),
+            Some(n) => entity_record_id(n).into_value(),
             None => Value::None,
         };
         let text = Analysed::new(&d.title, &d.content);
