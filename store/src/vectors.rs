@@ -191,14 +191,15 @@ impl VectorIndex {
         let q = unit(query);
         let (qcodes, _) = quantise(&q);
         let pool = (k * RERANK_FACTOR).max(RERANK_MIN);
-        let candidates = scan_codes(
-            &self.codes,
-            &self.scales,
-            &qcodes,
-            self.dimension,
+        let candidates = CodeScan {
+            codes: &self.codes,
+            scales: &self.scales,
+            query: &qcodes,
+            dimension: self.dimension,
             pool,
-            &|slot| keep(&self.tags[slot]),
-        );
+            keep: &|slot| keep(&self.tags[slot]),
+        }
+        .run();
         let mut scored: Vec<(usize, f32)> = candidates
             .into_iter()
             .map(|slot| (slot, dot(self.slot(slot), &q)))
@@ -293,55 +294,48 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         .sum()
 }
 
-/// The slots of the `pool` best approximate scores among those `keep` accepts.
-fn scan_codes(
-    codes: &[i8],
-    scales: &[f32],
-    query: &[i8],
+/// A scan of the 8-bit codes for the slots of the `pool` best approximate scores among those
+/// `keep` accepts.
+struct CodeScan<'a> {
+    codes: &'a [i8],
+    scales: &'a [f32],
+    query: &'a [i8],
     dimension: usize,
     pool: usize,
-    keep: &dyn Fn(usize) -> bool,
-) -> Vec<usize> {
+    keep: &'a dyn Fn(usize) -> bool,
+}
+
+impl CodeScan<'_> {
+    /// The scan, in AVX2 code where the CPU has it.
+    fn run(&self) -> Vec<usize> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                return unsafe { self.run_avx2() };
+            }
+        }
+        self.run_portable()
+    }
+
+    /// [`run_portable`](Self::run_portable), compiled for AVX2.
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { scan_codes_avx2(codes, scales, query, dimension, pool, keep) };
-        }
+    #[target_feature(enable = "avx2")]
+    fn run_avx2(&self) -> Vec<usize> {
+        self.run_portable()
     }
-    scan_codes_portable(codes, scales, query, dimension, pool, keep)
-}
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn scan_codes_avx2(
-    codes: &[i8],
-    scales: &[f32],
-    query: &[i8],
-    dimension: usize,
-    pool: usize,
-    keep: &dyn Fn(usize) -> bool,
-) -> Vec<usize> {
-    scan_codes_portable(codes, scales, query, dimension, pool, keep)
-}
-
-#[inline(always)]
-fn scan_codes_portable(
-    codes: &[i8],
-    scales: &[f32],
-    query: &[i8],
-    dimension: usize,
-    pool: usize,
-    keep: &dyn Fn(usize) -> bool,
-) -> Vec<usize> {
-    let mut top = TopK::new(pool);
-    for (slot, row) in codes.chunks_exact(dimension).enumerate() {
-        let s = dot_i8(row, query) as f32 * scales[slot];
-        if top.admits(s) && keep(slot) {
-            top.push(s, slot);
+    #[inline(always)]
+    fn run_portable(&self) -> Vec<usize> {
+        let mut top = TopK::new(self.pool);
+        for (slot, row) in self.codes.chunks_exact(self.dimension).enumerate() {
+            let s = dot_i8(row, self.query) as f32 * self.scales[slot];
+            if top.admits(s) && (self.keep)(slot) {
+                top.push(s, slot);
+            }
         }
+        top.into_vec().into_iter().map(|(slot, _)| slot).collect()
     }
-    top.into_vec().into_iter().map(|(slot, _)| slot).collect()
 }
 
 /// The `k` best (score, slot) pairs seen.
