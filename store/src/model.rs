@@ -168,10 +168,16 @@ pub fn check_name(field: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`check_name`] for each `(field, value)`, in order; the first failure is the answer.
+fn check_names(fields: &[(&str, &str)]) -> Result<()> {
+    fields
+        .iter()
+        .try_for_each(|(field, value)| check_name(field, value))
+}
+
 impl NewEntity {
     pub fn validate(&self) -> Result<()> {
-        check_name("name", &self.name)?;
-        check_name("entity_type", &self.entity_type)
+        check_names(&[("name", &self.name), ("entity_type", &self.entity_type)])
     }
     pub fn into_entity(self) -> Entity {
         Entity {
@@ -185,9 +191,11 @@ impl NewEntity {
 
 impl NewRelationship {
     pub fn validate(&self) -> Result<()> {
-        check_name("source_name", &self.source_name)?;
-        check_name("target_name", &self.target_name)?;
-        check_name("relationship_type", &self.relationship_type)
+        check_names(&[
+            ("source_name", &self.source_name),
+            ("target_name", &self.target_name),
+            ("relationship_type", &self.relationship_type),
+        ])
     }
     pub fn into_relationship(self) -> Relationship {
         Relationship {
@@ -201,9 +209,11 @@ impl NewRelationship {
 
 impl NewDocument {
     pub fn validate(&self) -> Result<()> {
-        check_name("source", &self.source)?;
-        check_name("source_id", &self.source_id)?;
-        check_name("content_type", &self.content_type)?;
+        check_names(&[
+            ("source", &self.source),
+            ("source_id", &self.source_id),
+            ("content_type", &self.content_type),
+        ])?;
         if self.title.len() > MAX_NAME_BYTES * 4 {
             return Err(StoreError::invalid(
                 "title",
