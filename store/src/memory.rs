@@ -75,6 +75,27 @@ struct Recall {
     order: &'static str,
 }
 
+/// Nearest to `$q`, an embedding, by cosine similarity.
+const BY_VECTOR: Recall = Recall {
+    score: "vector::similarity::cosine(embedding, $q)",
+    matching: "",
+    order: "score",
+};
+
+/// Best BM25 for the words of `$q`.
+const BY_KEYWORD: Recall = Recall {
+    score: "search::score(1)",
+    matching: "AND content @1@ $q",
+    order: "score",
+};
+
+/// Mentioning any of `$entities`, newest first.
+const BY_ENTITIES: Recall = Recall {
+    score: "1.0",
+    matching: "AND entities CONTAINSANY $entities",
+    order: "created_at",
+};
+
 const FIELDS: &str = "meta::id(id) AS id, content, tags, entities, created_at";
 
 impl KnowledgeBase {
@@ -130,16 +151,7 @@ impl KnowledgeBase {
     ) -> Result<Vec<MemoryHit>> {
         let q = self.embed_one(text).await?;
         let mut hits = self
-            .recall(
-                owner,
-                Recall {
-                    score: "vector::similarity::cosine(embedding, $q)",
-                    matching: "",
-                    order: "score",
-                },
-                ("q", vector(q)),
-                limit,
-            )
+            .recall(owner, &BY_VECTOR, ("q", vector(q)), limit)
             .await?;
         hits.retain(|h| h.score > 0.0);
         Ok(hits)
@@ -157,11 +169,7 @@ impl KnowledgeBase {
         }
         self.recall(
             owner,
-            Recall {
-                score: "search::score(1)",
-                matching: "AND content @1@ $q",
-                order: "score",
-            },
+            &BY_KEYWORD,
             ("q", text.to_string().into_value()),
             limit,
         )
@@ -178,17 +186,9 @@ impl KnowledgeBase {
         if entities.is_empty() {
             return Ok(Vec::new());
         }
-        self.recall(
-            owner,
-            Recall {
-                score: "1.0",
-                matching: "AND entities CONTAINSANY $entities",
-                order: "created_at",
-            },
-            ("entities", entities.to_vec().into_value()),
-            limit,
-        )
-        .await
+        let entities = entities.to_vec().into_value();
+        self.recall(owner, &BY_ENTITIES, ("entities", entities), limit)
+            .await
     }
 
     /// The `limit` first of `owner`'s memories as `how` finds them, with `arg` bound as the
@@ -196,7 +196,7 @@ impl KnowledgeBase {
     async fn recall(
         &self,
         owner: &str,
-        how: Recall,
+        how: &Recall,
         arg: (&str, Value),
         limit: usize,
     ) -> Result<Vec<MemoryHit>> {
