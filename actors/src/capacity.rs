@@ -3,7 +3,7 @@
 //! tick it reads each factory's queue depth and busy workers: a queue grows the pool by as
 //! many workers as requests wait (up to the maximum); a pool whose busy workers stay at half
 //! its size or less for [`IDLE_TICKS`] ticks in a row shrinks towards them (down to the
-//! minimum).
+//! minimum). [`Pools`] is the same list of pools as metrics read it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +83,7 @@ impl ElasticPool {
     }
 }
 
+/// The pools the controller sizes.
 pub struct CapacityArguments {
     pub(crate) pools: Arc<Vec<ElasticPool>>,
 }
@@ -94,13 +95,16 @@ struct Seen {
     idle: u32,
 }
 
+/// The pools, and what the controller saw of each at the last tick.
 pub struct CapacityState {
     pools: Arc<Vec<ElasticPool>>,
     seen: Vec<Seen>,
 }
 
+/// Messages to the controller.
 #[derive(Debug)]
 pub enum CapacityMessage {
+    /// Time to look at every pool (every [`TICK`]).
     Tick,
 }
 
@@ -126,6 +130,7 @@ pub fn next_size(
     (size, 0)
 }
 
+/// Sizes every elastic pool to its load, once a [`TICK`].
 pub struct CapacityController;
 
 impl Actor for CapacityController {
@@ -195,6 +200,42 @@ impl Actor for CapacityController {
             }
         }
         Ok(())
+    }
+}
+
+/// Every worker pool of the runtime (the graph workers, each tool's, each provider's), as
+/// metrics read them.
+#[derive(Clone)]
+pub struct Pools(Arc<Vec<ElasticPool>>);
+
+/// One pool as read now.
+#[derive(Debug, Clone)]
+pub struct PoolReading {
+    /// `graph`, `tool:NAME` or `provider:NAME`.
+    pub name: String,
+    /// Workers in the pool.
+    pub size: usize,
+    /// Busy workers and queued requests; `None` while the pool restarts.
+    pub stats: Option<PoolStats>,
+}
+
+impl Pools {
+    pub(crate) fn new(pools: Arc<Vec<ElasticPool>>) -> Self {
+        Pools(pools)
+    }
+
+    /// Reads every pool, in a fixed order.
+    pub async fn read(&self) -> Vec<PoolReading> {
+        let stats = futures::future::join_all(self.0.iter().map(|p| p.pool.stats())).await;
+        self.0
+            .iter()
+            .zip(stats)
+            .map(|(p, stats)| PoolReading {
+                name: p.name.clone(),
+                size: p.pool.size(),
+                stats,
+            })
+            .collect()
     }
 }
 

@@ -232,6 +232,7 @@ pub struct HealthArguments {
     pub providers: Vec<(String, Arc<dyn Backend>)>,
 }
 
+/// The board and the providers to probe.
 pub struct HealthState {
     board: HealthBoard,
     providers: Vec<(String, Arc<dyn Backend>)>,

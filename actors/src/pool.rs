@@ -1,7 +1,9 @@
-//! Worker pools: the [`Slot`] a supervisor refills when it restarts a child, the
-//! [`Admission`] that bounds a pool, and the factory plumbing every pool shares (spawning one,
-//! answering a job unless its caller has gone, reading its stats). Its own file so that every
-//! actor file takes these from one place below them, never through the root.
+//! Worker pools: `PoolHandle`, the one handle every pool's callers use (the graph's, each
+//! tool's, each provider's: admission bound, shedding, timeout, in-flight count, size), the
+//! `Slot` a supervisor refills when it restarts a child, the `Admission` that bounds a pool,
+//! and the factory plumbing every pool shares (spawning one, answering a job unless its
+//! caller has gone, reading its stats). Its own file, below every actor file, so that they
+//! all take these from one place and never through the root.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

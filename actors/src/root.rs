@@ -43,6 +43,7 @@ pub struct RootArguments {
     pub(crate) session_slot: Slot<ActorRef<SessionSupervisorMessage>>,
 }
 
+/// The arguments, kept to rebuild any child, and how many restarts there were.
 pub struct RootState {
     args: RootArguments,
     restarts: u64,
@@ -155,6 +156,7 @@ async fn spawn_child(
     Ok(())
 }
 
+/// The root of the tree: starts every long-lived child and restarts any that stops.
 pub struct RootSupervisor;
 
 impl Actor for RootSupervisor {
