@@ -244,3 +244,34 @@ impl<M: Message> PoolHandle<M> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_admission_holds_a_place_until_it_drops_and_a_full_pool_takes_none() {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let first = Admission::take(&counter, 2).unwrap();
+        let second = Admission::take(&counter, 2).unwrap();
+        assert_eq!(Admission::take(&counter, 2).err(), Some(2));
+        assert_eq!(
+            counter.load(Ordering::Acquire),
+            2,
+            "a refusal holds no place"
+        );
+        drop(first);
+        drop(second);
+        assert_eq!(counter.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_handle_without_a_factory_answers_not_running_and_admits_nothing() {
+        let pool = PoolHandle::<()>::new(2, 3, Duration::from_secs(1));
+        assert_eq!((pool.least(), pool.size()), (2, 2));
+        let answer = pool.call(|_reply: RpcReplyPort<()>| ()).await;
+        assert_eq!(answer, Err(PoolError::NotRunning));
+        assert_eq!(pool.in_flight(), 0);
+        assert!(pool.stats().await.is_none());
+    }
+}
