@@ -270,6 +270,22 @@ impl KnowledgeBase {
             .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
+    /// Changes whenever entities are written through this knowledge base, so that a cache of
+    /// [`entity_names`](Self::entity_names) knows when to refresh.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The in-process vector index of document embeddings.
+    pub(crate) fn vectors(&self) -> &Arc<RwLock<VectorIndex>> {
+        &self.vectors
+    }
+
+    /// The in-process keyword index of document titles and contents.
+    pub(crate) fn text(&self) -> &Arc<RwLock<TextIndex>> {
+        &self.text
+    }
+
     pub(crate) async fn exec_on(&self, c: &Connected, sql: &str, vars: Object) -> Result<()> {
         let resp = self.send(c, sql, vars).await?;
         resp.check()
@@ -372,22 +388,6 @@ impl KnowledgeBase {
             relationships: r.relationships,
             documents: r.documents,
         })
-    }
-
-    /// The in-process vector index of document embeddings.
-    pub(crate) fn vectors(&self) -> &Arc<RwLock<VectorIndex>> {
-        &self.vectors
-    }
-
-    /// The in-process keyword index of document titles and contents.
-    pub(crate) fn text(&self) -> &Arc<RwLock<TextIndex>> {
-        &self.text
-    }
-
-    /// Changes whenever entities are written through this knowledge base, so that a cache of
-    /// [`entity_names`](Self::entity_names) knows when to refresh.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - [`model`]: entities, relationships, documents, the import record, table names and record keys.
-//! - [`kb`]: [`KnowledgeBase`], its connection and the query helpers; the files below extend it.
+//! - [`kb`]: [`KnowledgeBase`], its connection and the query helpers (`impl KnowledgeBase`
+//!   continues in schema, write, doc_index, graph_reads, search, related, memory and follow).
 //! - [`schema`]: the schema, the embedder record that guards it, and `reembed`.
 //! - [`write`]: upserts through pipelined INSERTs, and deletes.
 //! - [`doc_index`]: the document indexes (vectors, keywords) kept in step with SurrealDB.

@@ -1,7 +1,7 @@
 //! Progress reporting for long store work: an import's phases and `kbq reindex`'s embeddings.
-//! Its own module because both [`import`](crate::import) and the knowledge base's
-//! [`reembed`](crate::KnowledgeBase::reembed) report through it, and neither should import the
-//! other for it.
+//! Its own module because both the import (`import::import_records`) and the knowledge base's
+//! `KnowledgeBase::reembed` report through it, and neither should import the other for it.
+//! `import` re-exports these types, where callers have always found them.
 
 /// The stages of an import, for progress display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
