@@ -17,10 +17,10 @@ use crate::chat::{AgentError, Role, SessionLimits, StopReason, ToolCallRecord};
 use crate::router::ProviderRouter;
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
 
-// `kbq_actors::session::{Agent, AgentReply, AgentRequest}`, as the edge and the benchmarks
-// still import them: the paths these had before the handle and the turn's types left this
-// file. The re-export of `Agent` is the one import back up the crate; it goes when they
-// import these from the crate root.
+// `kbq_actors::session::{Agent, AgentReply, AgentRequest}`, as benches/agent.rs still
+// imports them: the paths these had before the handle and the turn's types left this file.
+// The re-export of `Agent` is the one import back up the crate (agent.rs starts sessions);
+// it goes once the benchmark imports these from the crate root.
 pub use crate::agent::Agent;
 pub use crate::chat::{AgentReply, AgentRequest};
 
