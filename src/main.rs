@@ -201,44 +201,38 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match cli.command.unwrap_or(Command::Serve {
+    let command = cli.command.unwrap_or(Command::Serve {
         listen: None,
         store: None,
         no_demo: false,
-    }) {
+    });
+    // The command line overrides the configuration, and is held to the same rules.
+    match &command {
         Command::Serve {
             listen,
             store,
             no_demo,
         } => {
-            config.server.listen = listen.unwrap_or(config.server.listen);
-            config.store.url = store.unwrap_or(config.store.url);
+            config.server.listen = listen.clone().unwrap_or(config.server.listen);
+            config.store.url = store.clone().unwrap_or(config.store.url);
             config.store.load_demo &= !no_demo;
-            if let Err(e) = config.validate() {
-                eprintln!("kbq: {e}");
-                return ExitCode::from(2);
-            }
-            init_logs(&config);
-            runtime.block_on(serve(config))
         }
-        Command::Import { store, file } => {
-            config.store.url = store.unwrap_or(config.store.url);
-            if let Err(e) = config.validate() {
-                eprintln!("kbq: {e}");
-                return ExitCode::from(2);
-            }
-            init_logs(&config);
-            runtime.block_on(import_file(config, file))
+        Command::Import { store, .. } | Command::Reindex { store } => {
+            config.store.url = store.clone().unwrap_or(config.store.url);
         }
-        Command::Reindex { store } => {
-            config.store.url = store.unwrap_or(config.store.url);
-            if let Err(e) = config.validate() {
-                eprintln!("kbq: {e}");
-                return ExitCode::from(2);
-            }
-            init_logs(&config);
-            runtime.block_on(reindex(config))
+        Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
+            unreachable!("handled above")
         }
+    }
+    if let Err(e) = config.validate() {
+        eprintln!("kbq: {e}");
+        return ExitCode::from(2);
+    }
+    init_logs(&config);
+    match command {
+        Command::Serve { .. } => runtime.block_on(serve(config)),
+        Command::Import { file, .. } => runtime.block_on(import_file(config, file)),
+        Command::Reindex { .. } => runtime.block_on(reindex(config)),
         Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
             unreachable!("handled above")
         }
@@ -305,6 +299,21 @@ struct Bars {
     bar: parking_lot::Mutex<Option<ProgressBar>>,
 }
 
+impl Bars {
+    fn new() -> Bars {
+        Bars {
+            bar: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Leaves the last phase's bar on the screen.
+    fn finish(&self) {
+        if let Some(bar) = self.bar.lock().take() {
+            bar.finish();
+        }
+    }
+}
+
 impl Progress for Bars {
     fn start(&self, phase: Phase, total: u64) {
         let name = match phase {
@@ -340,9 +349,7 @@ async fn import_file(config: Config, file: PathBuf) -> ExitCode {
         return ExitCode::from(2);
     }
     let started = std::time::Instant::now();
-    let bars = Bars {
-        bar: parking_lot::Mutex::new(None),
-    };
+    let bars = Bars::new();
     let result = if file.as_os_str() == "-" {
         import::import(&kb, std::io::stdin().lock(), &bars).await
     } else {
@@ -354,9 +361,7 @@ async fn import_file(config: Config, file: PathBuf) -> ExitCode {
             }
         }
     };
-    if let Some(bar) = bars.bar.lock().take() {
-        bar.finish();
-    }
+    bars.finish();
     let report = match result {
         Ok(r) => r,
         Err(e) => {
@@ -400,13 +405,9 @@ async fn reindex(config: Config) -> ExitCode {
         return ExitCode::from(2);
     }
     let started = std::time::Instant::now();
-    let bars = Bars {
-        bar: parking_lot::Mutex::new(None),
-    };
+    let bars = Bars::new();
     let result = kb.reembed(&bars).await;
-    if let Some(bar) = bars.bar.lock().take() {
-        bar.finish();
-    }
+    bars.finish();
     match result {
         Ok(n) => {
             println!(

@@ -99,6 +99,16 @@ fn openai_provider(name: &str) -> ProviderSection {
     }
 }
 
+/// An `openai` embedder that keeps every rule.
+fn openai_embedder() -> EmbedderSection {
+    EmbedderSection {
+        kind: EmbedderKind::Openai,
+        base_url: Some("https://e/v1".into()),
+        model: Some("m".into()),
+        ..EmbedderSection::default()
+    }
+}
+
 fn key_entry(sha256: &str, scopes: Option<&[&str]>) -> KeyEntry {
     KeyEntry {
         name: "k".into(),
@@ -342,30 +352,15 @@ fn broken_rules() -> Vec<BrokenRule> {
             c.embedder.base_url = Some("https://api.example/v1".into());
         }),
         ("embedder.batch_size must be between 1 and 2048", |c| {
-            c.embedder = EmbedderSection {
-                kind: EmbedderKind::Openai,
-                base_url: Some("https://e/v1".into()),
-                model: Some("m".into()),
-                ..EmbedderSection::default()
-            };
+            c.embedder = openai_embedder();
             c.embedder.batch_size = 0;
         }),
         ("embedder.timeout_ms must be between 1 and 600000", |c| {
-            c.embedder = EmbedderSection {
-                kind: EmbedderKind::Openai,
-                base_url: Some("https://e/v1".into()),
-                model: Some("m".into()),
-                ..EmbedderSection::default()
-            };
+            c.embedder = openai_embedder();
             c.embedder.timeout_ms = 0;
         }),
         ("embedder.max_retries must be at most 10", |c| {
-            c.embedder = EmbedderSection {
-                kind: EmbedderKind::Openai,
-                base_url: Some("https://e/v1".into()),
-                model: Some("m".into()),
-                ..EmbedderSection::default()
-            };
+            c.embedder = openai_embedder();
             c.embedder.max_retries = 11;
         }),
         (
