@@ -23,7 +23,7 @@ use kbq::auth::KeyEntry;
 use kbq::config::{Config, ProviderKindName, ProviderSection};
 use kbq::server::{self, Options, Server};
 use kbq::versions::SystemClock;
-use kbq_actors::session::{Agent, AgentReply, AgentRequest};
+use kbq_actors::{Agent, AgentReply, AgentRequest};
 use serde_json::{Value, json};
 
 use scripted::{MODEL_ID, ScriptedLlm, Step};
