@@ -13,16 +13,11 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
 use crate::backend::{ChatRequest, Usage};
-use crate::chat::{AgentError, Role, SessionLimits, StopReason, ToolCallRecord};
+use crate::chat::{
+    AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
+};
 use crate::router::ProviderRouter;
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
-
-// `kbq_actors::session::{Agent, AgentReply, AgentRequest}`, as benches/agent.rs still
-// imports them: the paths these had before the handle and the turn's types left this file.
-// The re-export of `Agent` is the one import back up the crate (agent.rs starts sessions);
-// it goes once the benchmark imports these from the crate root.
-pub use crate::agent::Agent;
-pub use crate::chat::{AgentReply, AgentRequest};
 
 /// The system prompt when a request gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are kbq's knowledge base assistant. Use the tools to look things up in the knowledge base and in this user's memory before answering, store facts the user asks you to remember, and answer concisely, naming the entities and documents you used.";
