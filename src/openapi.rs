@@ -5,14 +5,17 @@
 //! What the layers in front of the handlers answer (src/routes/mod.rs) is added by [`Layers`],
 //! from the same facts that mount them, so no handler repeats it. The integration test
 //! `tests/it/openapi.rs` holds the document to the routes that are mounted.
+//!
+//! This file only assembles: it lists the paths, the shared components and the tags. Every
+//! request and response type sits beside its handler, and nothing but the docs route reads
+//! this module.
 
-use serde::Serialize;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::schema::Object;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Type};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorCode};
 use crate::routes;
@@ -225,94 +228,4 @@ fn add_layer_errors(path: &str, op: &mut Operation) {
             .entry(code.status().as_u16().to_string())
             .or_insert_with(|| RefOr::Ref(Ref::from_response_name(code.as_str())));
     }
-}
-
-// ---- shapes that handlers build with `json!` ------------------------------------------------
-
-/// `GET /v1/models`, in OpenAI's list shape.
-#[derive(Serialize, ToSchema)]
-pub struct ModelList {
-    /// Always `list`.
-    pub object: String,
-    /// The chat models (`kbq`, the aliases, each provider), then the embedder.
-    pub data: Vec<Model>,
-}
-
-/// `POST /v1/chat/completions`, in OpenAI's `chat.completion` shape.
-#[derive(Serialize, ToSchema)]
-pub struct ChatCompletion {
-    /// `chatcmpl-` and 32 hex digits.
-    pub id: String,
-    /// Always `chat.completion`.
-    pub object: String,
-    /// Unix seconds.
-    pub created: u64,
-    /// The provider that answered.
-    pub model: String,
-    /// One choice: `index` 0, the assistant `message` (`content`, `refusal`, `tool_calls`),
-    /// `logprobs` null, `finish_reason`.
-    #[schema(value_type = Vec<Object>)]
-    pub choices: Vec<serde_json::Value>,
-    /// `prompt_tokens`, `completion_tokens`, `total_tokens`, as the provider counted them.
-    #[schema(value_type = Object)]
-    pub usage: serde_json::Value,
-    /// Always null.
-    #[schema(value_type = Option<String>)]
-    pub system_fingerprint: Option<String>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct Model {
-    /// A chat model's name (`kbq`, an alias, a provider) or the embedder's.
-    pub id: String,
-    /// Always `model`.
-    pub object: String,
-    /// Always 0.
-    pub created: u64,
-    /// `kbq:all-providers`, `kbq:alias`, `kbq:provider` or `kbq:embedder`.
-    pub owned_by: String,
-}
-
-/// `input` of `POST /v1/embeddings`: one string or an array of strings.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum EmbeddingsInput {
-    One(String),
-    Many(Vec<String>),
-}
-
-/// `POST /v1/embeddings`, in OpenAI's shape.
-#[derive(Serialize, ToSchema)]
-pub struct EmbeddingList {
-    /// Always `list`.
-    pub object: String,
-    /// One per input, in input order.
-    pub data: Vec<Embedding>,
-    /// The embedder's name.
-    pub model: String,
-    pub usage: EmbeddingUsage,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct Embedding {
-    /// Always `embedding`.
-    pub object: String,
-    /// The input's position, from 0.
-    pub index: usize,
-    pub embedding: EmbeddingVector,
-}
-
-/// Numbers for `encoding_format` `float`; base64 of little-endian `f32`s for `base64`.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-pub enum EmbeddingVector {
-    Float(Vec<f32>),
-    Base64(String),
-}
-
-/// Whitespace-separated words, an approximation of tokens.
-#[derive(Serialize, ToSchema)]
-pub struct EmbeddingUsage {
-    pub prompt_tokens: usize,
-    pub total_tokens: usize,
 }

@@ -7,8 +7,9 @@ use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, web};
 use base64::Engine as _;
 use kbq_store::KnowledgeBase;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::auth::{Scope, require_scope};
 use crate::error::{ApiError, ErrorBody, ErrorCode};
@@ -35,16 +36,52 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
+// The fields of this file's OpenAI shapes are in alphabetical order: the order these bodies
+// have always been sent in (they were built as `serde_json` maps, which keep their keys
+// sorted).
+
+/// `GET /v1/models`, in OpenAI's list shape.
+#[derive(Serialize, ToSchema)]
+pub struct ModelList<'a> {
+    /// The chat models (`kbq`, the aliases, each provider), then the embedder.
+    pub data: Vec<Model<'a>>,
+    /// Always `list`.
+    pub object: &'static str,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Model<'a> {
+    /// Always 0.
+    pub created: u64,
+    /// A chat model's name (`kbq`, an alias, a provider) or the embedder's.
+    pub id: &'a str,
+    /// Always `model`.
+    pub object: &'static str,
+    /// `kbq:all-providers`, `kbq:alias`, `kbq:provider` or `kbq:embedder`.
+    pub owned_by: &'static str,
+}
+
+impl<'a> Model<'a> {
+    fn new(id: &'a str, owned_by: &'static str) -> Self {
+        Model {
+            created: 0,
+            id,
+            object: "model",
+            owned_by,
+        }
+    }
+}
+
 /// The chat models (`kbq`, the aliases, each provider) and the embedder.
 #[utoipa::path(
     get,
     path = "/v1/models",
     tag = "openai",
-    responses((status = 200, description = "OpenAI's model list", body = crate::openapi::ModelList)),
+    responses((status = 200, description = "OpenAI's model list", body = ModelList)),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
 async fn models(models: web::Data<Models>, kb: web::Data<KnowledgeBase>) -> HttpResponse {
-    let mut data: Vec<Value> = models
+    let mut data: Vec<Model> = models
         .names()
         .iter()
         .map(|(name, kind)| {
@@ -53,17 +90,30 @@ async fn models(models: web::Data<Models>, kb: web::Data<KnowledgeBase>) -> Http
                 ModelKind::Alias => "kbq:alias",
                 ModelKind::Provider => "kbq:provider",
             };
-            json!({"id": name, "object": "model", "created": 0, "owned_by": owner})
+            Model::new(name, owner)
         })
         .collect();
-    data.push(json!({"id": kb.embedder().name(), "object": "model", "created": 0, "owned_by": "kbq:embedder"}));
-    HttpResponse::Ok().json(json!({"object": "list", "data": data}))
+    data.push(Model::new(kb.embedder().name(), "kbq:embedder"));
+    HttpResponse::Ok().json(ModelList {
+        data,
+        object: "list",
+    })
+}
+
+// For the document only: the handler reads `input` as JSON and checks it itself, to name the
+// rule it breaks.
+/// `input` of `POST /v1/embeddings`: one string or an array of strings.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingsInput {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingsRequest {
-    #[schema(value_type = crate::openapi::EmbeddingsInput)]
+    #[schema(value_type = EmbeddingsInput)]
     pub input: Value,
     pub model: String,
     pub dimensions: Option<i64>,
@@ -103,6 +153,49 @@ fn inputs(input: Value) -> Result<Vec<String>, ApiError> {
     Ok(texts)
 }
 
+/// `POST /v1/embeddings`, in OpenAI's shape.
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingList<'a> {
+    /// One per input, in input order.
+    pub data: Vec<Embedding>,
+    /// The embedder's name.
+    pub model: &'a str,
+    /// Always `list`.
+    pub object: &'static str,
+    pub usage: EmbeddingUsage,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Embedding {
+    pub embedding: EmbeddingVector,
+    /// The input's position, from 0.
+    pub index: usize,
+    /// Always `embedding`.
+    pub object: &'static str,
+}
+
+/// Numbers for `encoding_format` `float`; base64 of little-endian `f32`s for `base64`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingVector {
+    #[serde(serialize_with = "widened")]
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+/// Each number as the `f64` it widens to (`0.1f32` is `0.10000000149011612`), as these
+/// vectors have always been written: changing the digits would change what clients store.
+fn widened<S: serde::Serializer>(v: &[f32], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(v.iter().map(|&x| f64::from(x)))
+}
+
+/// Whitespace-separated words, an approximation of tokens.
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
 /// Embeddings from the configured embedder, in OpenAI's shape.
 #[utoipa::path(
     post,
@@ -110,7 +203,7 @@ fn inputs(input: Value) -> Result<Vec<String>, ApiError> {
     tag = "openai",
     request_body = EmbeddingsRequest,
     responses(
-        (status = 200, description = "One vector per input", body = crate::openapi::EmbeddingList),
+        (status = 200, description = "One vector per input", body = EmbeddingList),
         (status = 503, description = ErrorCode::ServiceUnavailable.answers("the embedder did not answer in time"), body = ErrorBody),
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
@@ -170,23 +263,27 @@ async fn embeddings(
     let vectors = tokio::time::timeout(EMBED_TIMEOUT, embed)
         .await
         .map_err(|_| ApiError::unavailable("the embedder did not answer in time"))??;
-    let data: Vec<Value> = vectors
+    let data = vectors
         .into_iter()
         .enumerate()
-        .map(|(index, v)| {
-            let embedding = if base64 {
+        .map(|(index, v)| Embedding {
+            embedding: if base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+                EmbeddingVector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
             } else {
-                json!(v)
-            };
-            json!({"object": "embedding", "index": index, "embedding": embedding})
+                EmbeddingVector::Float(v)
+            },
+            index,
+            object: "embedding",
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({
-        "object": "list",
-        "data": data,
-        "model": embedder.name(),
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    })))
+    Ok(HttpResponse::Ok().json(EmbeddingList {
+        data,
+        model: embedder.name(),
+        object: "list",
+        usage: EmbeddingUsage {
+            prompt_tokens: tokens,
+            total_tokens: tokens,
+        },
+    }))
 }

@@ -5,17 +5,22 @@
 //! as with OpenAI. With `stream: true` the answer is sent as server-sent events in OpenAI's
 //! chunk format once the provider has given it whole, so that a failed attempt can still be
 //! retried or handed to the next provider before anything reaches the client.
+//!
+//! This file has the handler and the `chat.completion` it answers; [`request`] the request
+//! and its checks, [`stream`] the chunks of a streamed answer.
 
-use std::collections::HashSet;
+mod request;
+mod stream;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use actix_web::http::header;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpRequest, HttpResponse, web};
-use bytes::Bytes;
-use kbq_actors::{Agent, ChatRequest, ChatResponse};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use kbq_actors::{Agent, ChatResponse, Usage};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::auth::{Scope, require_scope};
 use crate::config::AgentSection;
@@ -24,10 +29,7 @@ use crate::extract::ValidJson;
 use crate::models::Models;
 use crate::peer::unless_client_leaves;
 
-/// Most messages in one request.
-pub const MAX_MESSAGES: usize = 1000;
-/// Most tools in one request (OpenAI's own bound).
-pub const MAX_TOOLS: usize = 128;
+pub use request::{CompletionRequest, MAX_MESSAGES, MAX_TOOLS, StreamOptions};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -37,420 +39,122 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     );
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StreamOptions {
-    pub include_usage: Option<bool>,
-}
+// The fields of this struct and of the other OpenAI shapes kbq answers with are in
+// alphabetical order: the order these bodies have always been sent in (they were built as
+// `serde_json` maps, which keep their keys sorted); the tests below hold them to those bytes.
 
-/// The request body. Unknown fields are refused (as OpenAI does), naming the field.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CompletionRequest {
-    /// `kbq`, an alias from `[chat.aliases]`, or a provider's name.
-    pub model: String,
-    /// OpenAI chat messages (`system`, `developer`, `user`, `assistant`, `tool`), 1 to 1000.
+/// `POST /v1/chat/completions`, in OpenAI's `chat.completion` shape.
+#[derive(Serialize, ToSchema)]
+pub struct ChatCompletion<'a> {
+    /// One choice: `index` 0, the assistant `message` (`content`, `refusal`, `tool_calls`),
+    /// `logprobs` null, `finish_reason`.
     #[schema(value_type = Vec<Object>)]
-    pub messages: Vec<Value>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    /// OpenAI function tools, at most 128.
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub tools: Option<Vec<Value>>,
-    /// `none`, `auto`, `required`, or `{"type": "function", "function": {"name": ...}}`.
-    #[schema(value_type = Option<Object>)]
-    pub tool_choice: Option<Value>,
-    pub parallel_tool_calls: Option<bool>,
-    /// Answer as server-sent events of `chat.completion.chunk`s, ending with `data: [DONE]`.
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    /// Must be 1.
-    pub n: Option<i64>,
-    /// A string or up to 4 strings.
-    #[schema(value_type = Option<Object>)]
-    pub stop: Option<Value>,
-    pub seed: Option<i64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    #[schema(value_type = Option<Object>)]
-    pub response_format: Option<Value>,
-    /// Accepted and ignored, as OpenAI uses it for abuse monitoring.
-    pub user: Option<String>,
+    pub choices: [Choice<'a>; 1],
+    /// Unix seconds.
+    pub created: u64,
+    /// `chatcmpl-` and 32 hex digits.
+    pub id: &'a str,
+    /// The provider that answered.
+    pub model: &'a str,
+    /// Always `chat.completion`.
+    pub object: &'static str,
+    /// Always null.
+    #[schema(value_type = Option<String>)]
+    pub system_fingerprint: (),
+    /// `prompt_tokens`, `completion_tokens`, `total_tokens`, as the provider counted them.
+    #[schema(value_type = Object)]
+    pub usage: TokenUsage,
 }
 
-/// A validated request: what goes to the providers, and how to answer.
-struct Validated {
-    chain_model: String,
-    request: ChatRequest,
-    stream: bool,
-    include_usage: bool,
+#[derive(Serialize)]
+pub struct Choice<'a> {
+    pub finish_reason: &'a str,
+    pub index: u32,
+    /// Always null.
+    pub logprobs: (),
+    pub message: AssistantMessage<'a>,
 }
 
-fn is_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+/// The assistant message as OpenAI gives it back. `content` and `refusal` are the provider's
+/// values as they came (null when it gave none).
+#[derive(Serialize)]
+pub struct AssistantMessage<'a> {
+    pub content: &'a Value,
+    pub refusal: &'a Value,
+    pub role: &'static str,
+    /// Only when the model called tools.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<&'a [Value]>,
 }
 
-/// `content` as OpenAI allows it: a string or an array of text parts.
-fn check_content(content: &Value, field: &str) -> Result<(), ApiError> {
-    let rule = format!("{field} must be a string or an array of text parts");
-    match content {
-        Value::String(_) => Ok(()),
-        Value::Array(parts) if !parts.is_empty() => {
-            for (j, part) in parts.iter().enumerate() {
-                if part["type"] != "text" {
-                    return Err(ApiError::invalid(
-                        format!("{field}[{j}].type"),
-                        format!("{field}[{j}].type must be `text`: kbq accepts text content only"),
-                    ));
-                }
-                if !part["text"].is_string() {
-                    return Err(ApiError::invalid(
-                        format!("{field}[{j}].text"),
-                        format!("{field}[{j}].text must be a string"),
-                    ));
-                }
-            }
-            Ok(())
+/// Token counts, in OpenAI's (alphabetical) order.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct TokenUsage {
+    pub completion_tokens: u64,
+    pub prompt_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl From<Usage> for TokenUsage {
+    fn from(u: Usage) -> Self {
+        TokenUsage {
+            completion_tokens: u.completion_tokens,
+            prompt_tokens: u.prompt_tokens,
+            total_tokens: u.total_tokens,
         }
-        _ => Err(ApiError::invalid(field, rule)),
     }
 }
 
-fn check_message(i: usize, m: &Value) -> Result<(), ApiError> {
-    let at = |f: &str| format!("messages[{i}].{f}");
-    let Some(obj) = m.as_object() else {
-        return Err(ApiError::invalid(
-            format!("messages[{i}]"),
-            format!("messages[{i}] must be an object"),
-        ));
-    };
-    const KNOWN: [&str; 6] = [
-        "role",
-        "content",
-        "name",
-        "tool_calls",
-        "tool_call_id",
-        "refusal",
-    ];
-    if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(ApiError::invalid(
-            at(k),
-            format!("{} is not a known message field", at(k)),
-        ));
-    }
-    let role = obj.get("role").and_then(Value::as_str).unwrap_or_default();
-    let content = obj.get("content").unwrap_or(&Value::Null);
-    match role {
-        "system" | "developer" | "user" => check_content(content, &at("content")),
-        "tool" => {
-            if obj
-                .get("tool_call_id")
-                .and_then(Value::as_str)
-                .is_none_or(str::is_empty)
-            {
-                return Err(ApiError::invalid(
-                    at("tool_call_id"),
-                    format!(
-                        "{} must be the id of the tool call answered",
-                        at("tool_call_id")
-                    ),
-                ));
-            }
-            check_content(content, &at("content"))
-        }
-        "assistant" => {
-            let calls = obj.get("tool_calls").unwrap_or(&Value::Null);
-            if !calls.is_null() {
-                let Some(calls) = calls.as_array() else {
-                    return Err(ApiError::invalid(
-                        at("tool_calls"),
-                        format!("{} must be an array", at("tool_calls")),
-                    ));
-                };
-                for (j, c) in calls.iter().enumerate() {
-                    let ok = c["id"].as_str().is_some_and(|s| !s.is_empty())
-                        && c["type"] == "function"
-                        && c["function"]["name"].is_string()
-                        && c["function"]["arguments"].is_string();
-                    if !ok {
-                        let f = format!("{}[{j}]", at("tool_calls"));
-                        return Err(ApiError::invalid(
-                            f.clone(),
-                            format!(
-                                "{f} must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\" (a JSON string)}}}}"
-                            ),
-                        ));
-                    }
-                }
-            }
-            if content.is_null() {
-                if calls.is_null() {
-                    return Err(ApiError::invalid(
-                        at("content"),
-                        format!("{} is required unless tool_calls is given", at("content")),
-                    ));
-                }
-                Ok(())
-            } else {
-                check_content(content, &at("content"))
-            }
-        }
-        _ => Err(ApiError::invalid(
-            at("role"),
-            format!(
-                "{} must be one of system, developer, user, assistant, tool",
-                at("role")
-            ),
-        )),
-    }
-}
-
-fn check_tools(tools: &[Value]) -> Result<(), ApiError> {
-    if tools.len() > MAX_TOOLS {
-        return Err(ApiError::invalid(
-            "tools",
-            format!("tools may hold at most {MAX_TOOLS} tools"),
-        ));
-    }
-    let mut names = HashSet::new();
-    for (i, t) in tools.iter().enumerate() {
-        if t["type"] != "function" {
-            return Err(ApiError::invalid(
-                format!("tools[{i}].type"),
-                format!("tools[{i}].type must be `function`"),
-            ));
-        }
-        let name = t["function"]["name"].as_str().unwrap_or_default();
-        if !is_tool_name(name) {
-            return Err(ApiError::invalid(
-                format!("tools[{i}].function.name"),
-                format!("tools[{i}].function.name must be 1 to 64 letters, digits, `_` or `-`"),
-            ));
-        }
-        if !names.insert(name) {
-            return Err(ApiError::invalid(
-                format!("tools[{i}].function.name"),
-                format!("tools[{i}].function.name `{name}` is given twice"),
-            ));
-        }
-        let params = &t["function"]["parameters"];
-        if !(params.is_null() || params.is_object()) {
-            return Err(ApiError::invalid(
-                format!("tools[{i}].function.parameters"),
-                format!("tools[{i}].function.parameters must be a JSON Schema object"),
-            ));
-        }
-        let desc = &t["function"]["description"];
-        if !(desc.is_null() || desc.is_string()) {
-            return Err(ApiError::invalid(
-                format!("tools[{i}].function.description"),
-                format!("tools[{i}].function.description must be a string"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn check_tool_choice(choice: &Value, tools: &[Value]) -> Result<(), ApiError> {
-    let rule = "tool_choice must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}";
-    match choice {
-        Value::String(s) if s == "none" => return Ok(()),
-        Value::String(s) if s == "auto" || s == "required" => {}
-        Value::Object(_)
-            if choice["type"] == "function" && choice["function"]["name"].is_string() =>
-        {
-            let name = &choice["function"]["name"];
-            if !tools.iter().any(|t| t["function"]["name"] == *name) {
-                return Err(ApiError::invalid(
-                    "tool_choice",
-                    format!("tool_choice names {name}, which is not among tools"),
-                ));
-            }
-        }
-        _ => return Err(ApiError::invalid("tool_choice", rule)),
-    }
-    if tools.is_empty() {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "tool_choice is only allowed when tools are given",
-        ));
-    }
-    Ok(())
-}
-
-fn in_range(field: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), ApiError> {
-    match value {
-        Some(v) if !(min..=max).contains(&v) => Err(ApiError::invalid(
-            field,
-            format!("{field} must be between {min:.1} and {max:.1}"),
-        )),
-        _ => Ok(()),
-    }
-}
-
-fn validate(
-    req: CompletionRequest,
-    models: &Models,
-    limits: &AgentSection,
-) -> Result<Validated, ApiError> {
-    if models.chain(&req.model).is_none() {
-        let known: Vec<&str> = models.names().iter().map(|(n, _)| n.as_str()).collect();
-        return Err(ApiError {
-            field: Some("model".into()),
-            ..ApiError::new(
-                ErrorCode::NotFound,
-                format!(
-                    "model `{}` does not exist here; this server offers: {}",
-                    req.model,
-                    known.join(", ")
-                ),
-            )
-        });
-    }
-    if req.messages.is_empty() {
-        return Err(ApiError::invalid("messages", "messages must not be empty"));
-    }
-    if req.messages.len() > MAX_MESSAGES {
-        return Err(ApiError::invalid(
-            "messages",
-            format!("messages may hold at most {MAX_MESSAGES} messages"),
-        ));
-    }
-    for (i, m) in req.messages.iter().enumerate() {
-        check_message(i, m)?;
-    }
-    let tools = req.tools.unwrap_or_default();
-    check_tools(&tools)?;
-    if let Some(choice) = &req.tool_choice {
-        check_tool_choice(choice, &tools)?;
-    }
-    in_range("temperature", req.temperature, 0.0, 2.0)?;
-    in_range("top_p", req.top_p, 0.0, 1.0)?;
-    in_range("presence_penalty", req.presence_penalty, -2.0, 2.0)?;
-    in_range("frequency_penalty", req.frequency_penalty, -2.0, 2.0)?;
-    if req.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::invalid(
-            "n",
-            "n must be 1: kbq answers one choice",
-        ));
-    }
-    let limit = i64::from(limits.max_tokens_limit);
-    let mut max_tokens = None;
-    for (field, value) in [
-        ("max_tokens", req.max_tokens),
-        ("max_completion_tokens", req.max_completion_tokens),
-    ] {
-        if let Some(v) = value {
-            if !(1..=limit).contains(&v) {
-                return Err(ApiError::invalid(
-                    field,
-                    format!("{field} must be between 1 and {limit}"),
-                ));
-            }
-            max_tokens = Some(v as u32);
-        }
-    }
-    if let Some(stop) = &req.stop {
-        let ok = match stop {
-            Value::String(_) => true,
-            Value::Array(a) => a.len() <= 4 && a.iter().all(Value::is_string),
-            _ => false,
+impl<'a> AssistantMessage<'a> {
+    /// The message of `answer`, and its finish reason: `tool_calls` when the model called
+    /// tools, else the model's own reason (`stop` when it gave none, or claimed tool calls
+    /// that are not there).
+    fn of(answer: &'a ChatResponse) -> (Self, &'a str) {
+        let m = &answer.message;
+        let field = |name: &str| m.get(name).unwrap_or(&Value::Null);
+        let calls = m["tool_calls"]
+            .as_array()
+            .filter(|c| !c.is_empty())
+            .map(Vec::as_slice);
+        let finish = match (answer.finish_reason.as_deref(), calls) {
+            (_, Some(_)) => "tool_calls",
+            (Some(f), None) if f != "tool_calls" => f,
+            _ => "stop",
         };
-        if !ok {
-            return Err(ApiError::invalid(
-                "stop",
-                "stop must be a string or an array of at most 4 strings",
-            ));
+        let message = AssistantMessage {
+            content: field("content"),
+            refusal: field("refusal"),
+            role: "assistant",
+            tool_calls: calls,
+        };
+        (message, finish)
+    }
+}
+
+impl<'a> ChatCompletion<'a> {
+    fn new(id: &'a str, created: u64, answer: &'a ChatResponse) -> Self {
+        let (message, finish) = AssistantMessage::of(answer);
+        ChatCompletion {
+            choices: [Choice {
+                finish_reason: finish,
+                index: 0,
+                logprobs: (),
+                message,
+            }],
+            created,
+            id,
+            model: &answer.provider,
+            object: "chat.completion",
+            system_fingerprint: (),
+            usage: answer.usage.into(),
         }
     }
-    if let Some(format) = &req.response_format
-        && !format["type"].is_string()
-    {
-        return Err(ApiError::invalid(
-            "response_format",
-            "response_format must be an object with a `type`",
-        ));
-    }
-    let stream = req.stream.unwrap_or(false);
-    if req.stream_options.is_some() && !stream {
-        return Err(ApiError::invalid(
-            "stream_options",
-            "stream_options is only allowed when stream is true",
-        ));
-    }
-    let mut options = Map::new();
-    let mut pass = |name: &str, value: Option<Value>| {
-        if let Some(v) = value {
-            options.insert(name.to_string(), v);
-        }
-    };
-    pass("top_p", req.top_p.map(Value::from));
-    pass("stop", req.stop);
-    pass("seed", req.seed.map(Value::from));
-    pass("presence_penalty", req.presence_penalty.map(Value::from));
-    pass("frequency_penalty", req.frequency_penalty.map(Value::from));
-    pass("response_format", req.response_format);
-    if !tools.is_empty() {
-        pass(
-            "parallel_tool_calls",
-            req.parallel_tool_calls.map(Value::from),
-        );
-    }
-    Ok(Validated {
-        chain_model: req.model,
-        request: ChatRequest {
-            messages: req.messages,
-            tools,
-            tool_choice: req.tool_choice,
-            temperature: req.temperature,
-            max_tokens,
-            options,
-        },
-        stream,
-        include_usage: req
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
-    })
 }
 
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// The assistant message as OpenAI gives it back, and its finish reason.
-fn message_and_finish(answer: &ChatResponse) -> (Value, String) {
-    let m = &answer.message;
-    let calls = m["tool_calls"].as_array().filter(|c| !c.is_empty());
-    let mut message = json!({
-        "role": "assistant",
-        "content": m.get("content").cloned().unwrap_or(Value::Null),
-        "refusal": m.get("refusal").cloned().unwrap_or(Value::Null),
-    });
-    if let Some(calls) = calls {
-        message["tool_calls"] = json!(calls);
-    }
-    let finish = match (&answer.finish_reason, calls) {
-        (_, Some(_)) => "tool_calls".to_string(),
-        (Some(f), None) if f != "tool_calls" => f.clone(),
-        _ => "stop".to_string(),
-    };
-    (message, finish)
-}
-
-fn usage_json(answer: &ChatResponse) -> Value {
-    json!({
-        "prompt_tokens": answer.usage.prompt_tokens,
-        "completion_tokens": answer.usage.completion_tokens,
-        "total_tokens": answer.usage.total_tokens,
-    })
 }
 
 /// OpenAI's chat completions, through the provider actors (docs/api.md).
@@ -462,7 +166,7 @@ fn usage_json(answer: &ChatResponse) -> Value {
     responses(
         (status = 200, description = "A `chat.completion`; with `stream: true`, `text/event-stream` chunks ending with `data: [DONE]`",
             content(
-                (crate::openapi::ChatCompletion = "application/json"),
+                (ChatCompletion = "application/json"),
                 (String = "text/event-stream"),
             )),
         (status = 404, description = ErrorCode::NotFound.answers("no such model (`field` is `model`)"), body = ErrorBody),
@@ -478,7 +182,7 @@ pub(crate) async fn completions(
     http: HttpRequest,
     ValidJson(req): ValidJson<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let v = validate(req, &models, &limits)?;
+    let v = request::validate(req, &models, &limits)?;
     let chain = models.chain(&v.chain_model).flatten();
     // Dropping the call abandons it and its retries.
     let result = unless_client_leaves(
@@ -496,21 +200,12 @@ pub(crate) async fn completions(
     })?;
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
     let created = now_secs();
-    let (message, finish) = message_and_finish(&answer);
     if !v.stream {
         return Ok(HttpResponse::Ok()
             .insert_header(("X-Kbq-Provider", answer.provider.clone()))
-            .json(json!({
-                "id": id,
-                "object": "chat.completion",
-                "created": created,
-                "model": answer.provider,
-                "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
-                "usage": usage_json(&answer),
-                "system_fingerprint": null,
-            })));
+            .json(ChatCompletion::new(&id, created, &answer)));
     }
-    let events = stream_events(&id, created, &answer, message, &finish, v.include_usage);
+    let events = stream::events(&id, created, &answer, v.include_usage);
     let body = futures::stream::iter(events.into_iter().map(Ok::<_, std::convert::Infallible>));
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
@@ -519,111 +214,77 @@ pub(crate) async fn completions(
         .streaming(body))
 }
 
-/// Content in pieces of about this many bytes, cut after whitespace.
-const PIECE_BYTES: usize = 24;
-
-/// Splits text into pieces that end at whitespace, about [`PIECE_BYTES`] long.
-fn pieces(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, c) in text.char_indices() {
-        let end = i + c.len_utf8();
-        if c.is_whitespace() && end - start >= PIECE_BYTES {
-            out.push(&text[start..end]);
-            start = end;
-        }
-    }
-    if start < text.len() {
-        out.push(&text[start..]);
-    }
-    out
-}
-
-/// The server-sent events of one answer, in OpenAI's chunk format: the role, the content in
-/// pieces, each tool call, the finish reason, optionally the usage, then `[DONE]`.
-fn stream_events(
-    id: &str,
-    created: u64,
-    answer: &ChatResponse,
-    message: Value,
-    finish: &str,
-    include_usage: bool,
-) -> Vec<Bytes> {
-    let chunk = |delta: Value, finish: Value| {
-        let mut c = json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": answer.provider,
-            "system_fingerprint": null,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
-        if include_usage {
-            c["usage"] = Value::Null;
-        }
-        c
-    };
-    let mut chunks = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    if let Some(text) = message["content"].as_str() {
-        chunks.extend(
-            pieces(text)
-                .into_iter()
-                .map(|p| chunk(json!({"content": p}), Value::Null)),
-        );
-    }
-    for (index, call) in message["tool_calls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        chunks.push(chunk(
-            json!({"tool_calls": [{
-                "index": index,
-                "id": call["id"],
-                "type": "function",
-                "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]},
-            }]}),
-            Value::Null,
-        ));
-    }
-    chunks.push(chunk(json!({}), json!(finish)));
-    if include_usage {
-        chunks.push(json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": answer.provider,
-            "system_fingerprint": null,
-            "choices": [],
-            "usage": usage_json(answer),
-        }));
-    }
-    let mut events: Vec<Bytes> = chunks
-        .into_iter()
-        .map(|c| Bytes::from(format!("data: {c}\n\n")))
-        .collect();
-    events.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    events
-}
-
 #[cfg(test)]
 mod tests {
-    use super::pieces;
+    use kbq_actors::{ChatResponse, Usage};
+    use serde_json::json;
 
+    use super::{ChatCompletion, stream};
+
+    /// Answers that exercise every part of the shapes: content in pieces, tool calls (one
+    /// with parts missing), a refusal, an empty tool-call list, no finish reason.
+    fn answers() -> Vec<ChatResponse> {
+        let answer =
+            |message, finish: Option<&str>, usage: [u64; 3], provider: &str| ChatResponse {
+                message,
+                finish_reason: finish.map(str::to_string),
+                usage: Usage {
+                    prompt_tokens: usage[0],
+                    completion_tokens: usage[1],
+                    total_tokens: usage[2],
+                },
+                provider: provider.into(),
+            };
+        vec![
+            answer(
+                json!({"role": "assistant",
+                "content": "Graphs connect entities by typed relationships; kbq walks them breadth first. Ünïcode too.",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":1}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "other", "arguments": "{}"}},
+                ]}),
+                Some("stop"),
+                [1, 2, 3],
+                "p1",
+            ),
+            answer(
+                json!({"role": "assistant", "content": null, "refusal": "no", "tool_calls": []}),
+                Some("length"),
+                [10, 0, 10],
+                "p2",
+            ),
+            answer(
+                json!({"role": "assistant", "content": "short"}),
+                None,
+                [0, 0, 0],
+                "p3",
+            ),
+            answer(
+                json!({"content": "x", "tool_calls": [{"id": "c", "function": {}}]}),
+                Some("tool_calls"),
+                [0, 0, 0],
+                "p4",
+            ),
+        ]
+    }
+
+    /// The bytes these answers have always been sent as (`testdata/bodies.txt`, written when
+    /// the bodies were still built as `serde_json` maps): each answer as a `chat.completion`
+    /// on one line, then its events streamed without usage and with it, each set followed by
+    /// a `----` line.
     #[test]
-    fn pieces_cover_the_text_and_end_at_whitespace() {
-        let text = "Graphs connect entities by typed relationships; kbq walks them breadth first. Ünïcode too.";
-        let parts = pieces(text);
-        assert!(parts.len() > 2);
-        assert_eq!(parts.concat(), text);
-        for p in &parts[..parts.len() - 1] {
-            assert!(p.ends_with(char::is_whitespace), "{p:?}");
+    fn bodies_are_the_bytes_clients_have_always_read() {
+        let mut out = String::new();
+        for answer in answers() {
+            out += &serde_json::to_string(&ChatCompletion::new("chatcmpl-x", 17, &answer)).unwrap();
+            out += "\n";
+            for include_usage in [false, true] {
+                for event in stream::events("chatcmpl-x", 17, &answer, include_usage) {
+                    out += std::str::from_utf8(&event).unwrap();
+                }
+                out += "----\n";
+            }
         }
-        assert_eq!(pieces(""), Vec::<&str>::new());
-        assert_eq!(pieces("short"), vec!["short"]);
+        assert_eq!(out, include_str!("testdata/bodies.txt"));
     }
 }
