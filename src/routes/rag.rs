@@ -127,72 +127,57 @@ impl RagService {
     }
 }
 
-/// The 200 of every search.
-const FOUND: &str = "The documents found, best first";
-/// Why any search answers 503.
-const UNAVAILABLE: &str =
-    "the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`";
-
-/// Documents nearest to the query by embedding (cosine similarity).
-///
-/// `graph_depth` is refused here: it applies to hybrid search only.
-#[utoipa::path(
-    post,
-    path = "/v1/rag/semantic",
-    tag = "rag",
-    request_body = RagRequest,
-    responses(
-        (status = 200, description = FOUND, body = RagAnswer),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
-    ),
-    security(("bearer" = ["read"]), ("api_key" = ["read"])),
-)]
-async fn semantic(
-    rag: web::Data<RagService>,
-    ValidJson(req): ValidJson<RagRequest>,
-) -> Result<HttpResponse, ApiError> {
-    rag.search(Method::Semantic, req).await
+/// The three searches differ only in their path, method and doc: one piece writes each
+/// handler with its OpenAPI operation, so that their answers are documented once.
+macro_rules! search {
+    ($(#[doc = $doc:literal])* $name:ident, $path:literal, $method:expr) => {
+        $(#[doc = $doc])*
+        #[utoipa::path(
+            post,
+            path = $path,
+            tag = "rag",
+            request_body = RagRequest,
+            responses(
+                (status = 200, description = "The documents found, best first", body = RagAnswer),
+                (status = 503, description = ErrorCode::ServiceUnavailable.answers(
+                    "the knowledge base cannot answer, or the search took longer than `graph.call_timeout_ms`"
+                ), body = ErrorBody),
+            ),
+            security(("bearer" = ["read"]), ("api_key" = ["read"])),
+        )]
+        async fn $name(
+            rag: web::Data<RagService>,
+            ValidJson(req): ValidJson<RagRequest>,
+        ) -> Result<HttpResponse, ApiError> {
+            rag.search($method, req).await
+        }
+    };
 }
 
-/// Documents matching the query's words, by BM25 over title and content.
-///
-/// `graph_depth` is refused here: it applies to hybrid search only.
-#[utoipa::path(
-    post,
-    path = "/v1/rag/keyword",
-    tag = "rag",
-    request_body = RagRequest,
-    responses(
-        (status = 200, description = FOUND, body = RagAnswer),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
-    ),
-    security(("bearer" = ["read"]), ("api_key" = ["read"])),
-)]
-async fn keyword(
-    rag: web::Data<RagService>,
-    ValidJson(req): ValidJson<RagRequest>,
-) -> Result<HttpResponse, ApiError> {
-    rag.search(Method::Keyword, req).await
-}
+search!(
+    /// Documents nearest to the query by embedding (cosine similarity).
+    ///
+    /// `graph_depth` is refused here: it applies to hybrid search only.
+    semantic,
+    "/v1/rag/semantic",
+    Method::Semantic
+);
 
-/// Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
-///
-/// Graph expansion adds the documents around the entities named in the query, up to
-/// `graph_depth` hops from each.
-#[utoipa::path(
-    post,
-    path = "/v1/rag/hybrid",
-    tag = "rag",
-    request_body = RagRequest,
-    responses(
-        (status = 200, description = FOUND, body = RagAnswer),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
-    ),
-    security(("bearer" = ["read"]), ("api_key" = ["read"])),
-)]
-async fn hybrid(
-    rag: web::Data<RagService>,
-    ValidJson(req): ValidJson<RagRequest>,
-) -> Result<HttpResponse, ApiError> {
-    rag.search(Method::Hybrid, req).await
-}
+search!(
+    /// Documents matching the query's words, by BM25 over title and content.
+    ///
+    /// `graph_depth` is refused here: it applies to hybrid search only.
+    keyword,
+    "/v1/rag/keyword",
+    Method::Keyword
+);
+
+search!(
+    /// Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
+    ///
+    /// Graph expansion adds the documents around the entities named in the query, up to
+    /// `graph_depth` hops from each.
+    hybrid,
+    "/v1/rag/hybrid",
+    Method::Hybrid
+);
