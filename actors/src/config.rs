@@ -30,7 +30,9 @@ pub struct ProviderConfig {
     pub retry: RetryPolicy,
 }
 
-/// Sizes, timeouts and policies of the runtime.
+/// Sizes, timeouts and policies of the runtime. It has no defaults of its own: kbq builds it
+/// from its configuration (`kbq::config::Config::runtime_config`), whose defaults
+/// (config/default.toml) are the only ones, so the two cannot disagree.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     pub graph_workers: usize,
@@ -56,42 +58,4 @@ pub struct RuntimeConfig {
     pub providers: Vec<ProviderConfig>,
     pub health: HealthPolicy,
     pub session: SessionLimits,
-}
-
-impl RuntimeConfig {
-    /// Defaults for tests and embedding: the built-in provider only.
-    pub fn new() -> Self {
-        RuntimeConfig {
-            graph_workers: 4,
-            graph_call_timeout: Duration::from_secs(15),
-            graph_queue_capacity: 1024,
-            graph_max_workers: 4,
-            tool_workers: 4,
-            tool_max_workers: 16,
-            tool_timeout: Duration::from_secs(10),
-            tool_queue_capacity: 256,
-            provider_workers: 8,
-            provider_max_workers: 512,
-            provider_queue_capacity: 1024,
-            providers: Vec::new(),
-            health: HealthPolicy {
-                probe_interval: Duration::from_secs(5),
-                failure_threshold: 3,
-                cooldown: Duration::from_secs(5),
-                max_cooldown: Duration::from_secs(300),
-            },
-            session: SessionLimits {
-                max_steps: 8,
-                max_wall: Duration::from_secs(60),
-                provider_timeout: Duration::from_secs(90),
-                max_sessions: 1024,
-            },
-        }
-    }
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        Self::new()
-    }
 }

@@ -33,10 +33,6 @@ pub use edge::{
 };
 pub use store::{EmbedderKind, EmbedderSection, GraphSection, StoreSection};
 
-/// `[[auth.keys]]` entries are defined with the keys they configure (`crate::auth`); this name
-/// stays for the callers that still spell it `config::KeyEntry`.
-pub use crate::auth::KeyEntry;
-
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {

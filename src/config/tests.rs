@@ -2,6 +2,7 @@
 //! own file because the table of broken rules is longer than the code it checks.
 
 use super::*;
+use crate::auth::KeyEntry;
 
 #[test]
 fn defaults_are_valid() {

@@ -17,7 +17,7 @@ async fn each_key_has_its_own_budget_per_route_group_and_recovers() {
     config.limits.graph_burst = 2;
     config.limits.agent_per_minute = 60;
     config.limits.agent_burst = 1;
-    config.auth.keys.push(kbq::config::KeyEntry {
+    config.auth.keys.push(kbq::auth::KeyEntry {
         name: "second".into(),
         sha256: hex::encode(kbq::auth::hash(other)),
         scopes: None,

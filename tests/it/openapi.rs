@@ -43,7 +43,7 @@ const SCOPED_KEYS: [(&str, &str); 3] = [
 async fn start() -> TestServer {
     let mut config = test_config();
     for (scope, key) in SCOPED_KEYS {
-        config.auth.keys.push(kbq::config::KeyEntry {
+        config.auth.keys.push(kbq::auth::KeyEntry {
             name: format!("only-{scope}"),
             sha256: hex::encode(kbq::auth::hash(key)),
             scopes: Some(vec![scope.to_string()]),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use kbq::config::KeyEntry;
+use kbq::auth::KeyEntry;
 use kbq::versions::SystemClock;
 use reqwest::Method;
 use serde_json::json;

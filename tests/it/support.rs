@@ -58,7 +58,7 @@ pub fn test_config() -> Config {
     // Tests send bursts; the rate-limit test sets its own budgets.
     c.limits.graph_per_minute = 0;
     c.limits.agent_per_minute = 0;
-    c.auth.keys = vec![kbq::config::KeyEntry {
+    c.auth.keys = vec![kbq::auth::KeyEntry {
         name: "test".into(),
         sha256: hex::encode(kbq::auth::hash(KEY)),
         scopes: None,
