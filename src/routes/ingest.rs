@@ -164,74 +164,63 @@ impl IngestService {
 /// Why any ingest route answers 503.
 const UNAVAILABLE: &str = "the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe";
 
-/// Upserts entities from a JSON array of 1 to 10,000.
-///
-/// An invalid record is reported by its position and the valid ones are written.
-#[utoipa::path(
-    post,
-    path = "/data/v1/ingest/entities",
-    tag = "ingest",
-    request_body = Vec<NewEntity>,
-    responses(
-        (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
-    ),
-    security(("bearer" = ["write"]), ("api_key" = ["write"])),
-)]
-async fn entities(
-    ingest: web::Data<IngestService>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
-    ingest
-        .write_batch::<NewEntity>(&body, "entities", Record::Entity)
-        .await
+/// The three array upserts differ only in their path and record type: one piece writes each
+/// handler with its OpenAPI operation.
+macro_rules! upsert {
+    ($(#[doc = $doc:literal])* $name:ident, $path:literal, $record:ident, $what:literal, $wrap:expr) => {
+        $(#[doc = $doc])*
+        #[utoipa::path(
+            post,
+            path = $path,
+            tag = "ingest",
+            request_body = Vec<$record>,
+            responses(
+                (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
+                (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
+            ),
+            security(("bearer" = ["write"]), ("api_key" = ["write"])),
+        )]
+        async fn $name(
+            ingest: web::Data<IngestService>,
+            body: web::Bytes,
+        ) -> Result<HttpResponse, ApiError> {
+            ingest.write_batch::<$record>(&body, $what, $wrap).await
+        }
+    };
 }
 
-/// Upserts relationships from a JSON array of 1 to 10,000.
-///
-/// An invalid record is reported by its position and the valid ones are written.
-#[utoipa::path(
-    post,
-    path = "/data/v1/ingest/relationships",
-    tag = "ingest",
-    request_body = Vec<NewRelationship>,
-    responses(
-        (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
-    ),
-    security(("bearer" = ["write"]), ("api_key" = ["write"])),
-)]
-async fn relationships(
-    ingest: web::Data<IngestService>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
-    ingest
-        .write_batch::<NewRelationship>(&body, "relationships", Record::Relationship)
-        .await
-}
+upsert!(
+    /// Upserts entities from a JSON array of 1 to 10,000.
+    ///
+    /// An invalid record is reported by its position and the valid ones are written.
+    entities,
+    "/data/v1/ingest/entities",
+    NewEntity,
+    "entities",
+    Record::Entity
+);
 
-/// Upserts documents from a JSON array of 1 to 10,000.
-///
-/// An invalid record is reported by its position and the valid ones are written.
-#[utoipa::path(
-    post,
-    path = "/data/v1/ingest/documents",
-    tag = "ingest",
-    request_body = Vec<NewDocument>,
-    responses(
-        (status = 200, description = "What was received and written, and why any record failed", body = BatchReport),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
-    ),
-    security(("bearer" = ["write"]), ("api_key" = ["write"])),
-)]
-async fn documents(
-    ingest: web::Data<IngestService>,
-    body: web::Bytes,
-) -> Result<HttpResponse, ApiError> {
-    ingest
-        .write_batch::<NewDocument>(&body, "documents", Record::Document)
-        .await
-}
+upsert!(
+    /// Upserts relationships from a JSON array of 1 to 10,000.
+    ///
+    /// An invalid record is reported by its position and the valid ones are written.
+    relationships,
+    "/data/v1/ingest/relationships",
+    NewRelationship,
+    "relationships",
+    Record::Relationship
+);
+
+upsert!(
+    /// Upserts documents from a JSON array of 1 to 10,000.
+    ///
+    /// An invalid record is reported by its position and the valid ones are written.
+    documents,
+    "/data/v1/ingest/documents",
+    NewDocument,
+    "documents",
+    Record::Document
+);
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NdjsonFailure {
@@ -335,7 +324,7 @@ pub struct DocumentDeletion {
     params(("id" = String, Path, description = "`document:d` and 32 hex digits, or the part after `document:`")),
     responses(
         (status = 200, description = "Whether a document was deleted", body = DocumentDeletion),
-        (status = 400, description = "`invalid_request` (`field` `id`): not a document id", body = ErrorBody),
+        (status = 400, description = format!("`{}` (`field` `id`): not a document id", ErrorCode::InvalidRequest.as_str()), body = ErrorBody),
         (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),

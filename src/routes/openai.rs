@@ -287,3 +287,61 @@ async fn embeddings(
         },
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The structs write the bytes that the `serde_json` maps they replaced wrote: keys in
+    /// alphabetical order, and each float as the `f64` it widens to.
+    #[test]
+    fn bodies_are_the_bytes_clients_have_always_read() {
+        let floats = vec![0.1f32, -2.5, 1e-8, 3.0];
+        let list = EmbeddingList {
+            data: vec![
+                Embedding {
+                    embedding: EmbeddingVector::Float(floats.clone()),
+                    index: 0,
+                    object: "embedding",
+                },
+                Embedding {
+                    embedding: EmbeddingVector::Base64("AAAA".into()),
+                    index: 1,
+                    object: "embedding",
+                },
+            ],
+            model: "hash-384",
+            object: "list",
+            usage: EmbeddingUsage {
+                prompt_tokens: 7,
+                total_tokens: 7,
+            },
+        };
+        let before = json!({
+            "object": "list",
+            "data": [
+                {"object": "embedding", "index": 0, "embedding": json!(floats)},
+                {"object": "embedding", "index": 1, "embedding": json!("AAAA")},
+            ],
+            "model": "hash-384",
+            "usage": {"prompt_tokens": 7, "total_tokens": 7},
+        });
+        assert_eq!(
+            serde_json::to_string(&list).unwrap(),
+            serde_json::to_string(&before).unwrap()
+        );
+
+        let models = ModelList {
+            data: vec![Model::new("kbq", "kbq:all-providers")],
+            object: "list",
+        };
+        let before = json!({"object": "list", "data": [
+            {"id": "kbq", "object": "model", "created": 0, "owned_by": "kbq:all-providers"},
+        ]});
+        assert_eq!(
+            serde_json::to_string(&models).unwrap(),
+            serde_json::to_string(&before).unwrap()
+        );
+    }
+}
