@@ -141,11 +141,13 @@ pub async fn error_bodies(
 }
 
 fn from_status(status: actix_web::http::StatusCode, message: &str) -> ApiError {
-    let code = ErrorCode::for_status(status);
-    let message = if code == ErrorCode::PayloadTooLarge {
-        "the request body is larger than the limit (server.max_body_bytes)".to_string()
-    } else {
-        message.to_string()
-    };
-    ApiError::new(code, message)
+    match ErrorCode::for_status(status) {
+        ErrorCode::PayloadTooLarge => ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            "the request body is larger than the limit (server.max_body_bytes)",
+        ),
+        // Like every 503, with Retry-After.
+        ErrorCode::ServiceUnavailable => ApiError::unavailable(message),
+        code => ApiError::new(code, message),
+    }
 }
