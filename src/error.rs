@@ -310,3 +310,46 @@ impl ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode::{self, *};
+
+    /// The variant declared after `code`. The match has no `_` arm, so a new variant cannot
+    /// compile until it is named here, and the walk below then holds it to `ALL`.
+    fn declared_after(code: ErrorCode) -> Option<ErrorCode> {
+        match code {
+            InvalidRequest => Some(InvalidApiKey),
+            InvalidApiKey => Some(NotFound),
+            NotFound => Some(MethodNotAllowed),
+            MethodNotAllowed => Some(VersionSunset),
+            VersionSunset => Some(InsufficientScope),
+            InsufficientScope => Some(PayloadTooLarge),
+            PayloadTooLarge => Some(RateLimitExceeded),
+            RateLimitExceeded => Some(Internal),
+            Internal => Some(ServiceUnavailable),
+            ServiceUnavailable => Some(Upstream),
+            Upstream => None,
+        }
+    }
+
+    #[test]
+    fn all_holds_every_variant_once() {
+        let mut walked = vec![InvalidRequest];
+        while let Some(next) = declared_after(*walked.last().unwrap()) {
+            walked.push(next);
+        }
+        // The walk follows declaration order, so it meets every variant.
+        for (i, code) in walked.iter().enumerate() {
+            assert_eq!(
+                *code as usize, i,
+                "{code:?} is not declared where the walk says"
+            );
+            assert!(
+                ErrorCode::ALL.contains(code),
+                "{code:?} is missing from ALL"
+            );
+        }
+        assert_eq!(walked.len(), ErrorCode::ALL.len(), "ALL lists a code twice");
+    }
+}

@@ -197,8 +197,8 @@ fn as_sentence(meaning: &str) -> String {
     format!("{}{}.", first.unwrap_or_default(), chars.as_str())
 }
 
-/// Every code the type can serialise to, read from its derived schema, so that a variant left
-/// out of `ErrorCode::ALL` is caught too.
+/// Every code the OpenAPI document lists for the type (its schema). `ErrorCode::ALL` itself is
+/// held to the enum's variants by a unit test in src/error.rs.
 fn every_code_string() -> Vec<String> {
     let schema = serde_json::to_value(<ErrorCode as utoipa::PartialSchema>::schema()).unwrap();
     schema["enum"]
