@@ -10,10 +10,13 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use kbq_actors::{Agent, GraphPool, Runtime};
 use kbq_store::KnowledgeBase;
+use utoipa::OpenApi;
 
 use crate::auth::Keys;
 use crate::config::Config;
 use crate::offload::Offload;
+use crate::openapi::ApiDoc;
+use crate::routes::docs::ApiDocument;
 use crate::routes::ingest::IngestService;
 use crate::routes::rag::RagService;
 use crate::versions::{Clock, SystemClock, Versions};
@@ -139,6 +142,11 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let ingest = web::Data::new(IngestService::new(kb.clone(), offload));
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
+    let document = web::Data::new(ApiDocument::new(
+        ApiDoc::openapi()
+            .to_json()
+            .context("serializing the OpenAPI document")?,
+    ));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -155,6 +163,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(payload.clone())
             .app_data(metrics.clone())
             .app_data(pools.clone())
+            .app_data(document.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))

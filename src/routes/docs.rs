@@ -3,14 +3,9 @@
 //! (`utoipa-swagger-ui`, feature `vendored`), so neither building kbq nor opening the page
 //! fetches anything from elsewhere.
 
-use std::sync::LazyLock;
-
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
-use utoipa::OpenApi;
 use utoipa_swagger_ui::{Config, SwaggerUi};
-
-use crate::openapi::ApiDoc;
 
 /// Where the UI lives. Its pages link their files relatively, so it needs the trailing slash.
 pub const UI_PATH: &str = "/docs/";
@@ -28,12 +23,16 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// The document, built once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    ApiDoc::openapi()
-        .to_json()
-        .expect("the OpenAPI document serializes")
-});
+/// The OpenAPI document as served, built once by the server from `crate::openapi` and handed
+/// to this route as app data: `openapi` assembles its document from the routes, so the routes
+/// take it from the server rather than import it back.
+pub struct ApiDocument(String);
+
+impl ApiDocument {
+    pub fn new(json: String) -> Self {
+        ApiDocument(json)
+    }
+}
 
 /// The OpenAPI 3.1 document of this API.
 #[utoipa::path(
@@ -42,10 +41,10 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     tag = "docs",
     responses((status = 200, description = "This document", body = Object)),
 )]
-async fn openapi_json() -> HttpResponse {
+async fn openapi_json(document: web::Data<ApiDocument>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(header::ContentType::json())
-        .body(DOCUMENT.as_str())
+        .body(document.0.clone())
 }
 
 /// `/docs` without the slash would break the page's relative links.
