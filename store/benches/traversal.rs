@@ -1,5 +1,6 @@
 //! Graph traversal through the in-memory index vs the SurrealDB query path, on one generated
-//! graph in one run, plus the import that builds it.
+//! graph in one run, plus the import that builds it, with a traversal every millisecond on
+//! another thread meanwhile: how long one waits while the import writes the index.
 //!
 //! `cargo bench -p kbq-store --bench traversal` (release). Scale with BENCH_ENTITIES and
 //! BENCH_RELATIONSHIPS (defaults 100000 and 300000). Prints a Markdown report.
@@ -8,6 +9,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{env, stats};
@@ -32,7 +34,9 @@ fn us(d: Duration) -> String {
 async fn main() {
     let entities = env("BENCH_ENTITIES", 100_000);
     let relationships = env("BENCH_RELATIONSHIPS", 300_000);
-    let kb = KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+    let kb = Arc::new(
+        KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await,
+    );
 
     let records = generate::generate(Spec {
         entities,
@@ -42,19 +46,35 @@ async fn main() {
     });
     let records: Vec<(usize, Record)> = records.into_iter().enumerate().collect();
     let timer = Timer(parking_lot::Mutex::new(Vec::new()));
+    let done = Arc::new(AtomicBool::new(false));
+    let probe = std::thread::spawn({
+        let (kb, done) = (kb.clone(), done.clone());
+        move || probe_traversals(&kb, &done)
+    });
     let started = Instant::now();
     let report = import::import_records(&kb, records, &timer)
         .await
         .expect("import");
     let import_total = started.elapsed();
+    done.store(true, Ordering::Relaxed);
+    let waits = probe.join().expect("probe");
     assert!(report.failures.is_empty());
     let phases = timer.0.into_inner();
     let mut phase_rows = String::new();
     for (i, (phase, at, total)) in phases.iter().enumerate() {
         let end = phases.get(i + 1).map_or(started + import_total, |p| p.1);
         let secs = (end - *at).as_secs_f64();
+        let during: Vec<Duration> = waits
+            .iter()
+            .filter(|(t, _)| (*at..end).contains(t))
+            .map(|(_, wait)| *wait)
+            .collect();
+        let (p99, max) = match during.iter().max() {
+            Some(&max) => (us(stats(during).p99), us(max)),
+            None => ("-".into(), "-".into()),
+        };
         phase_rows.push_str(&format!(
-            "| {phase:?} | {total} | {secs:.1} s | {:.0} records/s |\n",
+            "| {phase:?} | {total} | {secs:.1} s | {:.0} records/s | {p99} | {max} |\n",
             *total as f64 / secs.max(1e-9)
         ));
     }
@@ -135,6 +155,31 @@ async fn main() {
     print!("{rows}");
     println!("\n### Import of the same graph\n");
     println!("Total: {:.1} s.\n", import_total.as_secs_f64());
-    println!("| phase | records | time | rate |\n|---|---|---|---|");
+    println!(
+        "A traversal (depth 1) every millisecond on another thread meanwhile: p99 and longest time each took, waiting for the index's write lock included.\n"
+    );
+    println!(
+        "| phase | records | time | rate | traversal p99 | longest traversal |\n|---|---|---|---|---|---|"
+    );
     print!("{phase_rows}");
+}
+
+/// Traverses from the first generated entity every millisecond until `done`: when each
+/// started and how long it took.
+fn probe_traversals(kb: &KnowledgeBase, done: &AtomicBool) -> Vec<(Instant, Duration)> {
+    let query = TraversalQuery {
+        start: generate::entity_name(0),
+        relationship_types: None,
+        direction: Direction::Both,
+        depth: 1,
+        limit: 10,
+    };
+    let mut waits = Vec::new();
+    while !done.load(Ordering::Relaxed) {
+        let at = Instant::now();
+        std::hint::black_box(kb.traverse_indexed(&query));
+        waits.push((at, at.elapsed()));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    waits
 }

@@ -1,19 +1,30 @@
-//! Semantic search at scale: the in-process vector index against exact search, and against
-//! SurrealDB's own HNSW index, on one generated document set in one run.
+//! Semantic and hybrid search at scale, on one generated document set in one run: where the
+//! time of one search goes (embedding, vector search, BM25, reading the hit documents from
+//! SurrealDB), and the in-process vector index against exact search (latency and recall@10).
 //!
 //! `cargo bench --workspace --bench vectors` (release). Scale with BENCH_DOCUMENTS (default
-//! 100000) and BENCH_QUERIES (default 1000). Prints a Markdown report.
+//! 100000) and BENCH_QUERIES (default 1000; the end-to-end parts ask at most 300 of them).
+//! BENCH_HNSW=1 adds SurrealDB's own HNSW index to the comparison (a few minutes more at
+//! 100k: writing through it is slow). Prints a Markdown report.
 
+#[allow(dead_code)] // each bench uses part of it
 mod common;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use common::{Stats, env, stats};
+use common::{Stats, env, ms, stats};
 use kbq_store::generate::{self, Rng, WORDS};
 use kbq_store::import::{self, Silent};
-use kbq_store::{Embedder, HashingEmbedder, KnowledgeBase, StoreConfig};
+use kbq_store::search::DocumentFilter;
+use kbq_store::text::{Analysed, TextIndex, query_terms};
+use kbq_store::{
+    DocTags, DocumentsQuery, Embedder, HashingEmbedder, KnowledgeBase, NewDocument, StoreConfig,
+    VectorIndex,
+};
 use surrealdb::types::{Object, SurrealValue};
+
+const K: usize = 10;
 
 /// Share of `exact`'s keys that `found` also has.
 fn recall<K: PartialEq>(found: &[K], exact: &[K]) -> f64 {
@@ -23,22 +34,62 @@ fn recall<K: PartialEq>(found: &[K], exact: &[K]) -> f64 {
     found.iter().filter(|k| exact.contains(k)).count() as f64 / exact.len() as f64
 }
 
-fn row(name: &str, s: &Stats, recall: Option<f64>) -> String {
-    format!(
-        "| {name} | {} | {} |\n",
-        s.cells(),
-        recall.map_or("(reference)".into(), |r| format!("{r:.4}"))
-    )
+fn tags(d: &NewDocument) -> DocTags {
+    DocTags {
+        source: d.source.as_str().into(),
+        content_type: d.content_type.as_str().into(),
+        entity_name: d.entity_name.as_deref().map(Into::into),
+    }
+}
+
+/// Times `f` once per item, after `f` has run on the first few items to warm up.
+fn time_each<T>(items: &[T], mut f: impl FnMut(&T)) -> Stats {
+    for item in items.iter().take(20) {
+        f(item);
+    }
+    let mut times = Vec::with_capacity(items.len());
+    for item in items {
+        let t = Instant::now();
+        f(item);
+        times.push(t.elapsed());
+    }
+    stats(times)
+}
+
+/// [`time_each`] for an async `f`.
+async fn time_each_async<T>(items: &[T], f: impl AsyncFn(&T)) -> Stats {
+    for item in items.iter().take(20) {
+        f(item).await;
+    }
+    let mut times = Vec::with_capacity(items.len());
+    for item in items {
+        let t = Instant::now();
+        f(item).await;
+        times.push(t.elapsed());
+    }
+    stats(times)
+}
+
+/// A comma-separated list of numbers from the environment, or `default`.
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+/// `a / b` of two durations, for the ratio columns.
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-12)
 }
 
 #[tokio::main]
 async fn main() {
     let documents = env("BENCH_DOCUMENTS", 100_000);
     let queries = env("BENCH_QUERIES", 1_000);
-    let k = 10;
+    let kb_queries = queries.min(300);
 
     let (records, docs) = common::generated_documents(documents);
-    let texts: Vec<String> = docs.iter().map(|d| d.embedding_text()).collect();
     let kb = KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
     let started = Instant::now();
     import::import_records(&kb, records.into_iter().enumerate().collect(), &Silent)
@@ -61,51 +112,258 @@ async fn main() {
         })
         .collect();
     let query_vectors: Vec<Vec<f32>> = query_texts.iter().map(|q| embedder.embed_one(q)).collect();
+    // What `kbq load` asks `/v1/rag/hybrid`: "What is <entity>?", limit 5, so each method
+    // contributes 10 candidates, plus the documents around the entity (graph_depth 1).
+    let entities: Vec<String> = (0..kb_queries)
+        .map(|_| generate::entity_name(rng.below(documents)))
+        .collect();
+    let hybrid_texts: Vec<String> = entities.iter().map(|e| format!("What is {e}?")).collect();
 
-    // The index alone: the same VectorIndex the knowledge base keeps, built here from the
-    // same embeddings so that its scan is timed without the document fetch.
-    let mut index = kbq_store::VectorIndex::new(embedder.dimension());
-    for (i, t) in texts.iter().enumerate() {
-        index.upsert(&format!("d{i}"), &embedder.embed_one(t), Default::default());
+    // The indexes alone: the same VectorIndex and TextIndex the knowledge base keeps, built
+    // here from the same documents so that they are timed without the document fetch.
+    let started = Instant::now();
+    let mut index = VectorIndex::for_bulk_load(embedder.dimension());
+    for (i, d) in docs.iter().enumerate() {
+        index.upsert(
+            &format!("d{i}"),
+            &embedder.embed_one(&d.embedding_text()),
+            tags(d),
+        );
     }
-    let keep = |_: &kbq_store::DocTags| true;
-    for q in query_vectors.iter().take(50) {
-        index.search(q, k, &keep);
+    let vector_fill = started.elapsed();
+    let started = Instant::now();
+    index.train();
+    let vector_train = started.elapsed();
+    let mut text = TextIndex::new();
+    for (i, d) in docs.iter().enumerate() {
+        text.upsert(
+            &format!("d{i}"),
+            &Analysed::new(&d.title, &d.content),
+            tags(d),
+        );
     }
-    let (mut t_exact, mut t_index, mut r_index) = (Vec::new(), Vec::new(), 0.0);
-    let mut exact_keys = Vec::new();
-    for q in &query_vectors {
-        let t = Instant::now();
-        let exact = index.search_exact(q, k, &keep);
-        t_exact.push(t.elapsed());
-        let t = Instant::now();
-        let fast = index.search(q, k, &keep);
-        t_index.push(t.elapsed());
-        let exact: Vec<_> = exact.into_iter().map(|h| h.0).collect();
-        let fast: Vec<_> = fast.into_iter().map(|h| h.0).collect();
-        r_index += recall(&fast, &exact);
-        exact_keys.push(exact);
-    }
-    r_index /= queries as f64;
+    let keep = |_: &DocTags| true;
 
-    // End to end through the knowledge base: embed, scan, fetch the documents.
-    let (mut t_kb, mut r_kb) = (Vec::new(), 0.0);
-    for q in query_texts.iter().take(50) {
-        kb.semantic_search(q, k).await.unwrap();
+    // Exact search and the index, per query, with recall.
+    let mut exact_keys = Vec::with_capacity(queries);
+    let t_exact = time_each(&query_vectors, |q| {
+        exact_keys.push(index.search_exact(q, K, &keep));
+    });
+    exact_keys.drain(..20.min(exact_keys.len()));
+    let mut found = Vec::with_capacity(queries);
+    let t_index = time_each(&query_vectors, |q| found.push(index.search(q, K, &keep)));
+    found.drain(..20.min(found.len()));
+    let keys = |hits: &[(kbq_store::vectors::VectorKey, f32)]| -> Vec<String> {
+        hits.iter().map(|h| h.0.to_string()).collect()
+    };
+    let r_index = found
+        .iter()
+        .zip(&exact_keys)
+        .map(|(f, e)| recall(&keys(f), &keys(e)))
+        .sum::<f64>()
+        / queries as f64;
+    let mut scanned = Vec::with_capacity(queries);
+    let t_scan = time_each(&query_vectors, |q| {
+        scanned.push(index.search_scan(q, K, &keep))
+    });
+    scanned.drain(..20.min(scanned.len()));
+    let r_scan = scanned
+        .iter()
+        .zip(&exact_keys)
+        .map(|(f, e)| recall(&keys(f), &keys(e)))
+        .sum::<f64>()
+        / queries as f64;
+    // Lists probed against recall: what the default is chosen from.
+    let default_probes = index.probes();
+    let mut sweep = Vec::new();
+    for probes in env_list("BENCH_PROBES", &[8, 16, 24, 32, 48, 64]) {
+        index.set_probes(Some(probes));
+        let mut found = Vec::with_capacity(queries);
+        let t = time_each(&query_vectors, |q| found.push(index.search(q, K, &keep)));
+        found.drain(..20.min(found.len()));
+        let r = found
+            .iter()
+            .zip(&exact_keys)
+            .map(|(f, e)| recall(&keys(f), &keys(e)))
+            .sum::<f64>()
+            / queries as f64;
+        sweep.push((probes, t, r));
     }
-    for q in &query_texts {
-        let t = Instant::now();
-        let fast = kb.semantic_search(q, k).await.unwrap();
-        t_kb.push(t.elapsed());
-        let exact = kb.semantic_search_exact(q, k).await.unwrap();
+    index.set_probes(None);
+    // A selective filter (one entity's documents): the index must still find them.
+    let filter_name = generate::entity_name(documents / 2);
+    let selective = |t: &DocTags| t.entity_name.as_deref() == Some(filter_name.as_str());
+    let filtered_found = index.search(&query_vectors[0], K, &selective).len();
+
+    // Where one search's time goes.
+    let embed = time_each(&query_texts[..kb_queries], |q| {
+        std::hint::black_box(embedder.embed_one(q));
+    });
+    let bm25 = time_each(&query_texts[..kb_queries], |q| {
+        std::hint::black_box(text.search(&query_terms(q), K, &keep));
+    });
+    let bm25_hybrid = time_each(&hybrid_texts, |q| {
+        std::hint::black_box(text.search(&query_terms(q), 2 * 5, &keep));
+    });
+    let corpus_buffer = time_each(&query_texts[..kb_queries], |_| {
+        std::hint::black_box(vec![0f32; documents]);
+    });
+    // Reading ten documents by key: `documents_of` ten entities finds their keys in memory,
+    // embeds an empty text and reads the ten documents, as every search does for its hits.
+    let fetch = time_each_async(&entities, async |e: &String| {
+        let start: usize = e["Entity ".len()..].parse().unwrap();
+        let names: Vec<String> = (0..10)
+            .map(|i| generate::entity_name((start + i) % documents))
+            .collect();
+        std::hint::black_box(kb.documents_of(&names, "").await.unwrap());
+    })
+    .await;
+    let semantic = time_each_async(&query_texts[..kb_queries], async |q: &String| {
+        std::hint::black_box(kb.semantic_search(q, K).await.unwrap());
+    })
+    .await;
+    let keyword = time_each_async(&query_texts[..kb_queries], async |q: &String| {
+        std::hint::black_box(kb.keyword_search(q, K).await.unwrap());
+    })
+    .await;
+    // The store's part of a hybrid search, as kbq_tools::rag runs it.
+    let hybrid = time_each_async(&entities, async |e: &String| {
+        let q = format!("What is {e}?");
+        let all = DocumentFilter::default();
+        let (s, k) = futures::try_join!(
+            kb.semantic_search_filtered(&q, 10, &all),
+            kb.keyword_search_filtered(&q, 10, &all),
+        )
+        .unwrap();
+        let g = kb
+            .graph_documents(&DocumentsQuery {
+                start: e.clone(),
+                entity_type: None,
+                relationship_types: None,
+                max_depth: 1,
+                limit: 10,
+                resolve_documents: true,
+            })
+            .await
+            .unwrap();
+        std::hint::black_box((s, k, g));
+    })
+    .await;
+    let mut r_kb = 0.0;
+    for q in &query_texts[..kb_queries] {
+        let fast = kb.semantic_search(q, K).await.unwrap();
+        let exact = kb.semantic_search_exact(q, K).await.unwrap();
         let fast: Vec<_> = fast.into_iter().map(|h| h.document.id).collect();
         let exact: Vec<_> = exact.into_iter().map(|h| h.document.id).collect();
         r_kb += recall(&fast, &exact);
     }
-    r_kb /= queries as f64;
+    r_kb /= kb_queries as f64;
 
-    // SurrealDB's HNSW index (M 12, EFC 150 by default; EF 64 at query time), on a table of
-    // its own holding the same vectors as arrays of numbers.
+    println!(
+        "{documents} generated documents (seed 42), {}-dimension hashing embeddings, k = {K}. Embedded `mem://` SurrealDB 3.3.5, release build.\n",
+        embedder.dimension()
+    );
+    println!(
+        "**Vector search, {queries} queries of 2-5 words (a quarter with an entity name):**\n"
+    );
+    println!(
+        "| search | mean | p50 | p95 | p99 | p50 vs exact | p99 vs exact | recall@{K} vs exact |\n|---|---|---|---|---|---|---|---|"
+    );
+    for (name, s, r) in [
+        (
+            "exact scan, f32 (`VectorIndex::search_exact`)",
+            &t_exact,
+            None,
+        ),
+        (
+            "8-bit scan of every code + f32 re-score (`VectorIndex::search_scan`)",
+            &t_scan,
+            Some(r_scan),
+        ),
+        (
+            &*format!(
+                "`VectorIndex::search`: inverted file, {default_probes} of {} lists + f32 re-score",
+                index.lists()
+            ),
+            &t_index,
+            Some(r_index),
+        ),
+    ] {
+        println!(
+            "| {name} | {} | {:.1}x faster | {:.1}x faster | {} |",
+            s.cells(),
+            ratio(t_exact.p50, s.p50),
+            ratio(t_exact.p99, s.p99),
+            r.map_or("(reference)".into(), |r| format!("{r:.4}"))
+        );
+    }
+    println!(
+        "\nLists probed (of {}) against recall:\n\n| probes | mean | p50 | p95 | p99 | p50 vs exact | recall@{K} |\n|---|---|---|---|---|---|---|",
+        index.lists()
+    );
+    for (probes, t, r) in &sweep {
+        println!(
+            "| {probes} | {} | {:.1}x faster | {r:.4} |",
+            t.cells(),
+            ratio(t_exact.p50, t.p50)
+        );
+    }
+    println!(
+        "\nWith a filter only one document passes, `VectorIndex::search` found {filtered_found} (of 1)."
+    );
+    println!(
+        "\n**Where one search's time goes, {kb_queries} queries:**\n\n| part | mean | p50 | p95 | p99 |\n|---|---|---|---|---|"
+    );
+    for (name, s) in [
+        ("embedding the query (`HashingEmbedder`)", &embed),
+        ("`VectorIndex::search`, k = 10", &t_index),
+        ("`TextIndex::search`, the same queries, k = 10", &bm25),
+        (
+            "`TextIndex::search`, \"What is <entity>?\", k = 10 (hybrid's keyword part)",
+            &bm25_hybrid,
+        ),
+        (
+            "allocating and zeroing one f32 per document (a corpus-sized buffer)",
+            &corpus_buffer,
+        ),
+        (
+            "reading 10 documents by key from SurrealDB (`documents_of` 10 entities)",
+            &fetch,
+        ),
+        (
+            "`KnowledgeBase::semantic_search` (embed + search + read)",
+            &semantic,
+        ),
+        ("`KnowledgeBase::keyword_search` (search + read)", &keyword),
+        (
+            "hybrid's store part: semantic + keyword (10 each, joined) + graph documents, depth 1",
+            &hybrid,
+        ),
+    ] {
+        println!("| {name} | {} |", s.cells());
+    }
+    println!(
+        "\nRecall@{K} of `KnowledgeBase::semantic_search` against `semantic_search_exact`: {r_kb:.4}. Import of the documents through `kbq_store::import`: {:.1} s; filling the vector index alone: {:.2} s, then training its inverted file ({} lists): {:.2} s.",
+        import_time.as_secs_f64(),
+        vector_fill.as_secs_f64(),
+        index.lists(),
+        vector_train.as_secs_f64()
+    );
+
+    if env("BENCH_HNSW", 0) != 0 {
+        hnsw(&docs, &query_vectors, &exact_keys, &t_index).await;
+    }
+}
+
+/// SurrealDB's HNSW index (M 12, EFC 150 by default; EF 64 at query time), on a table of its
+/// own holding the same vectors as arrays of numbers.
+async fn hnsw(
+    docs: &[NewDocument],
+    query_vectors: &[Vec<f32>],
+    exact: &[Vec<(kbq_store::vectors::VectorKey, f32)>],
+    index: &Stats,
+) {
+    let embedder = HashingEmbedder::default();
     let db = surrealdb::engine::any::connect("mem://").await.unwrap();
     db.use_ns("bench").use_db("bench").await.unwrap();
     db.query(format!(
@@ -116,11 +374,11 @@ async fn main() {
     .unwrap()
     .check()
     .unwrap();
-    let hnsw_build = common::insert_numbered(&db, "v", &texts, |t, o| {
+    let build = common::insert_numbered(&db, "v", docs, |d, o| {
         o.insert(
             "e",
             embedder
-                .embed_one(t)
+                .embed_one(&d.embedding_text())
                 .into_iter()
                 .map(f64::from)
                 .collect::<Vec<f64>>()
@@ -128,9 +386,9 @@ async fn main() {
         );
     })
     .await;
-    let hnsw_queries = queries.min(300);
-    let (mut t_hnsw, mut r_hnsw) = (Vec::new(), 0.0);
-    for (q, exact) in query_vectors.iter().zip(&exact_keys).take(hnsw_queries) {
+    let pairs: Vec<_> = query_vectors.iter().zip(exact).take(300).collect();
+    let (mut times, mut r) = (Vec::new(), 0.0);
+    for (q, exact) in &pairs {
         let mut vars = Object::new();
         vars.insert(
             "q",
@@ -141,61 +399,25 @@ async fn main() {
         );
         let t = Instant::now();
         let mut resp = db
-            .query(format!("SELECT VALUE n FROM v WHERE e <|{k}, 64|> $q"))
+            .query(format!("SELECT VALUE n FROM v WHERE e <|{K}, 64|> $q"))
             .bind(vars)
             .await
             .unwrap();
         let found: Vec<i64> = resp.take(0).unwrap();
-        t_hnsw.push(t.elapsed());
+        times.push(t.elapsed());
         let found: Vec<String> = found.into_iter().map(|n| format!("d{n}")).collect();
-        let exact: Vec<String> = exact.iter().map(|k| k.to_string()).collect();
-        r_hnsw += recall(&found, &exact);
+        let exact: Vec<String> = exact.iter().map(|k| k.0.to_string()).collect();
+        r += recall(&found, &exact);
     }
-    r_hnsw /= hnsw_queries as f64;
-
+    let s = stats(times);
     println!(
-        "{documents} generated documents (seed 42), {}-dimension hashing embeddings, {queries} queries of 2-5 words (a quarter with an entity name), k = {k}. Embedded `mem://` SurrealDB 3.3.5, release build.\n",
-        embedder.dimension()
-    );
-    println!(
-        "| search | mean | p50 | p95 | p99 | recall@{k} vs exact |\n|---|---|---|---|---|---|"
-    );
-    print!(
-        "{}",
-        row(
-            "exact scan, f32 (`VectorIndex::search_exact`)",
-            &stats(t_exact),
-            None
-        )
-    );
-    print!(
-        "{}",
-        row(
-            "`VectorIndex::search` (8-bit scan + f32 re-score)",
-            &stats(t_index),
-            Some(r_index)
-        )
-    );
-    print!(
-        "{}",
-        row(
-            "`KnowledgeBase::semantic_search` (embed + search + fetch documents)",
-            &stats(t_kb),
-            Some(r_kb)
-        )
-    );
-    print!(
-        "{}",
-        row(
-            &format!("SurrealDB HNSW `<|{k}, 64|>` ({hnsw_queries} queries)"),
-            &stats(t_hnsw),
-            Some(r_hnsw)
-        )
-    );
-    println!(
-        "\nImport of the documents through `kbq_store::import`: {:.1} s. Writing the same vectors into SurrealDB's HNSW index: {:.1} s ({:.0} vectors/s).",
-        import_time.as_secs_f64(),
-        hnsw_build.as_secs_f64(),
-        documents as f64 / hnsw_build.as_secs_f64()
+        "\nSurrealDB HNSW `<|{K}, 64|>`, {} queries: {} (mean | p50 | p95 | p99), recall@{K} {:.4}, p50 {:.0}x `VectorIndex::search`'s. Writing the vectors through it: {:.1} s ({:.0} vectors/s); `VectorIndex::search` p50 {}.",
+        pairs.len(),
+        s.cells(),
+        r / pairs.len() as f64,
+        ratio(s.p50, index.p50),
+        build.as_secs_f64(),
+        docs.len() as f64 / build.as_secs_f64(),
+        ms(index.p50)
     );
 }

@@ -81,12 +81,14 @@ impl KnowledgeBase {
         let dimension = self.embedder().dimension();
         // Analysing every text takes a while for a large store: keep it off the async workers.
         let (vectors, text, skipped) = tokio::task::spawn_blocking(move || {
-            let mut vectors = VectorIndex::new(dimension);
+            // The inverted file is trained once, on every vector, rather than at each doubling.
+            let mut vectors = VectorIndex::for_bulk_load(dimension);
             let mut text = TextIndex::new();
             let mut skipped = 0usize;
             for e in entries {
                 skipped += usize::from(!e.put(&mut vectors, &mut text));
             }
+            vectors.train();
             (vectors, text, skipped)
         })
         .await
@@ -100,6 +102,7 @@ impl KnowledgeBase {
         tracing::info!(
             documents = text.len(),
             vectors = vectors.len(),
+            vector_lists = vectors.lists(),
             terms = text.terms(),
             read_ms,
             elapsed_ms = started.elapsed().as_millis() as u64,

@@ -12,11 +12,12 @@
 
 use std::hash::Hash;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
+use crate::names::NameIndex;
 
 /// Which edges a walk may follow from an entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -63,12 +64,36 @@ pub struct Reached {
 }
 
 /// The answer of a walk. An unknown start entity gives an empty answer.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Traversal {
     pub entities: Vec<Reached>,
     pub relationships: Vec<RelationshipRef>,
     /// True when `limit` stopped the walk before it met every reachable entity.
     pub truncated: bool,
+    /// The same entities and relationships as JSON, when the in-memory index answered.
+    pub json: Option<TraversalJson>,
+}
+
+/// Equal answers are equal traversals, whichever path rendered them: `json` is the same
+/// answer in another form, and only the index path carries it.
+impl PartialEq for Traversal {
+    fn eq(&self, other: &Self) -> bool {
+        self.entities == other.entities
+            && self.relationships == other.relationships
+            && self.truncated == other.truncated
+    }
+}
+
+/// A traversal's entities and relationships as `serde_json` writes them, in the same order.
+/// The index serializes each entity and relationship once, when a walk first reaches it, and
+/// hands out shared copies, so a response of fifty entities is copied, not serialized again:
+/// serializing was most of the time of a traversal over HTTP.
+#[derive(Debug, Clone, Default)]
+pub struct TraversalJson {
+    /// `serde_json::to_string(&Entity)` of each of `Traversal::entities`.
+    pub entities: Vec<Arc<str>>,
+    /// `serde_json::to_string(&Relationship)` of each of `Traversal::relationships`.
+    pub relationships: Vec<Arc<str>>,
 }
 
 /// The breadth-first walk, generic over how nodes (`K`) and edges (`E`) are named, so the
@@ -194,7 +219,8 @@ pub fn fold_case(s: &str) -> String {
 
 struct Node {
     entity: EntityRef,
-    lower: Box<str>,
+    /// `entity` as JSON, made when a walk first returns it (see [`TraversalJson`]).
+    json: OnceLock<Arc<str>>,
     /// Every edge touching this node, in canonical order (neighbour name, type, outgoing
     /// first), with what the walk needs inline: the walk reads one sequential list and
     /// compares no strings.
@@ -215,6 +241,17 @@ struct Edge {
     dst: u32,
     ty: u32,
     rel: RelationshipRef,
+    /// `rel` as JSON, made when a walk first returns it (see [`TraversalJson`]).
+    json: OnceLock<Arc<str>>,
+}
+
+/// `value` as `serde_json` writes it, made once into `cell`.
+fn json_of<T: serde::Serialize>(cell: &OnceLock<Arc<str>>, value: &T) -> Arc<str> {
+    cell.get_or_init(|| {
+        // A model of maps, strings and JSON values always serializes.
+        serde_json::to_string(value).unwrap_or_default().into()
+    })
+    .clone()
 }
 
 /// The whole graph in memory: names to nodes, and each node's typed edges in canonical order.
@@ -227,15 +264,16 @@ pub struct GraphIndex {
     edge_ids: FxHashMap<(u32, u32, u32), u32>,
     types: Vec<Arc<str>>,
     type_ids: FxHashMap<Arc<str>, u32>,
+    /// The nodes' names (same ids), for search; kept in step by `upsert_entities` and
+    /// `remove_entity`, which every write goes through.
+    names: NameIndex,
 }
 
 impl GraphIndex {
     /// Builds an index from whole tables, sorting each adjacency list once.
     pub fn build(entities: Vec<Entity>, relationships: Vec<Relationship>) -> Self {
         let mut index = GraphIndex::default();
-        for e in entities {
-            index.put_entity(e);
-        }
+        index.upsert_entities(entities);
         for r in relationships {
             let _ = index.put_edge(r);
         }
@@ -272,6 +310,11 @@ impl GraphIndex {
         self.edges.len()
     }
 
+    /// The name index search reads, for its size.
+    pub fn name_index(&self) -> &NameIndex {
+        &self.names
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.entity.name.clone()).collect()
     }
@@ -288,7 +331,18 @@ impl GraphIndex {
 
     /// Inserts or replaces an entity (its edges stay).
     pub fn upsert_entity(&mut self, entity: Entity) {
-        self.put_entity(entity);
+        self.upsert_entities([entity]);
+    }
+
+    /// Inserts or replaces entities (their edges stay), a later one of the same name
+    /// replacing an earlier one. The new names go into the name index in one batch
+    /// ([`NameIndex::extend`]), which costs a fraction of adding them one by one.
+    pub fn upsert_entities(&mut self, entities: impl IntoIterator<Item = Entity>) {
+        let new: Vec<Arc<str>> = entities
+            .into_iter()
+            .filter_map(|e| self.put_node(e))
+            .collect();
+        self.names.extend(new);
     }
 
     /// Inserts or replaces a relationship. Both ends must already be in the index; returns
@@ -384,6 +438,7 @@ impl GraphIndex {
             self.remove_relationship(&s, &d, &t);
         }
         self.ids.remove(name);
+        self.names.swap_remove(i);
         // The last node moves into the hole: every reference to `last` becomes `i`. It has
         // no edge to the removed node any more, so no reference to `i` is left behind.
         let last = (self.nodes.len() - 1) as u32;
@@ -421,14 +476,33 @@ impl GraphIndex {
         true
     }
 
-    /// Case-insensitive substring search over names, ranked exact, prefix, other.
+    /// Case-insensitive substring search over names, ranked exact, prefix, other, from the
+    /// name index: the same answer as [`GraphIndex::search_scan`].
     pub fn search(&self, query: &str, entity_type: Option<&str>, limit: usize) -> Vec<EntityRef> {
+        let accept =
+            |id: u32| entity_type.is_none_or(|t| self.nodes[id as usize].entity.entity_type == t);
+        self.names
+            .search(query, limit, accept)
+            .into_iter()
+            .map(|id| self.nodes[id as usize].entity.clone())
+            .collect()
+    }
+
+    /// [`GraphIndex::search`] by a scan of every name: the reference the index is tested and
+    /// benchmarked against.
+    pub fn search_scan(
+        &self,
+        query: &str,
+        entity_type: Option<&str>,
+        limit: usize,
+    ) -> Vec<EntityRef> {
         let q = fold_case(query);
         let hits: Vec<(u8, &Node)> = self
             .nodes
             .iter()
-            .filter(|n| entity_type.is_none_or(|t| n.entity.entity_type == t))
-            .filter_map(|n| search_rank(&n.lower, &q).map(|r| (r, n)))
+            .enumerate()
+            .filter(|(_, n)| entity_type.is_none_or(|t| n.entity.entity_type == t))
+            .filter_map(|(i, n)| search_rank(self.names.folded(i as u32), &q).map(|r| (r, n)))
             .collect();
         best_ranked(hits, limit, |n| &n.entity.name)
             .into_iter()
@@ -460,6 +534,8 @@ impl GraphIndex {
                 }
             }
         }
+        let nodes = walk.slots.iter().map(|(n, ..)| &self.nodes[*n as usize]);
+        let edges = walk.edges.iter().map(|e| &self.edges[*e as usize]);
         Traversal {
             entities: walk
                 .slots
@@ -470,12 +546,12 @@ impl GraphIndex {
                     via: via.map(|e| self.types[self.edges[e as usize].ty as usize].clone()),
                 })
                 .collect(),
-            relationships: walk
-                .edges
-                .iter()
-                .map(|e| self.edges[*e as usize].rel.clone())
-                .collect(),
+            relationships: edges.clone().map(|e| e.rel.clone()).collect(),
             truncated: walk.truncated,
+            json: Some(TraversalJson {
+                entities: nodes.map(|n| json_of(&n.json, &*n.entity)).collect(),
+                relationships: edges.map(|e| json_of(&e.json, &*e.rel)).collect(),
+            }),
         }
     }
 
@@ -502,23 +578,26 @@ impl GraphIndex {
         t
     }
 
-    fn put_entity(&mut self, mut entity: Entity) {
+    /// Records an entity's node, leaving the name index to the caller: returns the name of a
+    /// new node (the last one), `None` for a replaced one, which keeps its name and so its
+    /// name index entries.
+    fn put_node(&mut self, mut entity: Entity) -> Option<Arc<str>> {
         entity.id = keys::entity_id(&entity.name);
-        let lower = fold_case(&entity.name).into_boxed_str();
         if let Some(&i) = self.ids.get(entity.name.as_str()) {
             let node = &mut self.nodes[i as usize];
             node.entity = Arc::new(entity);
-            node.lower = lower;
-            return;
+            node.json = OnceLock::new();
+            return None;
         }
         let i = self.nodes.len() as u32;
         let name: Arc<str> = entity.name.as_str().into();
         self.nodes.push(Node {
             entity: Arc::new(entity),
-            lower,
+            json: OnceLock::new(),
             adj: Vec::new(),
         });
-        self.ids.insert(name, i);
+        self.ids.insert(name.clone(), i);
+        Some(name)
     }
 
     /// Records an edge (replacing the properties of an existing one). Returns its id and
@@ -528,7 +607,9 @@ impl GraphIndex {
         let dst = *self.ids.get(&*rel.target_name)?;
         let ty = self.intern(&rel.relationship_type);
         if let Some(&e) = self.edge_ids.get(&(src, dst, ty)) {
-            self.edges[e as usize].rel = Arc::new(rel);
+            let edge = &mut self.edges[e as usize];
+            edge.rel = Arc::new(rel);
+            edge.json = OnceLock::new();
             return Some((e, false));
         }
         let e = self.edges.len() as u32;
@@ -537,6 +618,7 @@ impl GraphIndex {
             dst,
             ty,
             rel: Arc::new(rel),
+            json: OnceLock::new(),
         });
         self.edge_ids.insert((src, dst, ty), e);
         Some((e, true))
@@ -546,6 +628,66 @@ impl GraphIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_walk_hands_out_the_json_of_what_the_index_holds_now() {
+        let entity = |name: &str, rank: i64| Entity {
+            id: String::new(),
+            name: name.into(),
+            entity_type: "t".into(),
+            properties: serde_json::json!({ "rank": rank })
+                .as_object()
+                .unwrap()
+                .clone(),
+        };
+        let rel = |note: &str| Relationship {
+            source_name: "a".into(),
+            target_name: "b".into(),
+            relationship_type: "r".into(),
+            properties: serde_json::json!({ "note": note })
+                .as_object()
+                .unwrap()
+                .clone(),
+        };
+        let mut index = GraphIndex::build(vec![entity("a", 1), entity("b", 2)], vec![rel("x")]);
+        let walk = |index: &GraphIndex| {
+            let t = index.traverse(&TraversalQuery {
+                start: "a".into(),
+                relationship_types: None,
+                direction: Direction::Both,
+                depth: 1,
+                limit: 10,
+            });
+            let json = t.json.clone().unwrap();
+            let want: Vec<String> = t
+                .entities
+                .iter()
+                .map(|r| serde_json::to_string(&*r.entity).unwrap())
+                .collect();
+            let got: Vec<&str> = json.entities.iter().map(|j| &**j).collect();
+            assert_eq!(got, want);
+            let want: Vec<String> = t
+                .relationships
+                .iter()
+                .map(|r| serde_json::to_string(&**r).unwrap())
+                .collect();
+            let got: Vec<&str> = json.relationships.iter().map(|j| &**j).collect();
+            assert_eq!(got, want);
+            json
+        };
+        let before = walk(&index);
+        assert!(before.entities[1].contains("\"rank\":2"));
+        // Updates made after a walk rendered the old values are rendered anew.
+        index.upsert_entity(entity("b", 3));
+        assert!(index.upsert_relationship(rel("y")));
+        let after = walk(&index);
+        assert!(after.entities[1].contains("\"rank\":3"), "{after:?}");
+        assert!(after.relationships[0].contains("\"y\""), "{after:?}");
+        assert!(
+            before.entities[1].contains("\"rank\":2"),
+            "a handed-out copy stays as it was"
+        );
+    }
 
     #[test]
     fn best_ranked_keeps_what_a_full_sort_keeps() {

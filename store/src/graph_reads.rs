@@ -269,6 +269,7 @@ impl KnowledgeBase {
                 .filter_map(|k| rels.get(k).cloned().map(Arc::new))
                 .collect(),
             truncated: walk.truncated,
+            json: None,
         })
     }
 }

@@ -10,6 +10,7 @@
 //! - [`doc_index`]: the document indexes (vectors, keywords) kept in step with SurrealDB.
 //! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
+//! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search reads.
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to.
@@ -33,6 +34,7 @@ pub mod import;
 pub mod kb;
 pub mod memory;
 pub mod model;
+pub mod names;
 pub mod progress;
 pub mod related;
 pub mod schema;
@@ -43,7 +45,7 @@ pub mod write;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
-pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalQuery};
+pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalJson, TraversalQuery};
 pub use kb::{Counts, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{

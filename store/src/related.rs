@@ -12,6 +12,8 @@ use crate::error::Result;
 use crate::graph::{Direction, TraversalQuery};
 use crate::kb::KnowledgeBase;
 use crate::model::Document;
+use crate::search::DocumentHit;
+use crate::vectors::VectorKey;
 
 /// The `relationship` value that marks the start entity's own documents.
 pub const SELF_RELATIONSHIP: &str = "self";
@@ -89,21 +91,17 @@ impl KnowledgeBase {
         for r in &related {
             reach.insert(r.entity.name.as_str(), (r.depth, r.via.as_deref()));
         }
-        let names: Vec<String> = reach.keys().map(|n| n.to_string()).collect();
         let text = format!("{} {}", start.entity.name, start.entity.entity_type);
-        let docs = self.documents_of(&names, &text).await?;
+        let docs = self.best_documents_of(&reach, &text, query.limit).await?;
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
             .filter_map(|d| {
                 let name = d.document.entity_name.clone()?;
                 let &(depth, via) = reach.get(name.as_str())?;
-                let proximity = 1.0 / (1.0 + f64::from(depth));
-                let similarity = d.score.clamp(0.0, 1.0);
-                let score = PROXIMITY_WEIGHT * proximity + SIMILARITY_WEIGHT * similarity;
                 Some(GraphDocument {
                     relationship: via.unwrap_or(SELF_RELATIONSHIP).to_string(),
                     related_entity: (depth > 0).then_some(name),
-                    score: (score * 1e6).round() / 1e6,
+                    score: score(depth, d.score),
                     document: d.document,
                 })
             })
@@ -119,5 +117,93 @@ impl KnowledgeBase {
             results,
             related_entities,
         })
+    }
+}
+
+/// A document's score from its entity's depth and its similarity (rounded to 6 places, so
+/// that ties are ties whatever the float noise).
+fn score(depth: u32, similarity: f64) -> f64 {
+    let proximity = 1.0 / (1.0 + f64::from(depth));
+    let score = PROXIMITY_WEIGHT * proximity + SIMILARITY_WEIGHT * similarity.clamp(0.0, 1.0);
+    (score * 1e6).round() / 1e6
+}
+
+impl KnowledgeBase {
+    /// The documents of the entities in `reach` (name -> depth, relationship) that can be
+    /// among the best `limit` by score, each with its similarity to `text` as its score.
+    ///
+    /// A hub reaches hundreds of entities, and reading every one of their documents from
+    /// SurrealDB to keep ten was most of the time of a graph-documents request. Both parts
+    /// of a score are known before reading: the depth of the document's entity (the keyword
+    /// index knows each document's entity) and its similarity (the vector index). So only
+    /// the documents whose score reaches the `limit`-th best are read, ties included, since
+    /// ties break by title. When what is read disagrees with the indexes (a document deleted
+    /// or relinked by another node since they heard of it), every candidate is read, as the
+    /// answer then depends on documents the selection did not foresee.
+    async fn best_documents_of(
+        &self,
+        reach: &HashMap<&str, (u32, Option<&str>)>,
+        text: &str,
+        limit: usize,
+    ) -> Result<Vec<DocumentHit>> {
+        self.connection().await?;
+        // (key, its entity, its similarity)
+        let mut candidates: Vec<(VectorKey, &str, f32)> = {
+            let index = self.text().read();
+            reach
+                .keys()
+                .flat_map(|&name| {
+                    index
+                        .documents_of(std::iter::once(name))
+                        .into_iter()
+                        .map(move |key| (key, name, 0.0))
+                })
+                .collect()
+        };
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = self.embed_one(text).await?;
+        {
+            let index = self.vectors().read();
+            for (key, _, similarity) in &mut candidates {
+                *similarity = index.similarity(key, &q).unwrap_or(0.0);
+            }
+        }
+        let score_of = |(_, name, similarity): &(VectorKey, &str, f32)| {
+            score(reach[name].0, f64::from(*similarity))
+        };
+        let mut chosen = candidates.clone();
+        if chosen.len() > limit && limit > 0 {
+            chosen.sort_by(|a, b| score_of(b).total_cmp(&score_of(a)));
+            let cutoff = score_of(&chosen[limit - 1]);
+            chosen.retain(|c| score_of(c) >= cutoff);
+        }
+        let expected: HashMap<String, &str> = chosen
+            .iter()
+            .map(|(key, name, _)| (key.to_string(), *name))
+            .collect();
+        let hits = self
+            .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
+            .await?;
+        let as_foreseen = hits.len() == expected.len()
+            && hits.iter().all(|h| {
+                let key = h.document.id.split_once(':').map_or("", |(_, k)| k);
+                h.document.entity_name.as_deref() == expected.get(key).copied()
+            });
+        let mut hits = if as_foreseen {
+            hits
+        } else {
+            self.documents_by_key(candidates.into_iter().map(|(k, _, s)| (k, s)).collect())
+                .await?
+        };
+        // A document relinked by another node since the index last heard of it.
+        hits.retain(|hit| {
+            hit.document
+                .entity_name
+                .as_deref()
+                .is_some_and(|n| reach.contains_key(n))
+        });
+        Ok(hits)
     }
 }

@@ -400,15 +400,28 @@ impl TextIndex {
         limit: usize,
         keep: &dyn Fn(&DocTags) -> bool,
     ) -> Vec<(VectorKey, f32)> {
-        let live = self.slots.len();
-        if live == 0 || limit == 0 {
+        if self.slots.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let n = live as f32;
+        SCRATCH.with_borrow_mut(|scratch| self.score_into(terms, limit, keep, scratch))
+    }
+
+    /// [`search`](Self::search) with its per-document scores in `scratch`, which it leaves
+    /// as it found it: every score zero, nothing touched.
+    fn score_into(
+        &self,
+        terms: &[String],
+        limit: usize,
+        keep: &dyn Fn(&DocTags) -> bool,
+        scratch: &mut Scratch,
+    ) -> Vec<(VectorKey, f32)> {
+        let n = self.slots.len() as f32;
         let avg_title = (self.title_total as f32 / n).max(1.0);
         let avg_content = (self.content_total as f32 / n).max(1.0);
-        let mut scores = vec![0f32; self.keys.len()];
-        let mut touched: Vec<u32> = Vec::new();
+        if scratch.scores.len() < self.keys.len() {
+            scratch.scores.resize(self.keys.len(), 0.0);
+        }
+        let Scratch { scores, touched } = scratch;
         for term in terms {
             let Some(&id) = self.term_ids.get(term.as_str()) else {
                 continue;
@@ -450,19 +463,22 @@ impl TextIndex {
             }
         }
         // The best `limit`: a heap whose top is the worst kept, so most candidates cost one
-        // comparison with it.
+        // comparison with it. An equal score loses to the kept one unless its key comes
+        // first: when most documents tie (a word in every document, documents of one shape)
+        // that comparison, not a push, is what they cost.
         let mut best: BinaryHeap<Ranked> = BinaryHeap::with_capacity(limit + 1);
-        for slot in touched {
-            let score = scores[slot as usize];
-            if best.len() == limit && best.peek().is_some_and(|w| score < w.score) {
+        for slot in touched.drain(..) {
+            let score = std::mem::take(&mut scores[slot as usize]);
+            let Some(key) = &self.keys[slot as usize] else {
+                continue;
+            };
+            let loses = |w: &Ranked| score < w.score || (score == w.score && *key > w.key);
+            if best.len() == limit && best.peek().is_some_and(loses) {
                 continue;
             }
             if !keep(&self.tags[slot as usize]) {
                 continue;
             }
-            let Some(key) = &self.keys[slot as usize] else {
-                continue;
-            };
             best.push(Ranked {
                 score,
                 key: key.clone(),
@@ -476,6 +492,19 @@ impl TextIndex {
             .map(|r| (r.key, r.score))
             .collect()
     }
+}
+
+/// What a search scores into, kept per thread: one score per slot (all zero between
+/// searches) and the slots scored, so that no search allocates or zeroes a buffer the size
+/// of the index.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    touched: Vec<u32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
 /// A search result in the heap: ordered best first (higher score, then lower key), so the

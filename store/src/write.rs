@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use parking_lot::RwLockWriteGuard;
 use serde_json::Value as Json;
 use surrealdb::types::{RecordId, SurrealValue, Value};
 use tokio_util::task::AbortOnDropHandle;
@@ -26,6 +27,13 @@ use crate::vectors::DocTags;
 /// statement, copying the statement's writes so far, so a record's cost grows with its
 /// statement's size: 100 rows wrote entities three times as fast as 1000 (docs/benchmarks.md).
 pub(crate) const INSERT_ROWS: usize = 100;
+
+/// How many written records go into the graph index per hold of its write lock; between
+/// holds a waiting reader goes first. A statement's 100 new entities held the lock for up to
+/// 2.5 ms (`kbq gen` names in no order) and 5 ms (package paths), every traversal and search
+/// waiting; 16 hold it for a quarter of that, each new entity costing a quarter more than in a
+/// batch of 100 and less than one at a time (`benches/names.rs`).
+pub(crate) const LOCK_BATCH: usize = 16;
 
 /// How many INSERT statements of one batch are written at once (see
 /// [`KnowledgeBase::insert_pipelined`]): one per core, at least two, at most eight. With one,
@@ -89,11 +97,14 @@ impl KnowledgeBase {
                 let rows = chunk.iter().map(R::row).collect();
                 Ok((rows, chunk.into_iter().map(R::indexed).collect::<Vec<_>>()))
             },
-            |written| {
+            |written: Vec<R::Indexed>| {
                 if let Some(index) = self.graph_index() {
                     let mut index = index.write();
-                    for record in written {
-                        R::put(&mut index, record);
+                    let mut written = written.into_iter().peekable();
+                    while written.peek().is_some() {
+                        R::put_all(&mut index, written.by_ref().take(LOCK_BATCH).collect());
+                        // Lets a waiting reader in between parts, if there is one.
+                        RwLockWriteGuard::bump(&mut index);
                     }
                 }
                 then();
@@ -276,7 +287,8 @@ trait GraphRecord: Clone + Send + 'static {
     type Indexed: Send + 'static;
     fn row(&self) -> Value;
     fn indexed(self) -> Self::Indexed;
-    fn put(index: &mut GraphIndex, indexed: Self::Indexed);
+    /// Puts written records into the index.
+    fn put_all(index: &mut GraphIndex, indexed: Vec<Self::Indexed>);
 }
 
 impl GraphRecord for NewEntity {
@@ -296,8 +308,8 @@ impl GraphRecord for NewEntity {
         self.into_entity()
     }
 
-    fn put(index: &mut GraphIndex, e: Entity) {
-        index.upsert_entity(e);
+    fn put_all(index: &mut GraphIndex, entities: Vec<Entity>) {
+        index.upsert_entities(entities);
     }
 }
 
@@ -331,8 +343,10 @@ impl GraphRecord for NewRelationship {
         self.into_relationship()
     }
 
-    fn put(index: &mut GraphIndex, r: Relationship) {
-        index.upsert_relationship(r);
+    fn put_all(index: &mut GraphIndex, rels: Vec<Relationship>) {
+        for r in rels {
+            index.upsert_relationship(r);
+        }
     }
 }
 

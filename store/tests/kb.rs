@@ -459,6 +459,69 @@ async fn graph_documents_resolve_self_and_related_entities() {
 }
 
 #[tokio::test]
+async fn graph_documents_of_a_hub_keep_the_best_of_all_its_documents() {
+    use kbq_store::DocumentsQuery;
+    let kb = open(true).await;
+    // A hub with 60 neighbours and 20 more two hops away, each with a document. Half the
+    // documents share one text, so their scores tie and titles decide.
+    let mut lines =
+        vec![r#"{"kind":"entity","name":"Hub","entity_type":"hub","properties":{}}"#.to_string()];
+    let document = |entity: &str, title: &str, content: &str| {
+        format!(
+            r#"{{"kind":"document","title":"{title}","content":"{content}","source":"t","source_id":"{entity}","content_type":"text/plain","url":null,"entity_name":"{entity}"}}"#
+        )
+    };
+    for i in 0..80 {
+        let name = format!("Spoke {i:02}");
+        lines.push(format!(
+            r#"{{"kind":"entity","name":"{name}","entity_type":"spoke","properties":{{}}}}"#
+        ));
+        let (source, ty) = if i < 60 {
+            ("Hub".to_string(), "links")
+        } else {
+            (format!("Spoke {:02}", i - 60), "next")
+        };
+        lines.push(format!(
+            r#"{{"kind":"relationship","source_name":"{source}","target_name":"{name}","relationship_type":"{ty}","properties":{{}}}}"#
+        ));
+        let content = if i % 2 == 0 {
+            "hub spoke shared text".to_string()
+        } else {
+            format!("a hub note number {i} about spokes")
+        };
+        // Titles in an order unlike the names', so ties are not broken by accident.
+        lines.push(document(&name, &format!("T{:02}", (i * 37) % 80), &content));
+    }
+    lines.push(document("Hub", "Hub itself", "the hub"));
+    let ndjson = lines.join("\n");
+    let report = import::import(&kb, ndjson.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let query = DocumentsQuery {
+        start: "Hub".into(),
+        entity_type: None,
+        relationship_types: None,
+        max_depth: 2,
+        limit: 1000,
+        resolve_documents: true,
+    };
+    let all = kb.graph_documents(&query).await.unwrap();
+    assert_eq!(all.results.len(), 81);
+    for limit in [1, 2, 5, 10, 30, 31, 60, 80] {
+        let best = kb
+            .graph_documents(&DocumentsQuery {
+                limit,
+                ..query.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!(best.results, all.results[..limit], "limit {limit}");
+        assert_eq!(best.related_entities, all.related_entities);
+    }
+}
+
+#[tokio::test]
 async fn semantic_search_finds_what_exact_search_finds() {
     let kb = open(true).await;
     let records = generate::generate(Spec {
