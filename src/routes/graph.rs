@@ -1,8 +1,9 @@
 //! The four graph endpoints under `/data/v1/query/graph`, answered by the graph workers.
 
+use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::GraphPool;
-use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalQuery};
+use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, Traversal, TraversalQuery};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -102,22 +103,77 @@ async fn traverse(
         start: req.entity_name,
     };
     let walk = graph.traverse(query.clone()).await?;
-    let body = TraversalResponse {
-        entity_name: &query.start,
-        entities_found: walk
-            .entities
-            .iter()
-            .map(|r| EntityAtDepth {
-                entity: &r.entity,
-                depth: r.depth,
-            })
-            .collect(),
-        relationships: walk.relationships.iter().map(|r| &**r).collect(),
-        total_entities: walk.entities.len(),
-        total_relationships: walk.relationships.len(),
-        truncated: walk.truncated,
+    Ok(HttpResponse::Ok()
+        .insert_header(ContentType::json())
+        .body(traversal_body(&query.start, &walk)))
+}
+
+/// The body of a traversal: the bytes `serde_json` writes for [`TraversalResponse`]. When
+/// the in-memory index answered, each entity and relationship comes already serialized
+/// ([`kbq_store::TraversalJson`]) and is copied in; a unit test holds both ways to the same bytes.
+fn traversal_body(start: &str, walk: &Traversal) -> Vec<u8> {
+    // Each entity is an object with fields, `{...}`: its fields are copied without the braces.
+    let Some(json) = walk.json.as_ref().filter(|j| {
+        j.entities.len() == walk.entities.len()
+            && j.relationships.len() == walk.relationships.len()
+            && j.entities.iter().all(|e| e.len() > 2 && e.ends_with('}'))
+    }) else {
+        return serde_json::to_vec(&TraversalResponse {
+            entity_name: start,
+            entities_found: walk
+                .entities
+                .iter()
+                .map(|r| EntityAtDepth {
+                    entity: &r.entity,
+                    depth: r.depth,
+                })
+                .collect(),
+            relationships: walk.relationships.iter().map(|r| &**r).collect(),
+            total_entities: walk.entities.len(),
+            total_relationships: walk.relationships.len(),
+            truncated: walk.truncated,
+        })
+        .unwrap_or_default();
     };
-    Ok(HttpResponse::Ok().json(body))
+    let size: usize = json
+        .entities
+        .iter()
+        .chain(&json.relationships)
+        .map(|j| j.len() + 16)
+        .sum();
+    let mut out = Vec::with_capacity(size + start.len() + 160);
+    let number = |out: &mut Vec<u8>, n: usize| out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"{\"entity_name\":");
+    // A `&str` always serializes.
+    let _ = serde_json::to_writer(&mut out, start);
+    out.extend_from_slice(b",\"entities_found\":[");
+    for (i, (entity, reached)) in json.entities.iter().zip(&walk.entities).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // `EntityAtDepth` flattens the entity's fields and adds `depth` after them.
+        out.extend_from_slice(&entity.as_bytes()[..entity.len() - 1]);
+        out.extend_from_slice(b",\"depth\":");
+        number(&mut out, reached.depth as usize);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"],\"relationships\":[");
+    for (i, rel) in json.relationships.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(rel.as_bytes());
+    }
+    out.extend_from_slice(b"],\"total_entities\":");
+    number(&mut out, walk.entities.len());
+    out.extend_from_slice(b",\"total_relationships\":");
+    number(&mut out, walk.relationships.len());
+    out.extend_from_slice(if walk.truncated {
+        b",\"truncated\":true}"
+    } else {
+        b",\"truncated\":false}"
+    });
+    out
 }
 
 // ---- search -------------------------------------------------------------------------------
@@ -283,4 +339,93 @@ async fn documents(
         results,
         related_entities: &found.related_entities,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use kbq_store::{Entity, GraphIndex, Relationship};
+    use serde_json::json;
+
+    use super::*;
+
+    fn entity(name: &str, ty: &str, properties: serde_json::Value) -> Entity {
+        Entity {
+            id: String::new(),
+            name: name.into(),
+            entity_type: ty.into(),
+            properties: properties.as_object().unwrap().clone(),
+        }
+    }
+
+    fn rel(source: &str, target: &str, ty: &str, properties: serde_json::Value) -> Relationship {
+        Relationship {
+            source_name: source.into(),
+            target_name: target.into(),
+            relationship_type: ty.into(),
+            properties: properties.as_object().unwrap().clone(),
+        }
+    }
+
+    #[test]
+    fn a_traversal_from_the_index_writes_the_bytes_serde_writes() {
+        let index = GraphIndex::build(
+            vec![
+                entity(
+                    "Ada \"the\" Countess",
+                    "person",
+                    json!({"born": 1815, "tags": ["a", "\\"]}),
+                ),
+                entity("Babbage", "person", json!({})),
+                entity(
+                    "Engine ☃\n",
+                    "machine",
+                    json!({"nested": {"x": null, "y": 1.5}}),
+                ),
+                entity("org.apache.Lonely", "thing", json!({})),
+            ],
+            vec![
+                rel(
+                    "Ada \"the\" Countess",
+                    "Babbage",
+                    "knows",
+                    json!({"since": 1833}),
+                ),
+                rel("Babbage", "Engine ☃\n", "designed", json!({})),
+                rel(
+                    "Babbage",
+                    "Ada \"the\" Countess",
+                    "knows",
+                    json!({"note": "\u{1}"}),
+                ),
+            ],
+        );
+        for (start, depth, limit) in [
+            ("Ada \"the\" Countess", 2, 50),
+            ("Babbage", 1, 2),
+            ("org.apache.Lonely", 3, 10),
+            ("nobody", 2, 50),
+        ] {
+            let walk = index.traverse(&TraversalQuery {
+                start: start.into(),
+                relationship_types: None,
+                direction: Direction::Both,
+                depth,
+                limit,
+            });
+            let fast = traversal_body(start, &walk);
+            assert_eq!(walk.json.is_some(), start != "nobody");
+            let serde = traversal_body(
+                start,
+                &Traversal {
+                    json: None,
+                    ..walk.clone()
+                },
+            );
+            assert_eq!(
+                String::from_utf8(fast).unwrap(),
+                String::from_utf8(serde).unwrap(),
+                "{start}"
+            );
+        }
+    }
 }
