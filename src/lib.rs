@@ -15,6 +15,7 @@
 //! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
 //! - [`offload`]: runs handlers' knowledge-base calls on the main runtime, off the HTTP threads.
+//! - [`priority`]: lowers the main runtime's threads below the HTTP workers and lookup lane.
 //! - [`peer`]: notices a client that has closed its connection, so a handler can stop early.
 //! - [`metrics`]: the Prometheus series at `/metrics` and the middleware that records them.
 //! - [`load`]: `kbq load`, the load generator that drives a running kbq.
@@ -33,6 +34,7 @@ pub mod models;
 pub mod offload;
 pub mod openapi;
 pub mod peer;
+pub mod priority;
 pub mod routes;
 pub mod server;
 pub mod versions;

@@ -197,15 +197,22 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
     let command = cli.command.unwrap_or(Command::Serve {
         listen: None,
         store: None,
         no_demo: false,
     });
+    // While serving, the main runtime runs the slow classes of work below the HTTP workers
+    // and the graph lookup lane, whose threads this thread creates (kbq::priority).
+    let nice = kbq::priority::lowered_by(match command {
+        Command::Serve { .. } => config.server.main_runtime_nice,
+        _ => 0,
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || kbq::priority::set_current_thread(nice))
+        .build()
+        .expect("tokio runtime");
     // The command line overrides the configuration, and is held to the same rules.
     match &command {
         Command::Serve {

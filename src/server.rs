@@ -76,7 +76,15 @@ impl Server {
 }
 
 pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
-    let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
+    // Opened on a task of the main runtime, not the caller's thread: an embedded store starts
+    // SurrealDB's storage threads here, and they should share the main runtime's lowered
+    // priority (crate::priority), like all the other slow work.
+    let kb = tokio::spawn(KnowledgeBase::open(
+        config.store_config(),
+        config.embedder(),
+    ))
+    .await
+    .context("opening the knowledge base")?;
     let follower =
         (config.store.follow_changes && kb.config().is_server()).then(|| kb.follow_changes());
     if config.store.load_demo {
@@ -181,8 +189,12 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         .bind(&config.server.listen)
         .with_context(|| format!("binding {}", config.server.listen))?;
     let addr = *server.addrs().first().context("no listening address")?;
-    let server = server.run();
+    let mut server = server.run();
     let handle = server.handle();
+    // The server's first poll starts its accept thread and HTTP workers. Poll it here, on the
+    // caller's thread (`kbq serve`: the main thread), so they are not created by a thread of
+    // the main runtime, whose lowered priority they would inherit (crate::priority).
+    let _ = futures::poll!(&mut server);
     let task = tokio::spawn(server);
     tracing::info!(%addr, store = %config.store.url, "kbq listening");
     Ok(Server {

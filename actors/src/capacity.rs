@@ -59,7 +59,8 @@ impl<M: Message> Resizable for PoolHandle<M> {
 
 /// One pool under the controller.
 pub(crate) struct ElasticPool {
-    /// As in metrics and logs: `graph`, `tool:NAME`, `provider:NAME`.
+    /// As in metrics and logs: `graph` (and its other lanes `graph:search`,
+    /// `graph:documents`), `tool:NAME`, `provider:NAME`.
     pub name: String,
     /// The pool's handle, shared with its callers: the controller records sizes on it.
     pub pool: Box<dyn Resizable>,
@@ -211,7 +212,7 @@ pub struct Pools(Arc<Vec<ElasticPool>>);
 /// One pool as read now.
 #[derive(Debug, Clone)]
 pub struct PoolReading {
-    /// `graph`, `tool:NAME` or `provider:NAME`.
+    /// `graph`, `graph:search`, `graph:documents`, `tool:NAME` or `provider:NAME`.
     pub name: String,
     /// Workers in the pool.
     pub size: usize,

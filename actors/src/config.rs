@@ -41,7 +41,11 @@ pub struct RuntimeConfig {
     /// Requests that may wait for a graph worker; more are shed at once.
     pub graph_queue_capacity: usize,
     /// Most graph workers; above `graph_workers`, a controller sizes the pool to its load.
+    /// The bounds above hold for each [`GraphLane`](crate::GraphLane).
     pub graph_max_workers: usize,
+    /// Threads of the runtime the lookup lane (entity lookups, traversals) runs on, apart
+    /// from everything else; 0 runs it on the caller's runtime with the rest.
+    pub graph_lane_threads: usize,
     pub tool_workers: usize,
     /// Most workers of each tool; above `tool_workers`, the controller sizes each tool's pool.
     pub tool_max_workers: usize,

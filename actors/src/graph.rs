@@ -1,5 +1,11 @@
-//! The graph workers: a ractor factory of [`GraphWorker`]s that answer the four graph
+//! The graph workers: ractor factories of [`GraphWorker`]s that answer the four graph
 //! operations from the knowledge base, and [`GraphPool`], the handle the HTTP edge calls.
+//!
+//! The operations run in [`GraphLane`]s, one factory each with its own bound and its own
+//! workers, so that a slow class of request cannot fill the workers a cheap one needs: entity
+//! lookups and traversals (microseconds from the in-memory index) never wait behind name
+//! searches or graph documents (which read documents from SurrealDB). The lookup lane also
+//! runs on a runtime of its own (see [`Runtime`](crate::Runtime)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +68,40 @@ pub enum GraphError {
     Overloaded(usize),
 }
 
+/// A class of graph request, served by a pool of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GraphLane {
+    /// Entity lookups and traversals: cheap, and what interactive clients wait for.
+    Lookup,
+    /// Name searches.
+    Search,
+    /// Traversals resolved to documents: the slowest class, it reads SurrealDB.
+    Documents,
+}
+
+impl GraphLane {
+    /// Every lane, in the order of [`GraphPool`]'s handles and of metrics.
+    pub const ALL: [GraphLane; 3] = [GraphLane::Lookup, GraphLane::Search, GraphLane::Documents];
+
+    /// The pool's name in metrics and logs. The lookup lane keeps the name the single graph
+    /// pool had, `graph`.
+    pub fn pool_name(self) -> &'static str {
+        match self {
+            GraphLane::Lookup => "graph",
+            GraphLane::Search => "graph:search",
+            GraphLane::Documents => "graph:documents",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            GraphLane::Lookup => 0,
+            GraphLane::Search => 1,
+            GraphLane::Documents => 2,
+        }
+    }
+}
+
 /// One worker of the pool. Stateless apart from its handle on the knowledge base.
 pub struct GraphWorker;
 
@@ -120,10 +160,13 @@ impl Worker for GraphWorker {
     }
 }
 
-/// The handle the edge uses: every call has a timeout, a full pool sheds at once, and the
-/// handle follows the factory across restarts by the root supervisor.
+/// The handle the edge uses: one pool per [`GraphLane`]; every call has a timeout, a full
+/// lane sheds at once, and each lane's handle follows its factory across restarts by the
+/// root supervisor.
 #[derive(Clone)]
-pub struct GraphPool(PoolHandle<GraphRequest>);
+pub struct GraphPool {
+    lanes: [PoolHandle<GraphRequest>; 3],
+}
 
 impl From<PoolError> for GraphError {
     fn from(e: PoolError) -> Self {
@@ -138,33 +181,52 @@ impl From<PoolError> for GraphError {
 }
 
 impl GraphPool {
-    pub(crate) fn new(pool: PoolHandle<GraphRequest>) -> Self {
-        GraphPool(pool)
+    /// `lanes` in the order of [`GraphLane::ALL`].
+    pub(crate) fn new(lanes: [PoolHandle<GraphRequest>; 3]) -> Self {
+        GraphPool { lanes }
     }
 
-    /// Workers in the pool now.
+    /// Workers in the lookup lane now (the lane of traversals and entity lookups).
     pub fn size(&self) -> usize {
-        self.0.size()
+        self.lanes[0].size()
     }
 
-    /// Requests running or queued now.
+    /// Requests running or queued in the lookup lane now.
     pub fn in_flight(&self) -> usize {
-        self.0.in_flight()
+        self.lanes[0].in_flight()
     }
 
-    /// Holds one worker until `release` sends or is dropped; resolves when the worker lets
-    /// go. Only for tests of load.
+    /// Requests running or queued in `lane` now.
+    pub fn in_flight_in(&self, lane: GraphLane) -> usize {
+        self.lanes[lane.index()].in_flight()
+    }
+
+    /// Holds one worker of `lane` until `release` sends or is dropped; resolves when the
+    /// worker lets go. Only for tests of load.
+    #[cfg(feature = "fault-injection")]
+    pub async fn hold_in(
+        &self,
+        lane: GraphLane,
+        release: tokio::sync::oneshot::Receiver<()>,
+    ) -> Result<(), GraphError> {
+        self.call(lane, |reply| GraphRequest::Hold(release, reply))
+            .await
+    }
+
+    /// [`hold_in`](Self::hold_in) the lookup lane.
     #[cfg(feature = "fault-injection")]
     pub async fn hold(
         &self,
         release: tokio::sync::oneshot::Receiver<()>,
     ) -> Result<(), GraphError> {
-        self.call(|reply| GraphRequest::Hold(release, reply)).await
+        self.hold_in(GraphLane::Lookup, release).await
     }
 
     pub async fn traverse(&self, query: TraversalQuery) -> Result<Traversal, GraphError> {
-        self.call(|reply| GraphRequest::Traverse(query, reply))
-            .await
+        self.call(GraphLane::Lookup, |reply| {
+            GraphRequest::Traverse(query, reply)
+        })
+        .await
     }
 
     pub async fn search(
@@ -173,7 +235,7 @@ impl GraphPool {
         entity_type: Option<String>,
         limit: usize,
     ) -> Result<Vec<EntityRef>, GraphError> {
-        self.call(|reply| GraphRequest::Search {
+        self.call(GraphLane::Search, |reply| GraphRequest::Search {
             query,
             entity_type,
             limit,
@@ -183,15 +245,18 @@ impl GraphPool {
     }
 
     pub async fn entity(&self, name: String) -> Result<Option<EntityRef>, GraphError> {
-        self.call(|reply| GraphRequest::Entity(name, reply)).await
-    }
-
-    pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
-        self.call(|reply| GraphRequest::Documents(query, reply))
+        self.call(GraphLane::Lookup, |reply| GraphRequest::Entity(name, reply))
             .await
     }
 
-    /// Makes one worker panic. Only for tests of supervision.
+    pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
+        self.call(GraphLane::Documents, |reply| {
+            GraphRequest::Documents(query, reply)
+        })
+        .await
+    }
+
+    /// Makes one worker of the lookup lane panic. Only for tests of supervision.
     #[cfg(feature = "fault-injection")]
     pub fn inject_panic(&self) {
         if let Some(f) = self.factory() {
@@ -199,20 +264,26 @@ impl GraphPool {
         }
     }
 
-    /// Workers and queued requests of the pool, or `None` while it restarts.
+    /// Workers and queued requests of the lookup lane, or `None` while it restarts.
     pub async fn stats(&self) -> Option<PoolStats> {
-        self.0.stats().await
+        self.lanes[0].stats().await
     }
 
-    /// The current factory, e.g. to kill it in a test of supervision.
+    /// The lookup lane's current factory, e.g. to kill it in a test of supervision.
     pub fn factory(&self) -> Option<FactoryRef<(), GraphRequest>> {
-        self.0.factory()
+        self.factory_in(GraphLane::Lookup)
+    }
+
+    /// `lane`'s current factory, or `None` while it restarts.
+    pub fn factory_in(&self, lane: GraphLane) -> Option<FactoryRef<(), GraphRequest>> {
+        self.lanes[lane.index()].factory()
     }
 
     async fn call<T: Send + 'static>(
         &self,
+        lane: GraphLane,
         build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
     ) -> Result<T, GraphError> {
-        Ok(self.0.call(build).await??)
+        Ok(self.lanes[lane.index()].call(build).await??)
     }
 }

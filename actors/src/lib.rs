@@ -5,7 +5,7 @@
 //! RootSupervisor                      restarts any child that fails or stops
 //! ├── HealthActor                     probes providers (own tasks), records live outcomes
 //! ├── provider factory × providers    ProviderWorker × agent.provider_workers..=provider_max_workers
-//! ├── graph factory                   GraphWorker × graph.workers..=graph.max_workers
+//! ├── graph factory × 3 lanes         GraphWorker × graph.workers..=graph.max_workers per lane
 //! ├── CapacityController              sizes every elastic pool above to its queue
 //! ├── tool factory × 6                ToolWorker × agent.tool_workers..=tool_max_workers per tool
 //! └── SessionSupervisor               parent of one ChatSessionActor per chat request
@@ -16,8 +16,9 @@
 //! tool: a "busy" result the model sees; provider: the next provider, then 503). Every call
 //! has a timeout, and a worker drops a request whose caller has gone.
 //!
-//! A graph request travels: handler -> [`GraphPool`] (timeout) -> factory -> GraphWorker ->
-//! `KnowledgeBase`. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor, which loops
+//! A graph request travels: handler -> [`GraphPool`] (timeout) -> its lane's factory ->
+//! GraphWorker -> `KnowledgeBase`. Lanes ([`GraphLane`]): lookups (entity, traverse; on a
+//! runtime of their own), search, documents, so that no class of request waits behind another. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor, which loops
 //! ProviderRouter (healthy providers in priority order, fallback; each a worker pool) ->
 //! tool calls through [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
 //! The built-in provider's own answers call the tools through the same [`ToolPool`].
@@ -29,7 +30,7 @@
 //! - [`pool`]: the pool handle (admission, timeout, in flight, size), the `Slot` a
 //!   supervisor refills, and the factory plumbing every pool shares.
 //! - [`capacity`]: the CapacityController that sizes every elastic pool, and [`Pools`].
-//! - [`graph`]: the graph worker, its request enum, and the [`GraphPool`] handle.
+//! - [`graph`]: the graph worker, its request enum, the lanes, and the [`GraphPool`] handle.
 //! - [`tools`]: one factory of ToolWorkers per tool, and the [`ToolPool`] handle.
 //! - [`backend`]: the chat protocol, the [`Backend`] trait, the OpenAI-compatible backend, and
 //!   the retry policy.
@@ -69,7 +70,7 @@ pub use chat::{
 };
 pub use config::{ProviderConfig, ProviderKind, RuntimeConfig};
 pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
-pub use graph::{GraphError, GraphPool, GraphRequest, GraphWorker};
+pub use graph::{GraphError, GraphLane, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use pool::PoolStats;
 pub use root::{RootMessage, RootSupervisor};

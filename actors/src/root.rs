@@ -11,7 +11,7 @@ use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, Supervisio
 
 use crate::backend::{Backend, RetryPolicy};
 use crate::capacity::ElasticPool;
-use crate::graph::{GraphRequest, GraphWorker};
+use crate::graph::{GraphLane, GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
 use crate::pool::{PoolHandle, Slot, spawn_pool};
 use crate::provider::{ProviderArguments, ProviderMessage, ProviderWorker};
@@ -31,7 +31,10 @@ pub(crate) struct ProviderSpec {
 pub struct RootArguments {
     pub(crate) kb: Arc<KnowledgeBase>,
     /// The root fills each pool's slot with a factory of the pool's least workers.
-    pub(crate) graph: PoolHandle<GraphRequest>,
+    /// One graph pool per lane, in the order of [`GraphLane::ALL`].
+    pub(crate) graph: [PoolHandle<GraphRequest>; 3],
+    /// Where the lookup lane's factory runs; `None`: on the root's runtime.
+    pub(crate) lookup_runtime: Option<tokio::runtime::Handle>,
     pub(crate) capacity_slot: Slot<ActorRef<crate::capacity::CapacityMessage>>,
     /// The pools the capacity controller sizes.
     pub(crate) pools: Arc<Vec<ElasticPool>>,
@@ -62,7 +65,7 @@ const RESTART_PAUSE: Duration = Duration::from_millis(100);
 
 /// Which child an actor id belongs to.
 enum Child {
-    Graph,
+    Graph(GraphLane),
     Capacity,
     Tool(String),
     Provider(usize),
@@ -77,8 +80,12 @@ fn id_of<T: Clone + Into<ActorCell>>(slot: &Slot<T>) -> Option<ActorId> {
 impl RootState {
     fn child(&self, id: ActorId) -> Option<Child> {
         let a = &self.args;
-        if id_of(a.graph.slot()) == Some(id) {
-            return Some(Child::Graph);
+        if let Some(lane) = GraphLane::ALL
+            .into_iter()
+            .zip(&a.graph)
+            .find_map(|(lane, pool)| (id_of(pool.slot()) == Some(id)).then_some(lane))
+        {
+            return Some(Child::Graph(lane));
         }
         if id_of(&a.capacity_slot) == Some(id) {
             return Some(Child::Capacity);
@@ -105,9 +112,15 @@ async fn spawn_child(
     root: ActorCell,
 ) -> Result<(), ActorProcessingErr> {
     match child {
-        Child::Graph => {
-            let pool = &args.graph;
-            let f = spawn_pool(|| GraphWorker, args.kb.clone(), pool.least(), root).await?;
+        Child::Graph(lane) => {
+            let i = GraphLane::ALL.iter().position(|l| l == lane).unwrap_or(0);
+            let pool = &args.graph[i];
+            let spawn = spawn_pool(|| GraphWorker, args.kb.clone(), pool.least(), root);
+            // A factory's actors run where it is spawned: the lookup lane on its own runtime.
+            let f = match (lane, &args.lookup_runtime) {
+                (GraphLane::Lookup, Some(rt)) => rt.spawn(spawn).await??,
+                _ => spawn.await?,
+            };
             *pool.slot().write() = Some(f);
         }
         Child::Capacity => {
@@ -174,7 +187,9 @@ impl Actor for RootSupervisor {
         for i in 0..args.providers.len() {
             spawn_child(&Child::Provider(i), &args, root.clone()).await?;
         }
-        spawn_child(&Child::Graph, &args, root.clone()).await?;
+        for lane in GraphLane::ALL {
+            spawn_child(&Child::Graph(lane), &args, root.clone()).await?;
+        }
         if args.pools.iter().any(ElasticPool::is_elastic) {
             spawn_child(&Child::Capacity, &args, root.clone()).await?;
         }

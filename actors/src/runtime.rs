@@ -1,6 +1,12 @@
 //! The [`Runtime`]: builds every pool's handle, the providers' backends and the health
 //! board, starts the [`RootSupervisor`] with them, and hands the edge its handles (the graph
 //! pool, the agent, the pools for metrics).
+//!
+//! It also owns the lookup lane's own tokio runtime. Entity lookups and traversals are
+//! answered in microseconds from the in-memory index; on the main runtime they would wait
+//! behind whatever else its threads are polling (SurrealDB statements run inside the futures
+//! that await them, RAG, chats, writes). Threads of their own are scheduled by the OS beside
+//! the main runtime's, so a cheap request waits for a core, not for a queue of slow futures.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +22,7 @@ use crate::backend::{Backend, OpenAiBackend, RetryPolicy};
 use crate::builtin::BuiltinBackend;
 use crate::capacity::{ElasticPool, Pools};
 use crate::config::{ProviderConfig, ProviderKind, RuntimeConfig};
-use crate::graph::GraphPool;
+use crate::graph::{GraphLane, GraphPool};
 use crate::health::HealthBoard;
 use crate::pool::PoolHandle;
 use crate::root::{ProviderSpec, RootArguments, RootMessage, RootSupervisor};
@@ -31,6 +37,39 @@ pub struct Runtime {
     pub pools: Pools,
     root: ActorRef<RootMessage>,
     root_handle: tokio::task::JoinHandle<()>,
+    /// Declared last: dropped after the tree, whose lookup lane runs on it.
+    _lane: LaneRuntime,
+}
+
+/// The lookup lane's runtime. Dropping a tokio runtime inside another runtime's task panics,
+/// so it is shut down in the background: its threads end once their tasks are gone.
+struct LaneRuntime(Option<tokio::runtime::Runtime>);
+
+impl LaneRuntime {
+    fn start(threads: usize) -> Result<Self, SpawnErr> {
+        if threads == 0 {
+            return Ok(LaneRuntime(None));
+        }
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("kbq-lookup")
+            .enable_all()
+            .build()
+            .map(|rt| LaneRuntime(Some(rt)))
+            .map_err(|e| SpawnErr::StartupFailed(Box::new(e)))
+    }
+
+    fn handle(&self) -> Option<tokio::runtime::Handle> {
+        self.0.as_ref().map(|rt| rt.handle().clone())
+    }
+}
+
+impl Drop for LaneRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl Runtime {
@@ -45,11 +84,15 @@ impl Runtime {
         let (provider_min, provider_max) =
             bounds(config.provider_workers, config.provider_max_workers);
 
-        let graph = PoolHandle::new(
-            graph_min,
-            graph_max + config.graph_queue_capacity,
-            config.graph_call_timeout,
-        );
+        // One pool per lane, each with the graph section's bounds.
+        let graph = GraphLane::ALL.map(|_| {
+            PoolHandle::new(
+                graph_min,
+                graph_max + config.graph_queue_capacity,
+                config.graph_call_timeout,
+            )
+        });
+        let lane = LaneRuntime::start(config.graph_lane_threads)?;
         let tool_pools: HashMap<String, PoolHandle<ToolJob>> = toolbox
             .tools()
             .iter()
@@ -122,7 +165,11 @@ impl Runtime {
         );
 
         // Every pool the capacity controller sizes, in the order metrics list them.
-        let mut pools = vec![ElasticPool::new("graph".into(), &graph, graph_max)];
+        let mut pools: Vec<ElasticPool> = GraphLane::ALL
+            .iter()
+            .zip(&graph)
+            .map(|(lane, pool)| ElasticPool::new(lane.pool_name().into(), pool, graph_max))
+            .collect();
         let mut tool_names: Vec<&String> = tool_pools.keys().collect();
         tool_names.sort();
         for name in tool_names {
@@ -149,6 +196,7 @@ impl Runtime {
         let args = RootArguments {
             kb: kb.clone(),
             graph: graph.clone(),
+            lookup_runtime: lane.handle(),
             capacity_slot: Arc::new(RwLock::new(None)),
             pools: pools.clone(),
             toolbox: toolbox.clone(),
@@ -173,6 +221,7 @@ impl Runtime {
             agent: Agent::new(deps, session_slot),
             root,
             root_handle,
+            _lane: lane,
         })
     }
 

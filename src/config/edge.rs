@@ -18,6 +18,8 @@ pub struct ServerConfig {
     pub workers: usize,
     /// How long in-flight requests may finish after a stop signal.
     pub shutdown_timeout_secs: u64,
+    /// How much lower than the rest the main runtime's threads run (Linux nice, 0 to 19).
+    pub main_runtime_nice: u8,
 }
 
 impl Default for ServerConfig {
@@ -27,6 +29,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             workers: 0,
             shutdown_timeout_secs: 30,
+            main_runtime_nice: 10,
         }
     }
 }
@@ -45,7 +48,7 @@ impl ServerConfig {
         if self.workers > 256 {
             return bad("server.workers", "must be between 0 (one per core) and 256");
         }
-        Ok(())
+        within("server.main_runtime_nice", self.main_runtime_nice, 0, 19)
     }
 }
 

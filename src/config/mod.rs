@@ -228,6 +228,7 @@ impl Config {
             graph_call_timeout: ms(self.graph.call_timeout_ms),
             graph_queue_capacity: self.graph.queue_capacity,
             graph_max_workers: self.graph.max_workers,
+            graph_lane_threads: self.graph.lookup_threads,
             tool_workers: self.agent.tool_workers,
             tool_max_workers: self.agent.tool_max_workers,
             tool_timeout: ms(self.agent.tool_timeout_ms),

@@ -153,6 +153,9 @@ pub struct GraphSection {
     pub queue_capacity: usize,
     /// Most graph workers: between `workers` and this, the pool follows its load.
     pub max_workers: usize,
+    /// Threads of the runtime that answers entity lookups and traversals apart from every
+    /// other kind of work; 0 shares the main runtime.
+    pub lookup_threads: usize,
 }
 
 impl Default for GraphSection {
@@ -162,6 +165,7 @@ impl Default for GraphSection {
             call_timeout_ms: 15_000,
             queue_capacity: 1024,
             max_workers: 16,
+            lookup_threads: 2,
         }
     }
 }
@@ -176,6 +180,7 @@ impl GraphSection {
                 "must be between graph.workers and 1024",
             );
         }
-        within("graph.queue_capacity", self.queue_capacity, 0, 1_000_000)
+        within("graph.queue_capacity", self.queue_capacity, 0, 1_000_000)?;
+        within("graph.lookup_threads", self.lookup_threads, 0, 64)
     }
 }

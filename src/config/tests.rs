@@ -43,6 +43,14 @@ fn bad_values_name_their_key() {
             .contains("graph.workers")
     );
     let mut c = Config::default();
+    c.graph.lookup_threads = 65;
+    assert!(
+        c.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("graph.lookup_threads")
+    );
+    let mut c = Config::default();
     c.store.url = "postgres://x".into();
     assert!(c.validate().unwrap_err().to_string().contains("store.url"));
     // A pool's most workers may not be fewer than its least.

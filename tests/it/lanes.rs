@@ -1,0 +1,186 @@
+//! Graph lanes: each class of graph request (lookups, search, documents) has a pool of its
+//! own, so a burst of slow requests that fills its lane sheds with 503 in that lane while
+//! entity lookups and traversals go on answering.
+
+use std::time::Duration;
+
+use kbq_actors::GraphLane;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::support::{TestServer, eventually, test_config};
+
+/// One worker and one queued place per lane, so two held requests fill a lane.
+fn one_worker_lanes() -> kbq::config::Config {
+    let mut config = test_config();
+    config.graph.workers = 1;
+    config.graph.max_workers = 1;
+    config.graph.queue_capacity = 1;
+    config
+}
+
+/// Holds `lane` full (one request running, one queued) until the senders are sent or dropped.
+async fn fill(
+    t: &TestServer,
+    lane: GraphLane,
+) -> (Vec<oneshot::Sender<()>>, tokio::task::JoinSet<bool>) {
+    let pool = t.server().graph.clone();
+    let mut releases = Vec::new();
+    let mut holds = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let (tx, rx) = oneshot::channel();
+        releases.push(tx);
+        let pool = pool.clone();
+        holds.spawn(async move { pool.hold_in(lane, rx).await.is_ok() });
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            pool.in_flight_in(lane) == 2
+        })
+        .await,
+        "{lane:?} did not fill"
+    );
+    (releases, holds)
+}
+
+fn search_body() -> Value {
+    json!({"query": "a"})
+}
+
+fn documents_body() -> Value {
+    json!({"entity_name": "Ada", "max_depth": 1})
+}
+
+#[tokio::test]
+async fn a_burst_that_fills_search_and_documents_holds_up_no_lookup() {
+    let t = crate::agent::start(one_worker_lanes()).await;
+    let (search_releases, search_holds) = fill(&t, GraphLane::Search).await;
+    let (doc_releases, doc_holds) = fill(&t, GraphLane::Documents).await;
+    let pool = t.server().graph.clone();
+    assert_eq!(pool.in_flight_in(GraphLane::Lookup), 0);
+
+    // A burst of slow-class requests: every one is shed at once by its own lane.
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let (http, base) = (t.http.clone(), t.base.clone());
+        let (path, body) = if i % 2 == 0 {
+            ("/data/v1/query/graph/search", search_body())
+        } else {
+            ("/data/v1/query/graph/documents", documents_body())
+        };
+        burst.spawn(async move {
+            let res = http
+                .post(format!("{base}{path}"))
+                .bearer_auth(crate::support::KEY)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let retry_after = res.headers().get("retry-after").cloned();
+            (res.status().as_u16(), retry_after)
+        });
+    }
+    // Meanwhile every lookup answers, from its own lane.
+    for _ in 0..10 {
+        let (status, body) = t
+            .post(
+                "/data/v1/query/graph",
+                json!({"entity_name": "Ada", "depth": 2}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["entities_found"][0]["name"], "Ada");
+        let (status, body) = t.get("/data/v1/query/graph/entity/Babbage").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["name"], "Babbage");
+    }
+    while let Some(answer) = burst.join_next().await {
+        let (status, retry_after) = answer.unwrap();
+        assert_eq!(status, 503);
+        assert_eq!(retry_after.unwrap(), "1");
+    }
+    // The full lanes held their places: nothing shed took one.
+    assert_eq!(pool.in_flight_in(GraphLane::Search), 2);
+    assert_eq!(pool.in_flight_in(GraphLane::Documents), 2);
+
+    for tx in search_releases.into_iter().chain(doc_releases) {
+        tx.send(()).unwrap();
+    }
+    for mut holds in [search_holds, doc_holds] {
+        while let Some(ok) = holds.join_next().await {
+            assert!(ok.unwrap());
+        }
+    }
+    let (status, body) = t.post("/data/v1/query/graph/search", search_body()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body["results"].as_array().unwrap().is_empty());
+    let (status, body) = t
+        .post("/data/v1/query/graph/documents", documents_body())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_lookup_lane_sheds_lookups_only() {
+    let t = crate::agent::start(one_worker_lanes()).await;
+    let (releases, mut holds) = fill(&t, GraphLane::Lookup).await;
+    let (status, body) = t
+        .post("/data/v1/query/graph", json!({"entity_name": "Ada"}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    let (status, _) = t.get("/data/v1/query/graph/entity/Ada").await;
+    assert_eq!(status, 503);
+    let (status, body) = t.post("/data/v1/query/graph/search", search_body()).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = t
+        .post("/data/v1/query/graph/documents", documents_body())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    drop(releases);
+    while let Some(ok) = holds.join_next().await {
+        assert!(ok.unwrap());
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn each_lane_is_a_pool_in_metrics_and_is_restarted_on_its_own() {
+    let t = crate::agent::start(test_config()).await;
+    let res = t.http.get(t.url("/metrics")).send().await.unwrap();
+    let metrics = res.text().await.unwrap();
+    for lane in GraphLane::ALL {
+        let line = format!("kbq_pool_workers{{pool=\"{}\"}} 4", lane.pool_name());
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    let pool = t.server().graph.clone();
+    let lookup = pool.factory_in(GraphLane::Lookup).unwrap().get_id();
+    let search = pool.factory_in(GraphLane::Search).unwrap().get_id();
+    pool.factory_in(GraphLane::Search).unwrap().kill();
+    let restarted = eventually(Duration::from_secs(10), || async {
+        pool.factory_in(GraphLane::Search)
+            .is_some_and(|f| f.get_id() != search)
+            && t.post("/data/v1/query/graph/search", search_body()).await.0 == 200
+    })
+    .await;
+    assert!(restarted);
+    assert_eq!(pool.factory_in(GraphLane::Lookup).unwrap().get_id(), lookup);
+    assert_eq!(t.server().runtime().restarts().await, 1);
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn lookups_answer_on_the_main_runtime_when_the_lane_has_no_threads() {
+    let mut config = test_config();
+    config.graph.lookup_threads = 0;
+    let t = crate::agent::start(config).await;
+    let (status, body) = t
+        .post(
+            "/data/v1/query/graph",
+            json!({"entity_name": "Ada", "depth": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["entities_found"][0]["name"], "Ada");
+    t.stop().await;
+}
