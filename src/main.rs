@@ -79,13 +79,25 @@ enum Command {
         /// The API key to send (also KBQ_LOAD_KEY).
         #[arg(long, env = "KBQ_LOAD_KEY")]
         key: String,
-        /// Requests in flight at once.
+        /// Clients that each send one request at a time, its route drawn from --mix (0: none,
+        /// only the --route-concurrency clients).
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
-        /// Longest run, in seconds.
+        /// Clients dedicated to one route each, beside the mix's and in the same measured
+        /// window, reported apart: route=clients,... (e.g. livez=1,health=1).
+        #[arg(long, default_value = "")]
+        route_concurrency: String,
+        /// Milliseconds between the starts of a dedicated client's requests (0: back to back,
+        /// which makes a probe a load of its own).
+        #[arg(long, default_value_t = 0)]
+        route_interval_ms: u64,
+        /// Seconds of load before the measured run; their samples are dropped.
+        #[arg(long, default_value_t = 0)]
+        warmup: u64,
+        /// Longest measured run, in seconds.
         #[arg(long, default_value_t = 10)]
         duration: u64,
-        /// Most requests in the run.
+        /// Most requests in the measured run.
         #[arg(long)]
         requests: Option<u64>,
         /// Routes and weights: traverse, search, entity, documents, rag, chat, health, livez.
@@ -93,6 +105,13 @@ enum Command {
         mix: String,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Search queries of this many characters, at a random offset in an entity's name
+        /// (default: the name's first four).
+        #[arg(long)]
+        search_len: Option<usize>,
+        /// Threads of the client's own runtime (it shares the machine with the server).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
         /// Print the report as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -141,38 +160,47 @@ fn main() -> ExitCode {
         url,
         key,
         concurrency,
+        route_concurrency,
+        route_interval_ms,
+        warmup,
         duration,
         requests,
         mix,
         seed,
+        search_len,
+        threads,
         json,
     }) = &cli.command
     {
-        let mix = match kbq::load::parse_mix(mix) {
-            Ok(m) => m,
+        let parsed = kbq::load::parse_mix(mix)
+            .map_err(|e| format!("--mix: {e}"))
+            .and_then(|mix| {
+                let dedicated = kbq::load::parse_route_concurrency(route_concurrency)
+                    .map_err(|e| format!("--route-concurrency: {e}"))?;
+                Ok((mix, dedicated))
+            });
+        let (mix, route_concurrency) = match parsed {
+            Ok(p) => p,
             Err(e) => {
-                eprintln!("kbq: --mix: {e}");
+                eprintln!("kbq: {e}");
                 return ExitCode::from(2);
             }
         };
-        if !(1..=4096).contains(concurrency) || !(1..=86_400).contains(duration) {
-            eprintln!("kbq: --concurrency must be 1 to 4096 and --duration 1 to 86400");
-            return ExitCode::from(2);
-        }
         let options = kbq::load::LoadOptions {
             url: url.trim_end_matches('/').to_string(),
             key: key.clone(),
             concurrency: *concurrency,
+            route_concurrency,
+            route_interval: std::time::Duration::from_millis(*route_interval_ms),
+            warmup: std::time::Duration::from_secs(*warmup),
             duration: std::time::Duration::from_secs(*duration),
             max_requests: *requests,
             mix,
             seed: *seed,
+            search_len: *search_len,
+            client_threads: *threads,
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        return match runtime.block_on(kbq::load::run(options)) {
+        return match kbq::load::run_blocking(options) {
             Ok(report) if *json => {
                 println!(
                     "{}",

@@ -1,5 +1,6 @@
 //! `kbq load` against a running server on loopback: bounded in requests, every route of the
-//! mix exercised, JSON report; refuses a target that is not on loopback.
+//! mix exercised, JSON report; dedicated clients reported apart from the mix in the same
+//! window, after a warm-up; refuses a target that is not on loopback.
 
 use serde_json::Value;
 
@@ -9,10 +10,22 @@ async fn kbq_load(args: &[&str]) -> std::process::Output {
     kbq_cli(&[&["load"], args].concat()).await
 }
 
+/// `kbq load --json` that must succeed, and its report.
+async fn kbq_load_json(args: &[&str]) -> Value {
+    let out = kbq_load(&[args, &["--json"]].concat()).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap()
+}
+
 #[tokio::test]
 async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
     let t = TestServer::start().await;
-    let out = kbq_load(&[
+    let report = kbq_load_json(&[
         "--url",
         &t.base,
         "--key",
@@ -25,16 +38,8 @@ async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
         "120",
         "--mix",
         "traverse=3,search=2,entity=2,documents=1,rag=1,chat=1,health=1,livez=1",
-        "--json",
     ])
     .await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["requests"], 240, "bounded in requests: {report}");
     assert_eq!(report["errors"], 0, "{report}");
     assert_eq!(report["concurrency"], 4);
@@ -67,4 +72,94 @@ async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
     let out = kbq_load(&["--key", KEY, "--mix", "traverse=1,fly=2"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown route `fly`"));
+}
+
+#[tokio::test]
+async fn dedicated_clients_run_beside_the_mix_and_are_reported_apart() {
+    let t = TestServer::start().await;
+    let report = kbq_load_json(&[
+        "--url",
+        &t.base,
+        "--key",
+        KEY,
+        "--concurrency",
+        "2",
+        "--mix",
+        "search=1,livez=1",
+        "--route-concurrency",
+        "livez=1,health=2",
+        "--route-interval-ms",
+        "20",
+        "--search-len",
+        "2",
+        "--warmup",
+        "1",
+        "--duration",
+        "1",
+    ])
+    .await;
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["shed"], 0, "{report}");
+    assert_eq!(report["warmup_s"], 1.0);
+    assert_eq!(report["search_len"], 2);
+    assert_eq!(report["route_concurrency"]["health"], 2);
+    assert_eq!(report["route_interval_ms"], 20.0);
+    // The window is the measured second, without the warm-up before it.
+    assert_eq!(report["elapsed_s"], 1.0, "{report}");
+    let routes: Vec<(&str, &str, u64)> = report["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert!(r["requests"].as_u64().unwrap() > 0, "{r}");
+            assert!(r["completed"].as_u64().unwrap() > 0, "{r}");
+            let p999 = r["p999_ms"].as_f64().unwrap();
+            assert!(r["p99_ms"].as_f64().unwrap() <= p999, "{r}");
+            assert!(p999 <= r["max_ms"].as_f64().unwrap(), "{r}");
+            (
+                r["route"].as_str().unwrap(),
+                r["clients"].as_str().unwrap(),
+                r["concurrency"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            ("search", "mix", 2),
+            ("livez", "mix", 2),
+            ("livez", "dedicated", 1),
+            ("health", "dedicated", 2),
+        ]
+    );
+
+    // Paced: one request per 20 ms at most, in a window of 1 s.
+    let livez = &report["routes"][2];
+    assert!(livez["requests"].as_u64().unwrap() <= 51, "{livez}");
+
+    // No mix at all: only the dedicated clients.
+    let report = kbq_load_json(&[
+        "--url",
+        &t.base,
+        "--key",
+        KEY,
+        "--concurrency",
+        "0",
+        "--route-concurrency",
+        "entity=1",
+        "--requests",
+        "20",
+    ])
+    .await;
+    assert_eq!(report["requests"], 20, "{report}");
+    assert_eq!(report["routes"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["routes"][0]["clients"], "dedicated");
+    t.stop().await;
+
+    let out = kbq_load(&["--key", KEY, "--concurrency", "0"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no clients"));
+    let out = kbq_load(&["--key", KEY, "--route-concurrency", "livez"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--route-concurrency"));
 }
