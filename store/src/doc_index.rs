@@ -2,20 +2,30 @@
 //! document, loaded from SurrealDB on connecting and kept in step with each write, delete and
 //! followed change. Its own file because writes, deletes, `reembed` and following all go
 //! through the same few steps here.
+//!
+//! An embedded store also keeps every document itself here (the [`DocumentTable`]), so that
+//! the documents a search or a graph-documents request found are copied from memory rather
+//! than read back through a SurrealDB statement, which cost more than the search did. Only
+//! this process writes an embedded store, and every write goes through the steps here, so the
+//! table is exactly what SurrealDB holds. A remote store, which other nodes write too, is
+//! read from SurrealDB as before.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
 
 use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
 use crate::kb::{Connected, INDEX_LOAD_TIMEOUT, KnowledgeBase, obj, query_on, vector_from};
+use crate::model::Document;
 use crate::model::table::DOCUMENT;
 use crate::text::{Analysed, TextIndex};
 use crate::vectors::{DocTags, VectorIndex};
 
 /// What the in-process vector and keyword indexes read of a document (see [`DocEntry`]).
-const DOCUMENT_ENTRY_FIELDS: &str =
-    "meta::id(id) AS id, embedding, title, content, source, content_type, entity_name";
+const DOCUMENT_ENTRY_FIELDS: &str = "meta::id(id) AS id, embedding, title, content, source, source_id, content_type, url, entity_name";
 
 /// A document as the in-process vector and keyword indexes hold it.
 pub(crate) struct DocEntry {
@@ -24,12 +34,50 @@ pub(crate) struct DocEntry {
     pub(crate) vector: Option<Vec<f32>>,
     pub(crate) tags: DocTags,
     pub(crate) text: Analysed,
+    /// The document itself, its id public (`document:<key>`).
+    pub(crate) document: Document,
+}
+
+/// Every document of an embedded store by key, as SurrealDB holds it (see the module's docs).
+#[derive(Default)]
+pub(crate) struct DocumentTable {
+    by_key: FxHashMap<Arc<str>, Arc<Document>>,
+}
+
+impl DocumentTable {
+    pub(crate) fn get(&self, key: &str) -> Option<&Arc<Document>> {
+        self.by_key.get(key)
+    }
+
+    fn put(&mut self, key: &str, document: Document) {
+        self.by_key.insert(key.into(), Arc::new(document));
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.by_key.remove(key);
+    }
+
+    /// Unlinks the document `key` from its entity (the entity was deleted).
+    pub(crate) fn unlink(&mut self, key: &str) {
+        if let Some(d) = self.by_key.get_mut(key) {
+            Arc::make_mut(d).entity_name = None;
+        }
+    }
 }
 
 impl DocEntry {
-    /// Puts the document into both indexes, replacing what they held of it. Without a vector
-    /// of the index's dimension it leaves the vector index; returns whether it is there.
-    fn put(self, vectors: &mut VectorIndex, text: &mut TextIndex) -> bool {
+    /// Puts the document into both indexes and, when `documents` holds them, there too,
+    /// replacing what they held of it. Without a vector of the index's dimension it leaves the
+    /// vector index; returns whether it is there.
+    fn put(
+        self,
+        vectors: &mut VectorIndex,
+        text: &mut TextIndex,
+        documents: Option<&mut DocumentTable>,
+    ) -> bool {
+        if let Some(documents) = documents {
+            documents.put(&self.key, self.document);
+        }
         let vectored = match &self.vector {
             Some(v) if v.len() == vectors.dimension() => {
                 vectors.upsert(&self.key, v, self.tags.clone());
@@ -51,8 +99,9 @@ impl KnowledgeBase {
     pub(crate) fn index_documents(&self, entries: Vec<DocEntry>) {
         let mut vectors = self.vectors().write();
         let mut text = self.text().write();
+        let mut documents = self.held_documents().map(|d| d.write());
         for e in entries {
-            e.put(&mut vectors, &mut text);
+            e.put(&mut vectors, &mut text, documents.as_deref_mut());
         }
     }
 
@@ -60,9 +109,13 @@ impl KnowledgeBase {
     pub(crate) fn unindex_documents<K: AsRef<str>>(&self, keys: &[K]) {
         let mut vectors = self.vectors().write();
         let mut text = self.text().write();
+        let mut documents = self.held_documents().map(|d| d.write());
         for key in keys {
             vectors.remove(key.as_ref());
             text.remove(key.as_ref());
+            if let Some(documents) = documents.as_deref_mut() {
+                documents.remove(key.as_ref());
+            }
         }
     }
 
@@ -79,17 +132,20 @@ impl KnowledgeBase {
             .await?;
         let read_ms = started.elapsed().as_millis() as u64;
         let dimension = self.embedder().dimension();
+        let hold = self.held_documents().is_some();
         // Analysing every text takes a while for a large store: keep it off the async workers.
-        let (vectors, text, skipped) = tokio::task::spawn_blocking(move || {
+        let (vectors, text, documents, skipped) = tokio::task::spawn_blocking(move || {
             // The inverted file is trained once, on every vector, rather than at each doubling.
             let mut vectors = VectorIndex::for_bulk_load(dimension);
             let mut text = TextIndex::new();
+            let mut documents = DocumentTable::default();
             let mut skipped = 0usize;
             for e in entries {
-                skipped += usize::from(!e.put(&mut vectors, &mut text));
+                let held = hold.then_some(&mut documents);
+                skipped += usize::from(!e.put(&mut vectors, &mut text, held));
             }
             vectors.train();
-            (vectors, text, skipped)
+            (vectors, text, documents, skipped)
         })
         .await
         .map_err(|e| StoreError::Query(format!("building the document indexes failed: {e}")))?;
@@ -110,6 +166,9 @@ impl KnowledgeBase {
         );
         *self.vectors().write() = vectors;
         *self.text().write() = text;
+        if let Some(held) = self.held_documents() {
+            *held.write() = documents;
+        }
         Ok(())
     }
 
@@ -150,16 +209,150 @@ impl KnowledgeBase {
                 content_type: string("content_type").unwrap_or_default().into(),
                 entity_name: string("entity_name").map(Into::into),
             };
+            let owned = |field: &str| string(field).unwrap_or_default().to_string();
+            let document = Document {
+                id: format!("{DOCUMENT}:{id}"),
+                title: owned("title"),
+                content: owned("content"),
+                source: owned("source"),
+                source_id: owned("source_id"),
+                content_type: owned("content_type"),
+                url: string("url").map(str::to_string),
+                entity_name: string("entity_name").map(str::to_string),
+            };
             out.push(DocEntry {
                 key: id.clone(),
                 vector: row.get("embedding").and_then(vector_from),
-                text: Analysed::new(
-                    string("title").unwrap_or_default(),
-                    string("content").unwrap_or_default(),
-                ),
+                text: Analysed::new(&document.title, &document.content),
                 tags,
+                document,
             });
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::kb::{KnowledgeBase, StoreConfig};
+    use crate::model::{Document, NewDocument, NewEntity, table::DOCUMENT};
+    use crate::search::FIELDS;
+    use crate::{HashingEmbedder, Result};
+
+    fn doc(source_id: &str, content: &str, url: Option<&str>, entity: Option<&str>) -> NewDocument {
+        NewDocument {
+            title: format!("About {source_id}"),
+            content: content.into(),
+            source: "t".into(),
+            source_id: source_id.into(),
+            content_type: "text/plain".into(),
+            url: url.map(Into::into),
+            entity_name: entity.map(Into::into),
+        }
+    }
+
+    /// The held documents, and the documents SurrealDB holds, each sorted by id.
+    async fn held_and_stored(kb: &KnowledgeBase) -> Result<(Vec<Document>, Vec<Document>)> {
+        let mut held: Vec<Document> = kb
+            .held_documents()
+            .expect("an embedded store holds its documents")
+            .read()
+            .by_key
+            .values()
+            .map(|d| Document::clone(d))
+            .collect();
+        let mut stored: Vec<Document> = kb
+            .run(
+                &format!("SELECT {FIELDS} FROM {DOCUMENT}"),
+                surrealdb::types::Object::new(),
+            )
+            .await?;
+        for d in &mut stored {
+            d.id = format!("{DOCUMENT}:{}", d.id);
+        }
+        held.sort_by(|a, b| a.id.cmp(&b.id));
+        stored.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok((held, stored))
+    }
+
+    async fn assert_in_step(kb: &KnowledgeBase, documents: usize) {
+        let (held, stored) = held_and_stored(kb).await.unwrap();
+        assert_eq!(held.len(), documents);
+        assert_eq!(held, stored);
+    }
+
+    #[tokio::test]
+    async fn the_held_documents_are_what_surrealdb_holds_after_every_kind_of_write() {
+        let kb =
+            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+        let entity = |name: &str| NewEntity {
+            name: name.into(),
+            entity_type: "thing".into(),
+            properties: Default::default(),
+        };
+        kb.upsert_entities(&[entity("Ada"), entity("Engine")])
+            .await
+            .unwrap();
+        kb.upsert_documents(&[
+            doc("a", "notes on the engine", None, Some("Ada")),
+            doc(
+                "b",
+                "a mechanical computer",
+                Some("https://e.org/b"),
+                Some("Engine"),
+            ),
+            doc("c", "unlinked words", None, None),
+        ])
+        .await
+        .unwrap();
+        assert_in_step(&kb, 3).await;
+
+        // An update changes content, url and entity in place; the same document twice in
+        // one write keeps the last, as SurrealDB does.
+        kb.upsert_documents(&[
+            doc("a", "first version", None, Some("Ada")),
+            doc(
+                "a",
+                "second version",
+                Some("https://e.org/a"),
+                Some("Engine"),
+            ),
+        ])
+        .await
+        .unwrap();
+        assert_in_step(&kb, 3).await;
+        let hits = kb.keyword_search("second version", 5).await.unwrap();
+        assert_eq!(hits[0].document.content, "second version");
+        assert_eq!(hits[0].document.url.as_deref(), Some("https://e.org/a"));
+
+        // Deleting an entity unlinks its documents.
+        let deleted = kb.delete_entity("Engine").await.unwrap();
+        assert_eq!(deleted.documents_unlinked, 2);
+        assert_in_step(&kb, 3).await;
+        let hits = kb.keyword_search("mechanical computer", 5).await.unwrap();
+        assert_eq!(hits[0].document.entity_name, None);
+
+        // Deleting a document takes it out.
+        let id = crate::model::keys::document_id("t", "c");
+        assert!(kb.delete_document(&id).await.unwrap());
+        assert_in_step(&kb, 2).await;
+        assert!(kb.keyword_search("unlinked", 5).await.unwrap().is_empty());
+
+        // Loading the indexes again (as on reconnecting) builds the same table.
+        let c = kb.connection().await.unwrap();
+        kb.load_document_indexes(&c).await.unwrap();
+        assert_in_step(&kb, 2).await;
+    }
+
+    #[tokio::test]
+    async fn a_remote_store_holds_no_documents() {
+        let config = StoreConfig {
+            url: "ws://127.0.0.1:9".into(),
+            ..StoreConfig::memory()
+        };
+        let kb = KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await;
+        assert!(kb.held_documents().is_none());
     }
 }

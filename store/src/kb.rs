@@ -25,6 +25,7 @@ use surrealdb::engine::any::Any;
 use surrealdb::opt::auth::Root;
 use surrealdb::types::{Object, RecordId, Value};
 
+use crate::doc_index::DocumentTable;
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
@@ -103,6 +104,8 @@ pub struct KnowledgeBase {
     index: Option<RwLock<GraphIndex>>,
     vectors: Arc<RwLock<VectorIndex>>,
     text: Arc<RwLock<TextIndex>>,
+    /// Every document, when the store is embedded (see [`crate::doc_index`]).
+    documents: Option<RwLock<DocumentTable>>,
     /// Bumped on every entity write through this knowledge base.
     generation: std::sync::atomic::AtomicU64,
     /// Opened by [`KnowledgeBase::open_for_reembed`]: a store embedded by another embedder is
@@ -144,6 +147,7 @@ impl KnowledgeBase {
                 .then(|| RwLock::new(GraphIndex::default())),
             vectors: Arc::new(RwLock::new(VectorIndex::new(embedder.dimension()))),
             text: Arc::new(RwLock::new(TextIndex::new())),
+            documents: (!config.is_server()).then(RwLock::default),
             config,
             embedder,
             conn: RwLock::new(None),
@@ -284,6 +288,12 @@ impl KnowledgeBase {
     /// The in-process keyword index of document titles and contents.
     pub(crate) fn text(&self) -> &Arc<RwLock<TextIndex>> {
         &self.text
+    }
+
+    /// Every document, when the store is embedded; `None` when documents are read from
+    /// SurrealDB (a remote store, which other nodes write too).
+    pub(crate) fn held_documents(&self) -> Option<&RwLock<DocumentTable>> {
+        self.documents.as_ref()
     }
 
     pub(crate) async fn exec_on(&self, c: &Connected, sql: &str, vars: Object) -> Result<()> {

@@ -25,7 +25,7 @@ pub const MAX_HITS: usize = 100;
 
 /// What the document queries here select: a [`Document`] whose `id` is its record key
 /// (see [`KnowledgeBase::documents_by_key`], which gives it its public id).
-const FIELDS: &str =
+pub(crate) const FIELDS: &str =
     "meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name";
 
 /// Exact-match conditions on documents; `None` accepts any value.
@@ -122,6 +122,18 @@ impl KnowledgeBase {
     ) -> Result<Vec<DocumentHit>> {
         if hits.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some(held) = self.held_documents() {
+            let held = held.read();
+            return Ok(hits
+                .into_iter()
+                .filter_map(|(key, score)| {
+                    Some(DocumentHit {
+                        document: Document::clone(held.get(&key)?),
+                        score: f64::from(score),
+                    })
+                })
+                .collect());
         }
         let ids: Vec<RecordId> = hits
             .iter()

@@ -235,9 +235,13 @@ impl KnowledgeBase {
         {
             let mut vectors = self.vectors().write();
             let mut text = self.text().write();
+            let mut documents = self.held_documents().map(|d| d.write());
             for key in &unlinked {
                 vectors.set_entity(key, None);
                 text.set_entity(key, None);
+                if let Some(documents) = documents.as_deref_mut() {
+                    documents.unlink(key);
+                }
             }
         }
         self.bump_generation();
@@ -371,6 +375,7 @@ async fn document_rows(
             None => Value::None,
         };
         let text = Analysed::new(&d.title, &d.content);
+        let document = d.clone().into_document();
         rows.push(row([
             (
                 "id",
@@ -394,6 +399,7 @@ async fn document_rows(
             vector: Some(v),
             tags,
             text,
+            document,
         });
     }
     Ok((rows, keyed))
