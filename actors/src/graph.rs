@@ -75,7 +75,7 @@ pub enum GraphLane {
     Lookup,
     /// Name searches.
     Search,
-    /// Traversals resolved to documents: the slowest class, it reads SurrealDB.
+    /// Traversals resolved to documents: the slowest graph class.
     Documents,
 }
 
@@ -91,6 +91,15 @@ impl GraphLane {
             GraphLane::Search => "graph:search",
             GraphLane::Documents => "graph:documents",
         }
+    }
+
+    /// Whether the lane runs on the lookup runtime (`graph.lookup_threads`) rather than the
+    /// main runtime. Name search answers from the in-memory name index in tens of
+    /// microseconds, whatever the query's length, so it runs beside lookups, apart from the
+    /// slow classes of the main runtime (graph documents, RAG, chats), while its own pool
+    /// bounds and sheds it apart from lookups.
+    pub fn on_lookup_runtime(self) -> bool {
+        matches!(self, GraphLane::Lookup | GraphLane::Search)
     }
 
     fn index(self) -> usize {

@@ -116,9 +116,10 @@ async fn spawn_child(
             let i = GraphLane::ALL.iter().position(|l| l == lane).unwrap_or(0);
             let pool = &args.graph[i];
             let spawn = spawn_pool(|| GraphWorker, args.kb.clone(), pool.least(), root);
-            // A factory's actors run where it is spawned: the lookup lane on its own runtime.
-            let f = match (lane, &args.lookup_runtime) {
-                (GraphLane::Lookup, Some(rt)) => rt.spawn(spawn).await??,
+            // A factory's actors run where it is spawned: lookups and name searches on the
+            // lookup runtime.
+            let f = match &args.lookup_runtime {
+                Some(rt) if lane.on_lookup_runtime() => rt.spawn(spawn).await??,
                 _ => spawn.await?,
             };
             *pool.slot().write() = Some(f);

@@ -2,8 +2,8 @@
 //! board, starts the [`RootSupervisor`] with them, and hands the edge its handles (the graph
 //! pool, the agent, the pools for metrics).
 //!
-//! It also owns the lookup lane's own tokio runtime. Entity lookups and traversals are
-//! answered in microseconds from the in-memory index; on the main runtime they would wait
+//! It also owns the tokio runtime of the lookup and search lanes. Entity lookups, traversals
+//! and name searches are answered in microseconds from the in-memory indexes; on the main runtime they would wait
 //! behind whatever else its threads are polling (SurrealDB statements run inside the futures
 //! that await them, RAG, chats, writes). Threads of their own are scheduled by the OS beside
 //! the main runtime's, so a cheap request waits for a core, not for a queue of slow futures.

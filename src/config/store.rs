@@ -153,8 +153,8 @@ pub struct GraphSection {
     pub queue_capacity: usize,
     /// Most graph workers: between `workers` and this, the pool follows its load.
     pub max_workers: usize,
-    /// Threads of the runtime that answers entity lookups and traversals apart from every
-    /// other kind of work; 0 shares the main runtime.
+    /// Threads of the runtime that answers entity lookups, traversals and name searches
+    /// apart from every other kind of work; 0 shares the main runtime.
     pub lookup_threads: usize,
 }
 

@@ -105,6 +105,8 @@ impl KnowledgeBase {
             let keep = |t: &DocTags| filter.accepts_tags(t);
             if exact {
                 index.search_exact(&q, limit, &keep)
+            } else if filter == DocumentFilter::default() {
+                index.search_all(&q, limit)
             } else {
                 index.search(&q, limit, &keep)
             }

@@ -165,8 +165,15 @@ struct Posting {
 pub struct TextIndex {
     term_ids: FxHashMap<Box<str>, u32>,
     postings: Vec<Vec<Posting>>,
+    /// Per term: its postings with the term in the title, and in the content, dead slots'
+    /// included. While no slot is dead these are the document frequencies, so a search need
+    /// not count them over a list that holds most of the documents.
+    df: Vec<[u32; 2]>,
     /// Per slot: the document's key, or `None` once the slot is dead.
     keys: Vec<Option<VectorKey>>,
+    /// Per slot: the first eight bytes of its key, big-endian, zero-padded. Equal scores
+    /// rank by key, and most ties are decided here, without reading the key itself.
+    key_prefixes: Vec<u64>,
     /// Per slot: whether it is live (what searches test per posting).
     alive: Vec<bool>,
     tags: Vec<DocTags>,
@@ -223,6 +230,7 @@ impl TextIndex {
         let slot = self.keys.len() as u32;
         let key: VectorKey = Arc::from(key);
         self.slots.insert(key.clone(), slot);
+        self.key_prefixes.push(key_prefix(&key));
         self.keys.push(Some(key));
         self.alive.push(true);
         if let Some(entity) = &tags.entity_name {
@@ -240,9 +248,13 @@ impl TextIndex {
                     let id = self.postings.len() as u32;
                     self.term_ids.insert(term.clone(), id);
                     self.postings.push(Vec::new());
+                    self.df.push([0, 0]);
                     id
                 }
             };
+            let df = &mut self.df[id as usize];
+            df[0] += u32::from(*title > 0);
+            df[1] += u32::from(*content > 0);
             self.postings[id as usize].push(Posting {
                 slot,
                 title: *title,
@@ -342,10 +354,12 @@ impl TextIndex {
         let old_lens = std::mem::take(&mut self.lens);
         let old_fingerprints = std::mem::take(&mut self.fingerprints);
         self.alive.clear();
+        self.key_prefixes.clear();
         for (slot, key) in old_keys.into_iter().enumerate() {
             let Some(key) = key else { continue };
             renumber[slot] = next;
             self.slots.insert(key.clone(), next);
+            self.key_prefixes.push(key_prefix(&key));
             self.keys.push(Some(key));
             self.alive.push(true);
             self.tags.push(old_tags[slot].clone());
@@ -355,6 +369,7 @@ impl TextIndex {
         }
         let old_ids = std::mem::take(&mut self.term_ids);
         let mut old_postings = std::mem::take(&mut self.postings);
+        self.df.clear();
         for (term, id) in old_ids {
             let mut list = std::mem::take(&mut old_postings[id as usize]);
             list.retain_mut(|p| {
@@ -363,6 +378,7 @@ impl TextIndex {
             });
             if !list.is_empty() {
                 self.term_ids.insert(term, self.postings.len() as u32);
+                self.df.push(document_frequencies(&list));
                 self.postings.push(list);
             }
         }
@@ -427,13 +443,11 @@ impl TextIndex {
                 continue;
             };
             let list = &self.postings[id as usize];
-            let (mut df_title, mut df_content) = (0u32, 0u32);
-            for p in list {
-                if self.alive[p.slot as usize] {
-                    df_title += u32::from(p.title > 0);
-                    df_content += u32::from(p.content > 0);
-                }
-            }
+            let [df_title, df_content] = if self.dead == 0 {
+                self.df[id as usize]
+            } else {
+                document_frequencies(list.iter().filter(|p| self.alive[p.slot as usize]))
+            };
             let idf_title = idf(n, df_title);
             let idf_content = idf(n, df_content);
             // BM25's length normalisation of each field, per unit of length.
@@ -472,7 +486,10 @@ impl TextIndex {
             let Some(key) = &self.keys[slot as usize] else {
                 continue;
             };
-            let loses = |w: &Ranked| score < w.score || (score == w.score && *key > w.key);
+            let prefix = self.key_prefixes[slot as usize];
+            let loses = |w: &Ranked| {
+                score < w.score || (score == w.score && (prefix, key) > (w.prefix, &w.key))
+            };
             if best.len() == limit && best.peek().is_some_and(loses) {
                 continue;
             }
@@ -481,6 +498,7 @@ impl TextIndex {
             }
             best.push(Ranked {
                 score,
+                prefix,
                 key: key.clone(),
             });
             if best.len() > limit {
@@ -511,6 +529,8 @@ thread_local! {
 /// heap's top is the worst result kept.
 struct Ranked {
     score: f32,
+    /// The key's first bytes (see `TextIndex::key_prefixes`).
+    prefix: u64,
     key: VectorKey,
 }
 
@@ -519,7 +539,7 @@ impl Ord for Ranked {
         other
             .score
             .total_cmp(&self.score)
-            .then_with(|| self.key.cmp(&other.key))
+            .then_with(|| (self.prefix, &self.key).cmp(&(other.prefix, &other.key)))
     }
 }
 
@@ -536,6 +556,22 @@ impl PartialEq for Ranked {
 }
 
 impl Eq for Ranked {}
+
+/// The first eight bytes of `key`, big-endian, zero-padded: keys that differ there compare
+/// as these do, and keys that do not are compared whole.
+fn key_prefix(key: &str) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = key.len().min(8);
+    bytes[..n].copy_from_slice(&key.as_bytes()[..n]);
+    u64::from_be_bytes(bytes)
+}
+
+/// How many of `postings` have their term in the title, and in the content.
+fn document_frequencies<'a>(postings: impl IntoIterator<Item = &'a Posting>) -> [u32; 2] {
+    postings.into_iter().fold([0, 0], |[t, c], p| {
+        [t + u32::from(p.title > 0), c + u32::from(p.content > 0)]
+    })
+}
 
 fn idf(n: f32, df: u32) -> f32 {
     let df = df as f32;
@@ -755,6 +791,67 @@ mod tests {
             let got = index.search(&query_terms(q), 50, &|_| true);
             let want = reference.search(&query_terms(q), 50, &|_| true);
             assert_eq!(got, want, "query {q}");
+        }
+    }
+
+    /// Keys that share their first eight bytes, or are shorter than eight, tie-break as whole
+    /// keys do; counts of document frequencies kept on writes give the answers that counting
+    /// over the live postings gives, before and after a compaction.
+    #[test]
+    fn ties_and_frequencies_follow_every_write() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let words = ["same", "tie", "rare", "common", "x1", "x2"];
+        // Keys of 1 to 12 characters, some sharing their first eight.
+        let key_of = |i: u64| {
+            let hex = format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            if i % 3 == 0 {
+                format!("shared08{}", &hex[..1 + (i % 4) as usize])
+            } else {
+                hex[..1 + (i % 12) as usize].to_string()
+            }
+        };
+        let mut index = TextIndex::new();
+        let mut live: std::collections::BTreeMap<String, (String, String)> = Default::default();
+        for step in 0..3000 {
+            let key = key_of(next(200));
+            if next(5) == 0 {
+                index.remove(&key);
+                live.remove(&key);
+            } else {
+                let mut text = || {
+                    let words: Vec<&str> =
+                        (0..1 + next(3)).map(|_| words[next(6) as usize]).collect();
+                    words.join(" ")
+                };
+                let (title, content) = (text(), text());
+                index.upsert(&key, &Analysed::new(&title, &content), tags("s"));
+                live.insert(key, (title, content));
+            }
+            if step % 300 == 299 {
+                if step % 600 == 599 {
+                    index.compact();
+                    assert_eq!(index.dead, 0);
+                }
+                let mut reference = TextIndex::new();
+                for (k, (title, content)) in &live {
+                    reference.upsert(k, &Analysed::new(title, content), tags("s"));
+                }
+                assert_eq!(reference.dead, 0);
+                for q in ["same", "tie rare", "common x1", "x2 same tie"] {
+                    let want = reference.search(&query_terms(q), 25, &|_| true);
+                    // Best first, equal scores in the keys' own order.
+                    for w in want.windows(2) {
+                        assert!(w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0));
+                    }
+                    assert_eq!(index.search(&query_terms(q), 25, &|_| true), want, "{q}");
+                }
+            }
         }
     }
 }

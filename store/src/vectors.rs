@@ -283,6 +283,21 @@ impl VectorIndex {
         k: usize,
         keep: &dyn Fn(&DocTags) -> bool,
     ) -> Vec<(VectorKey, f32)> {
+        self.search_with(query, k, Some(keep))
+    }
+
+    /// [`search`](Self::search) among every document. The same answer as a `keep` that
+    /// accepts all, without reading each candidate's tags (a cache miss per vector scanned).
+    pub fn search_all(&self, query: &[f32], k: usize) -> Vec<(VectorKey, f32)> {
+        self.search_with(query, k, None)
+    }
+
+    fn search_with(
+        &self,
+        query: &[f32],
+        k: usize,
+        keep: Option<&dyn Fn(&DocTags) -> bool>,
+    ) -> Vec<(VectorKey, f32)> {
         if k == 0 || query.len() != self.dimension || self.is_empty() {
             return Vec::new();
         }
@@ -298,7 +313,7 @@ impl VectorIndex {
                 return self.rerank(candidates, &q, k);
             }
         }
-        self.search_scan(query, k, keep)
+        self.scan_with(query, k, keep)
     }
 
     /// [`search`](Self::search) by a scan of every code, without the inverted file.
@@ -307,6 +322,15 @@ impl VectorIndex {
         query: &[f32],
         k: usize,
         keep: &dyn Fn(&DocTags) -> bool,
+    ) -> Vec<(VectorKey, f32)> {
+        self.scan_with(query, k, Some(keep))
+    }
+
+    fn scan_with(
+        &self,
+        query: &[f32],
+        k: usize,
+        keep: Option<&dyn Fn(&DocTags) -> bool>,
     ) -> Vec<(VectorKey, f32)> {
         if k == 0 || query.len() != self.dimension || self.is_empty() {
             return Vec::new();
@@ -322,7 +346,7 @@ impl VectorIndex {
         &'a self,
         unit_query: &[f32],
         pool: usize,
-        keep: &'a dyn Fn(&DocTags) -> bool,
+        keep: Option<&'a dyn Fn(&DocTags) -> bool>,
         lists: Option<&'a [&'a List]>,
     ) -> CodeScan<'a> {
         CodeScan {
@@ -442,7 +466,8 @@ struct CodeScan<'a> {
     dimension: usize,
     pool: usize,
     tags: &'a [DocTags],
-    keep: &'a dyn Fn(&DocTags) -> bool,
+    /// `None`: every document.
+    keep: Option<&'a dyn Fn(&DocTags) -> bool>,
     /// The lists to scan, with their own codes; `None`: every slot, from `codes`.
     lists: Option<&'a [&'a List]>,
 }
@@ -452,6 +477,11 @@ struct CodeScan<'a> {
 type Scanned = (Vec<usize>, usize, usize);
 
 impl CodeScan<'_> {
+    #[inline(always)]
+    fn keeps(&self, slot: usize) -> bool {
+        self.keep.is_none_or(|keep| keep(&self.tags[slot]))
+    }
+
     /// The scan, in AVX2 code where the CPU has it.
     fn run(&self) -> Scanned {
         #[cfg(target_arch = "x86_64")]
@@ -481,7 +511,7 @@ impl CodeScan<'_> {
                 // Scoring first: most slots fail the heap's bound and never meet `keep`.
                 for (slot, row) in self.codes.chunks_exact(d).enumerate() {
                     let s = dot_i8(row, &self.query) as f32 * self.scales[slot];
-                    if top.admits(s) && (self.keep)(&self.tags[slot]) {
+                    if top.admits(s) && self.keeps(slot) {
                         top.push(s, slot);
                     }
                 }
@@ -494,7 +524,7 @@ impl CodeScan<'_> {
                     for ((&slot, row), &scale) in list.slots.iter().zip(rows).zip(&list.scales) {
                         let slot = slot as usize;
                         examined += 1;
-                        if !(self.keep)(&self.tags[slot]) {
+                        if !self.keeps(slot) {
                             continue;
                         }
                         passed += 1;
@@ -674,6 +704,8 @@ mod tests {
         for q in queries(100, 3000) {
             let fast = index.search(&q, 10, &|_| true);
             let exact = index.search_exact(&q, 10, &|_| true);
+            // Without a filter, the same answer without reading tags.
+            assert_eq!(index.search_all(&q, 10), fast);
             assert_eq!(fast.len(), 10);
             assert!(fast.windows(2).all(|w| w[0].1 >= w[1].1));
             wanted += exact.len();
