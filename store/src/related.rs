@@ -147,44 +147,46 @@ impl KnowledgeBase {
         limit: usize,
     ) -> Result<Vec<DocumentHit>> {
         self.connection().await?;
-        // (key, its entity, its similarity)
-        let mut candidates: Vec<(VectorKey, &str, f32)> = {
-            let index = self.text().read();
-            reach
-                .keys()
-                .flat_map(|&name| {
-                    index
-                        .documents_of(std::iter::once(name))
-                        .into_iter()
-                        .map(move |key| (key, name, 0.0))
-                })
-                .collect()
-        };
-        if candidates.is_empty() {
+        let names: Vec<&str> = reach.keys().copied().collect();
+        let keyed = self
+            .text()
+            .read()
+            .documents_by_entity(names.iter().copied());
+        if keyed.is_empty() {
             return Ok(Vec::new());
         }
         let q = self.embed_one(text).await?;
-        {
-            let index = self.vectors().read();
-            for (key, _, similarity) in &mut candidates {
-                *similarity = index.similarity(key, &q).unwrap_or(0.0);
-            }
-        }
-        let score_of = |(_, name, similarity): &(VectorKey, &str, f32)| {
-            score(reach[name].0, f64::from(*similarity))
+        let similarities = {
+            let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
+            self.vectors().read().similarities(&keys, &q)
         };
+        // (key, its entity, its similarity, its score)
+        let candidates: Vec<(VectorKey, &str, f32, f64)> = keyed
+            .into_iter()
+            .zip(similarities)
+            .map(|((key, i), similarity)| {
+                let name = names[i];
+                let similarity = similarity.unwrap_or(0.0);
+                (
+                    key,
+                    name,
+                    similarity,
+                    score(reach[name].0, f64::from(similarity)),
+                )
+            })
+            .collect();
         let mut chosen = candidates.clone();
         if chosen.len() > limit && limit > 0 {
-            chosen.sort_by(|a, b| score_of(b).total_cmp(&score_of(a)));
-            let cutoff = score_of(&chosen[limit - 1]);
-            chosen.retain(|c| score_of(c) >= cutoff);
+            chosen.sort_by(|a, b| b.3.total_cmp(&a.3));
+            let cutoff = chosen[limit - 1].3;
+            chosen.retain(|c| c.3 >= cutoff);
         }
         let expected: HashMap<String, &str> = chosen
             .iter()
-            .map(|(key, name, _)| (key.to_string(), *name))
+            .map(|(key, name, _, _)| (key.to_string(), *name))
             .collect();
         let hits = self
-            .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
+            .documents_by_key(chosen.into_iter().map(|(k, _, s, _)| (k, s)).collect())
             .await?;
         let as_foreseen = hits.len() == expected.len()
             && hits.iter().all(|h| {
@@ -194,7 +196,7 @@ impl KnowledgeBase {
         let mut hits = if as_foreseen {
             hits
         } else {
-            self.documents_by_key(candidates.into_iter().map(|(k, _, s)| (k, s)).collect())
+            self.documents_by_key(candidates.into_iter().map(|(k, _, s, _)| (k, s)).collect())
                 .await?
         };
         // A document relinked by another node since the index last heard of it.

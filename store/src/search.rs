@@ -216,15 +216,12 @@ impl KnowledgeBase {
             return Ok(Vec::new());
         }
         let q = self.embed_one(text).await?;
-        let scored: Vec<(VectorKey, f32)> = {
-            let index = self.vectors().read();
-            keys.into_iter()
-                .map(|key| {
-                    let score = index.similarity(&key, &q).unwrap_or(0.0);
-                    (key, score)
-                })
-                .collect()
-        };
+        let similarities = self.vectors().read().similarities(&keys, &q);
+        let scored: Vec<(VectorKey, f32)> = keys
+            .into_iter()
+            .zip(similarities)
+            .map(|(key, similarity)| (key, similarity.unwrap_or(0.0)))
+            .collect();
         let wanted: HashSet<&str> = entity_names.iter().map(String::as_str).collect();
         let mut hits = self.documents_by_key(scored).await?;
         // A document relinked by another node since the index last heard of it.

@@ -303,6 +303,26 @@ impl TextIndex {
         }
     }
 
+    /// The keys of the documents linked to each of `entity_names`, each with the position of
+    /// its entity's name there: each document once, in no particular order.
+    pub fn documents_by_entity<'a>(
+        &self,
+        entity_names: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<(VectorKey, usize)> {
+        let mut slots: Vec<(u32, usize)> = Vec::new();
+        for (i, name) in entity_names.into_iter().enumerate() {
+            if let Some(of) = self.by_entity.get(name) {
+                slots.extend(of.iter().map(|&slot| (slot, i)));
+            }
+        }
+        slots.sort_unstable_by_key(|&(slot, _)| slot);
+        slots.dedup_by_key(|(slot, _)| *slot);
+        slots
+            .into_iter()
+            .filter_map(|(slot, i)| Some((self.keys[slot as usize].clone()?, i)))
+            .collect()
+    }
+
     /// The keys of the documents linked to any of `entity_names`.
     pub fn documents_of<'a>(
         &self,
@@ -810,7 +830,7 @@ mod tests {
         // Keys of 1 to 12 characters, some sharing their first eight.
         let key_of = |i: u64| {
             let hex = format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 format!("shared08{}", &hex[..1 + (i % 4) as usize])
             } else {
                 hex[..1 + (i % 12) as usize].to_string()

@@ -274,6 +274,18 @@ impl VectorIndex {
         Some(dot(self.get(key)?, &unit(query)))
     }
 
+    /// [`similarity`](Self::similarity) of each of `keys` to one `query`, which is scaled
+    /// to length 1 once rather than per key.
+    pub fn similarities<K: AsRef<str>>(&self, keys: &[K], query: &[f32]) -> Vec<Option<f32>> {
+        if query.len() != self.dimension {
+            return vec![None; keys.len()];
+        }
+        let q = unit(query);
+        keys.iter()
+            .map(|k| Some(dot(self.get(k.as_ref())?, &q)))
+            .collect()
+    }
+
     /// The `k` keys whose vectors are nearest to `query` by cosine similarity, nearest first,
     /// among those `keep` accepts: from the inverted file's nearest lists when the index has
     /// one, else (or when `keep` passes too few of those lists' vectors) from every code.
