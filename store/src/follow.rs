@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt, StreamExt};
+use parking_lot::RwLockWriteGuard;
 use surrealdb::types::{RecordIdKey, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
@@ -28,6 +29,7 @@ use crate::kb::{
 };
 use crate::model::Relationship;
 use crate::model::table::{DOCUMENT, ENTITY, RELATES};
+use crate::write::LOCK_BATCH;
 
 /// Most changed records applied in one round of reads.
 const BATCH: usize = 1000;
@@ -165,8 +167,12 @@ impl KnowledgeBase {
                 for name in names.iter().filter(|n| !present.contains(n.as_str())) {
                     index.remove_entity(name);
                 }
-                for e in found {
-                    index.upsert_entity(e);
+                // In parts, as the write path puts them, so that a reader waits for one part
+                // of a large change, not all of it.
+                let mut found = found.into_iter().peekable();
+                while found.peek().is_some() {
+                    index.upsert_entities(found.by_ref().take(LOCK_BATCH));
+                    RwLockWriteGuard::bump(&mut index);
                 }
                 self.bump_generation();
             }
