@@ -327,7 +327,7 @@ async fn main() {
             &corpus_buffer,
         ),
         (
-            "reading 10 documents by key from SurrealDB (`documents_of` 10 entities)",
+            "reading 10 documents by key (`documents_of` 10 entities; an embedded store holds them in memory)",
             &fetch,
         ),
         (
