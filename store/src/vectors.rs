@@ -310,11 +310,9 @@ impl VectorIndex {
         k: usize,
         keep: Option<&dyn Fn(&DocTags) -> bool>,
     ) -> Vec<(VectorKey, f32)> {
-        if k == 0 || query.len() != self.dimension || self.is_empty() {
+        let Some((q, pool)) = self.prepare(query, k) else {
             return Vec::new();
-        }
-        let q = unit(query);
-        let pool = (k * RERANK_FACTOR).max(RERANK_MIN);
+        };
         if let Some(ivf) = self.ivf.as_ref().filter(|_| self.len() >= self.ivf_min) {
             let lists = ivf.probe(&q, self.probes());
             let scan = self.code_scan(&q, pool, keep, Some(&lists));
@@ -325,7 +323,7 @@ impl VectorIndex {
                 return self.rerank(candidates, &q, k);
             }
         }
-        self.scan_with(query, k, keep)
+        self.full_scan(&q, pool, k, keep)
     }
 
     /// [`search`](Self::search) by a scan of every code, without the inverted file.
@@ -335,22 +333,29 @@ impl VectorIndex {
         k: usize,
         keep: &dyn Fn(&DocTags) -> bool,
     ) -> Vec<(VectorKey, f32)> {
-        self.scan_with(query, k, Some(keep))
+        match self.prepare(query, k) {
+            Some((q, pool)) => self.full_scan(&q, pool, k, Some(keep)),
+            None => Vec::new(),
+        }
     }
 
-    fn scan_with(
+    /// The unit query and the candidate pool for a search of `k`, or `None` when it has no
+    /// answer (`k` = 0, a query of another dimension, an empty index).
+    fn prepare(&self, query: &[f32], k: usize) -> Option<(Vec<f32>, usize)> {
+        (k > 0 && query.len() == self.dimension && !self.is_empty())
+            .then(|| (unit(query), (k * RERANK_FACTOR).max(RERANK_MIN)))
+    }
+
+    /// The scan of every code for `unit_query`, re-scored: the best `k`.
+    fn full_scan(
         &self,
-        query: &[f32],
+        unit_query: &[f32],
+        pool: usize,
         k: usize,
         keep: Option<&dyn Fn(&DocTags) -> bool>,
     ) -> Vec<(VectorKey, f32)> {
-        if k == 0 || query.len() != self.dimension || self.is_empty() {
-            return Vec::new();
-        }
-        let q = unit(query);
-        let pool = (k * RERANK_FACTOR).max(RERANK_MIN);
-        let (candidates, _, _) = self.code_scan(&q, pool, keep, None).run();
-        self.rerank(candidates, &q, k)
+        let (candidates, _, _) = self.code_scan(unit_query, pool, keep, None).run();
+        self.rerank(candidates, unit_query, k)
     }
 
     /// The scan of the 8-bit codes of `lists` (`None`: every slot) for `unit_query`.
