@@ -7,7 +7,8 @@
 //!   continues in schema, write, doc_index, graph_reads, search, related, memory and follow).
 //! - [`schema`]: the schema, the embedder record that guards it, and `reembed`.
 //! - [`write`]: upserts through pipelined INSERTs, and deletes.
-//! - [`doc_index`]: the document indexes (vectors, keywords) kept in step with SurrealDB.
+//! - [`doc_index`]: the document indexes (vectors, keywords) and, for an embedded store, the
+//!   documents themselves, kept in step with SurrealDB.
 //! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
 //! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search reads.
@@ -17,7 +18,7 @@
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25 over [`text`]) document search.
-//! - [`vectors`]: the in-process vector index of document embeddings.
+//! - [`vectors`]: the in-process vector index of document embeddings, with its inverted file.
 //! - [`text`]: the in-process keyword (BM25) index of document titles and contents.
 //! - [`memory`]: agent memory, owned by an API key and recalled only by it.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
