@@ -10,10 +10,10 @@
 //! # Layout
 //!
 //! - `load.rs` (this file): the run: entity names from the server, the clients, the window.
-//! - [`route`]: [`Route`], the requests a run can send.
-//! - [`options`]: [`LoadOptions`] and the parsing and checks of the command line's forms.
-//! - [`requests`]: [`requests::Requests`], every URL, header and body built before the run.
-//! - [`report`]: [`LoadReport`] and [`RouteReport`], the statistics of the measured window.
+//! - `route`: `Route`, the requests a run can send.
+//! - `options`: [`LoadOptions`] and the parsing and checks of the command line's forms.
+//! - `requests`: `Requests`, every URL, header and body built before the run.
+//! - `report`: [`LoadReport`] and [`RouteReport`], the statistics of the measured window.
 
 mod options;
 mod report;

@@ -3,7 +3,7 @@
 //! followed change. Its own file because writes, deletes, `reembed` and following all go
 //! through the same few steps here.
 //!
-//! An embedded store also keeps every document itself here (the [`DocumentTable`]), so that
+//! An embedded store also keeps every document itself here (the `DocumentTable`), so that
 //! the documents a search or a graph-documents request found are copied from memory rather
 //! than read back through a SurrealDB statement, which cost more than the search did. Only
 //! this process writes an embedded store, and every write goes through the steps here, so the

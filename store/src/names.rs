@@ -30,7 +30,7 @@
 //!   seek per hit. Byte n-grams of UTF-8 are exact for substring tests (UTF-8 is
 //!   self-synchronising), so Unicode names need no special case.
 //!
-//! Lists are kept in blocks of at most [`BLOCK`] ids: an insert moves at most a block, not a
+//! Lists are kept in blocks of at most `BLOCK` ids: an insert moves at most a block, not a
 //! list as long as the graph (a name's one-byte grams are in lists of nearly every name), so an
 //! import in any order stays linear. A new name finds its place in each of its lists (about 36
 //! for `kbq gen`'s names, 90 for dotted package paths) by comparing order labels, integers
@@ -285,7 +285,7 @@ impl NameIndex {
 
     /// Adds names (none already indexed, no two alike) under the next ids, in the order given.
     /// The batch is sorted once, labelled by the gaps between the names it lands among, and
-    /// merged into each of its lists in one pass ([`NameList::insert_sorted`]): a list that
+    /// merged into each of its lists in one pass (`NameList::insert_sorted`): a list that
     /// takes many of the batch's names (a common gram) is walked once, not searched per name.
     pub fn extend(&mut self, names: impl IntoIterator<Item = Arc<str>>) {
         let first = self.names.len() as u32;

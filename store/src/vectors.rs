@@ -8,7 +8,7 @@
 //! Search scans 8-bit codes of the unit vectors (a quarter of the memory traffic of `f32`),
 //! then scores the best candidates exactly in `f32`. With several times `k` candidates the
 //! result is, in practice, the exact top `k`. A small index scans every code; from
-//! [`IVF_MIN_VECTORS`] on, an inverted file ([`ivf`]: about `sqrt(n)` k-means lists) limits
+//! [`IVF_MIN_VECTORS`] on, an inverted file (`ivf`: about `sqrt(n)` k-means lists) limits
 //! the scan to the lists nearest the query, so a search reads a few percent of the codes.
 //! Recall is measured by the `vectors` benchmark against [`VectorIndex::search_exact`] and
 //! held by a test; a filter that passes too few of the probed vectors falls back to the full
