@@ -20,6 +20,11 @@ struct Automaton {
 pub struct EntityExtractor {
     kb: Arc<KnowledgeBase>,
     cache: RwLock<Option<Arc<Automaton>>>,
+    /// Held while an automaton is built, so that the requests that find the cache stale at
+    /// once (after start, after a write) wait for one build instead of each running its own
+    /// over every entity name.
+    building: futures::lock::Mutex<()>,
+    builds: std::sync::atomic::AtomicU64,
 }
 
 impl EntityExtractor {
@@ -27,6 +32,8 @@ impl EntityExtractor {
         EntityExtractor {
             kb,
             cache: RwLock::new(None),
+            building: futures::lock::Mutex::new(()),
+            builds: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -51,13 +58,13 @@ impl EntityExtractor {
 
     async fn automaton(&self) -> Result<Arc<Automaton>, StoreError> {
         let generation = self.kb.generation();
-        if let Some(a) = self
-            .cache
-            .read()
-            .as_ref()
-            .filter(|a| a.generation == generation)
-        {
-            return Ok(a.clone());
+        if let Some(a) = self.current(generation) {
+            return Ok(a);
+        }
+        let _building = self.building.lock().await;
+        // Built by the request this one waited for.
+        if let Some(a) = self.current(generation) {
+            return Ok(a);
         }
         let mut names = self.kb.entity_names().await?;
         names.retain(|n| n.chars().count() >= MIN_NAME_CHARS);
@@ -72,6 +79,64 @@ impl EntityExtractor {
             names,
         });
         *self.cache.write() = Some(built.clone());
+        self.builds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(built)
+    }
+
+    /// How many automata have been built so far.
+    pub fn builds(&self) -> u64 {
+        self.builds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The cached automaton, if it was built at `generation` or later.
+    fn current(&self, generation: u64) -> Option<Arc<Automaton>> {
+        self.cache
+            .read()
+            .as_ref()
+            .filter(|a| a.generation >= generation)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kbq_store::{HashingEmbedder, NewEntity, StoreConfig};
+
+    fn entity(name: &str) -> NewEntity {
+        NewEntity {
+            name: name.into(),
+            entity_type: "thing".into(),
+            properties: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_that_find_the_automaton_stale_together_wait_for_one_build() {
+        // Without the graph index the names are read from SurrealDB, so a build awaits, and
+        // the other requests are polled while it does.
+        let config = StoreConfig {
+            graph_index: false,
+            ..StoreConfig::memory()
+        };
+        let kb = KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await;
+        kb.upsert_entities(&[entity("Ada Lovelace"), entity("Analytical Engine")])
+            .await
+            .unwrap();
+        let extractor = EntityExtractor::new(kb.clone());
+        let asks = (0..8).map(|_| extractor.extract("Ada Lovelace wrote on the Analytical Engine"));
+        for found in futures::future::join_all(asks).await {
+            assert_eq!(found.unwrap(), ["Ada Lovelace", "Analytical Engine"]);
+        }
+        assert_eq!(extractor.builds(), 1);
+
+        // A write makes it stale: the next requests build it once more, with the new name.
+        kb.upsert_entities(&[entity("Babbage")]).await.unwrap();
+        let asks = (0..8).map(|_| extractor.extract("Babbage and Ada Lovelace"));
+        for found in futures::future::join_all(asks).await {
+            assert_eq!(found.unwrap(), ["Babbage", "Ada Lovelace"]);
+        }
+        assert_eq!(extractor.builds(), 2);
     }
 }
