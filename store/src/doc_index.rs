@@ -10,7 +10,6 @@
 //! table is exactly what SurrealDB holds. A remote store, which other nodes write too, is
 //! read from SurrealDB as before.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
@@ -41,16 +40,16 @@ pub(crate) struct DocEntry {
 /// Every document of an embedded store by key, as SurrealDB holds it (see the module's docs).
 #[derive(Default)]
 pub(crate) struct DocumentTable {
-    by_key: FxHashMap<Arc<str>, Arc<Document>>,
+    by_key: FxHashMap<Box<str>, Document>,
 }
 
 impl DocumentTable {
-    pub(crate) fn get(&self, key: &str) -> Option<&Arc<Document>> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Document> {
         self.by_key.get(key)
     }
 
     fn put(&mut self, key: &str, document: Document) {
-        self.by_key.insert(key.into(), Arc::new(document));
+        self.by_key.insert(key.into(), document);
     }
 
     fn remove(&mut self, key: &str) {
@@ -60,7 +59,7 @@ impl DocumentTable {
     /// Unlinks the document `key` from its entity (the entity was deleted).
     pub(crate) fn unlink(&mut self, key: &str) {
         if let Some(d) = self.by_key.get_mut(key) {
-            Arc::make_mut(d).entity_name = None;
+            d.entity_name = None;
         }
     }
 }
@@ -261,7 +260,7 @@ mod tests {
             .read()
             .by_key
             .values()
-            .map(|d| Document::clone(d))
+            .cloned()
             .collect();
         let mut stored: Vec<Document> = kb
             .run(

@@ -131,7 +131,7 @@ impl KnowledgeBase {
                 .into_iter()
                 .filter_map(|(key, score)| {
                     Some(DocumentHit {
-                        document: Document::clone(held.get(&key)?),
+                        document: held.get(&key)?.clone(),
                         score: f64::from(score),
                     })
                 })

@@ -323,21 +323,17 @@ impl TextIndex {
             .collect()
     }
 
-    /// The keys of the documents linked to any of `entity_names`.
+    /// The keys of the documents linked to any of `entity_names`, in key order.
     pub fn documents_of<'a>(
         &self,
         entity_names: impl IntoIterator<Item = &'a str>,
     ) -> Vec<VectorKey> {
-        let mut out = Vec::new();
-        for name in entity_names {
-            for &slot in self.by_entity.get(name).map_or(&[][..], Vec::as_slice) {
-                if let Some(key) = &self.keys[slot as usize] {
-                    out.push(key.clone());
-                }
-            }
-        }
+        let mut out: Vec<VectorKey> = self
+            .documents_by_entity(entity_names)
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
         out.sort_unstable();
-        out.dedup();
         out
     }
 

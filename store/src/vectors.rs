@@ -268,10 +268,7 @@ impl VectorIndex {
 
     /// Cosine similarity between `key`'s vector and `query`.
     pub fn similarity(&self, key: &str, query: &[f32]) -> Option<f32> {
-        if query.len() != self.dimension {
-            return None;
-        }
-        Some(dot(self.get(key)?, &unit(query)))
+        self.similarities(&[key], query).pop().flatten()
     }
 
     /// [`similarity`](Self::similarity) of each of `keys` to one `query`, which is scaled
