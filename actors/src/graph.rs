@@ -3,9 +3,9 @@
 //!
 //! The operations run in [`GraphLane`]s, one factory each with its own bound and its own
 //! workers, so that a slow class of request cannot fill the workers a cheap one needs: entity
-//! lookups and traversals (microseconds from the in-memory index) never wait behind name
-//! searches or graph documents (which read documents from SurrealDB). The lookup lane also
-//! runs on a runtime of its own (see [`Runtime`](crate::Runtime)).
+//! lookups and traversals never wait behind name searches, nor either behind graph documents.
+//! The lookup and search lanes also run on a runtime of their own (see
+//! [`Runtime`](crate::Runtime) and [`GraphLane::on_lookup_runtime`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +102,8 @@ impl GraphLane {
         matches!(self, GraphLane::Lookup | GraphLane::Search)
     }
 
-    fn index(self) -> usize {
+    /// The lane's place in [`GraphLane::ALL`].
+    pub(crate) fn index(self) -> usize {
         match self {
             GraphLane::Lookup => 0,
             GraphLane::Search => 1,
@@ -195,19 +196,23 @@ impl GraphPool {
         GraphPool { lanes }
     }
 
+    fn lane(&self, lane: GraphLane) -> &PoolHandle<GraphRequest> {
+        &self.lanes[lane.index()]
+    }
+
     /// Workers in the lookup lane now (the lane of traversals and entity lookups).
     pub fn size(&self) -> usize {
-        self.lanes[0].size()
+        self.lane(GraphLane::Lookup).size()
     }
 
     /// Requests running or queued in the lookup lane now.
     pub fn in_flight(&self) -> usize {
-        self.lanes[0].in_flight()
+        self.in_flight_in(GraphLane::Lookup)
     }
 
     /// Requests running or queued in `lane` now.
     pub fn in_flight_in(&self, lane: GraphLane) -> usize {
-        self.lanes[lane.index()].in_flight()
+        self.lane(lane).in_flight()
     }
 
     /// Holds one worker of `lane` until `release` sends or is dropped; resolves when the
@@ -275,7 +280,7 @@ impl GraphPool {
 
     /// Workers and queued requests of the lookup lane, or `None` while it restarts.
     pub async fn stats(&self) -> Option<PoolStats> {
-        self.lanes[0].stats().await
+        self.lane(GraphLane::Lookup).stats().await
     }
 
     /// The lookup lane's current factory, e.g. to kill it in a test of supervision.
@@ -285,7 +290,7 @@ impl GraphPool {
 
     /// `lane`'s current factory, or `None` while it restarts.
     pub fn factory_in(&self, lane: GraphLane) -> Option<FactoryRef<(), GraphRequest>> {
-        self.lanes[lane.index()].factory()
+        self.lane(lane).factory()
     }
 
     async fn call<T: Send + 'static>(
@@ -293,6 +298,6 @@ impl GraphPool {
         lane: GraphLane,
         build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
     ) -> Result<T, GraphError> {
-        Ok(self.lanes[lane.index()].call(build).await??)
+        Ok(self.lane(lane).call(build).await??)
     }
 }

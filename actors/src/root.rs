@@ -113,8 +113,7 @@ async fn spawn_child(
 ) -> Result<(), ActorProcessingErr> {
     match child {
         Child::Graph(lane) => {
-            let i = GraphLane::ALL.iter().position(|l| l == lane).unwrap_or(0);
-            let pool = &args.graph[i];
+            let pool = &args.graph[lane.index()];
             let spawn = spawn_pool(|| GraphWorker, args.kb.clone(), pool.least(), root);
             // A factory's actors run where it is spawned: lookups and name searches on the
             // lookup runtime.

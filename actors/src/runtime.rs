@@ -3,9 +3,9 @@
 //! pool, the agent, the pools for metrics).
 //!
 //! It also owns the tokio runtime of the lookup and search lanes. Entity lookups, traversals
-//! and name searches are answered in microseconds from the in-memory indexes; on the main runtime they would wait
-//! behind whatever else its threads are polling (SurrealDB statements run inside the futures
-//! that await them, RAG, chats, writes). Threads of their own are scheduled by the OS beside
+//! and name searches are answered in microseconds from the in-memory indexes; on the main
+//! runtime they would wait behind whatever else its threads are polling (SurrealDB statements
+//! run inside the futures that await them, graph documents, RAG, chats, writes). Threads of their own are scheduled by the OS beside
 //! the main runtime's, so a cheap request waits for a core, not for a queue of slow futures.
 
 use std::collections::HashMap;
