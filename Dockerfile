@@ -28,7 +28,9 @@ WORKDIR /var/lib/kbq
 USER kbq
 ENV KBQ_SERVER__LISTEN=0.0.0.0:8080
 EXPOSE 8080
-HEALTHCHECK --interval=30s --timeout=3s --start-period=30s --retries=3 \
-    CMD curl -fsS http://127.0.0.1:8080/livez || exit 1
+# Healthy once the store is connected and indexed (/readyz); /livez answers from the moment
+# the listener binds, for an orchestrator's liveness probe.
+HEALTHCHECK --interval=30s --timeout=3s --start-period=60s --retries=3 \
+    CMD curl -fsS http://127.0.0.1:8080/readyz || exit 1
 ENTRYPOINT ["kbq"]
 CMD ["serve"]

@@ -69,15 +69,20 @@ fn config(llm: &ScriptedLlm) -> Config {
 async fn start(llm: &ScriptedLlm) -> Server {
     let config = config(llm);
     config.validate().expect("bench config is valid");
-    server::start(
+    let server = server::start(
         config,
         Options {
             clock: Arc::new(SystemClock),
-            plaintext_keys: Vec::new(),
+            ..Options::default()
         },
     )
     .await
-    .expect("server starts")
+    .expect("server starts");
+    assert!(
+        server.wait_ready(Duration::from_secs(60)).await,
+        "start-up did not finish"
+    );
+    server
 }
 
 fn request(message: &str) -> AgentRequest {

@@ -8,7 +8,7 @@ pub const DEMO: &str = include_str!("../config/demo/history-of-computing.ndjson"
 
 /// Imports the demo when the store has no entities. Returns what was imported, if anything.
 pub async fn load_if_empty(kb: &KnowledgeBase) -> Result<Option<ImportReport>, StoreError> {
-    if kb.counts().await?.entities > 0 {
+    if !kb.has_no_entities().await? {
         return Ok(None);
     }
     let report = import::import(kb, DEMO.as_bytes(), &Silent).await?;

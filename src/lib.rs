@@ -4,6 +4,7 @@
 //! # Layout
 //! - [`config`]: layered configuration (defaults, TOML file, `KBQ_*` variables) and its rules.
 //! - [`server`]: assembles the knowledge base, the actor runtime and the actix-web server.
+//! - [`startup`]: readiness while the store connects and indexes behind the bound listener.
 //! - [`routes`]: one module per resource group, each with its handlers and `configure`.
 //! - [`openapi`]: the OpenAPI 3.1 document, generated from the handlers and their types.
 //! - [`extract`]: the JSON body extractor whose errors name the field at fault, and the field
@@ -37,4 +38,5 @@ pub mod peer;
 pub mod priority;
 pub mod routes;
 pub mod server;
+pub mod startup;
 pub mod versions;

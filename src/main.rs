@@ -277,8 +277,13 @@ fn main() -> ExitCode {
 fn init_logs(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let colored = config.log.colored(
+        std::io::stderr().is_terminal(),
+        std::env::var("NO_COLOR").ok().as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colored)
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Json => builder.json().init(),
@@ -300,6 +305,7 @@ async fn serve(config: Config) -> ExitCode {
         config,
         Options {
             plaintext_keys,
+            progress_bar: std::io::stderr().is_terminal(),
             ..Options::default()
         },
     )

@@ -19,14 +19,17 @@ use crate::openapi::ApiDoc;
 use crate::routes::docs::ApiDocument;
 use crate::routes::ingest::IngestService;
 use crate::routes::rag::RagService;
+use crate::startup::{Readiness, Stage};
 use crate::versions::{Clock, SystemClock, Versions};
-use crate::{demo, middleware, routes, versions};
+use crate::{demo, middleware, routes, startup, versions};
 
 /// What the caller of [`start`] chooses beyond the config.
 pub struct Options {
     pub clock: Arc<dyn Clock>,
     /// Plaintext development keys (`KBQ_API_KEYS`).
     pub plaintext_keys: Vec<String>,
+    /// Draw a progress bar while the indexes are built (`kbq serve` on a terminal).
+    pub progress_bar: bool,
 }
 
 impl Default for Options {
@@ -34,9 +37,13 @@ impl Default for Options {
         Options {
             clock: Arc::new(SystemClock),
             plaintext_keys: Vec::new(),
+            progress_bar: false,
         }
     }
 }
+
+/// The task that follows other nodes' writes, once start-up has started it.
+type Follower = Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>;
 
 /// A running kbq.
 pub struct Server {
@@ -47,8 +54,12 @@ pub struct Server {
     handle: ServerHandle,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     runtime: Runtime,
-    /// Follows writes made by other nodes (a shared SurrealDB server only).
-    follower: Option<tokio::task::JoinHandle<()>>,
+    /// What start-up is doing; ready once the store is connected and indexed.
+    readiness: Arc<Readiness>,
+    /// Connects the store, builds the indexes and loads the demo (see [`start`]).
+    startup: tokio::task::JoinHandle<()>,
+    /// Follows writes made by other nodes (a shared SurrealDB server only), once connected.
+    follower: Follower,
 }
 
 impl Server {
@@ -57,11 +68,18 @@ impl Server {
         &self.runtime
     }
 
+    /// Waits until start-up is done (the store connected and indexed), at most `timeout`;
+    /// true when it is.
+    pub async fn wait_ready(&self, timeout: std::time::Duration) -> bool {
+        self.readiness.wait(timeout).await
+    }
+
     /// Stops accepting, lets in-flight requests finish (when `graceful`), stops the actors.
     pub async fn stop(self, graceful: bool) {
         self.handle.stop(graceful).await;
         let _ = self.task.await;
-        if let Some(f) = self.follower {
+        self.startup.abort();
+        if let Some(f) = self.follower.lock().take() {
             f.abort();
         }
         self.runtime.stop().await;
@@ -76,29 +94,10 @@ impl Server {
 }
 
 pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
-    // Opened on a task of the main runtime, not the caller's thread: an embedded store starts
-    // SurrealDB's storage threads here, and they should share the main runtime's lowered
-    // priority (crate::priority), like all the other slow work.
-    let kb = tokio::spawn(KnowledgeBase::open(
-        config.store_config(),
-        config.embedder(),
-    ))
-    .await
-    .context("opening the knowledge base")?;
-    let follower =
-        (config.store.follow_changes && kb.config().is_server()).then(|| kb.follow_changes());
-    if config.store.load_demo {
-        match demo::load_if_empty(&kb).await {
-            Ok(Some(report)) => tracing::info!(
-                entities = report.entities,
-                relationships = report.relationships,
-                documents = report.documents,
-                "loaded the demo knowledge base"
-            ),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "demo knowledge base not loaded"),
-        }
-    }
+    // Not connected yet: the listener binds first, and the store connects and builds its
+    // indexes behind it (`start_up`), while `/readyz` and the gate report how far it got.
+    let kb = KnowledgeBase::new(config.store_config(), config.embedder());
+    let readiness = web::Data::new(Readiness::new(options.progress_bar));
     let runtime = Runtime::start(kb.clone(), config.runtime_config())
         .await
         .context("starting the actor runtime")?;
@@ -156,6 +155,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .context("serializing the OpenAPI document")?,
     ));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
+    let gate_readiness = readiness.clone();
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(keys.clone())
@@ -172,9 +172,11 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(metrics.clone())
             .app_data(pools.clone())
             .app_data(document.clone())
+            .app_data(gate_readiness.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))
+            .wrap(from_fn(startup::gate))
             .wrap(from_fn(middleware::error_bodies))
             .wrap(from_fn(crate::metrics::record))
             .wrap(from_fn(middleware::request_id))
@@ -197,14 +199,71 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let _ = futures::poll!(&mut server);
     let task = tokio::spawn(server);
     tracing::info!(%addr, store = %config.store.url, "kbq listening");
+    let follower = Arc::new(parking_lot::Mutex::new(None));
+    let startup = tokio::spawn(start_up(
+        kb.clone(),
+        readiness.clone().into_inner(),
+        config.store.load_demo,
+        config.store.follow_changes.then(|| follower.clone()),
+    ));
     Ok(Server {
         addr,
         kb,
         graph: runtime.graph.clone(),
         agent: runtime.agent.clone(),
+        readiness: readiness.into_inner(),
         handle,
         task,
         runtime,
+        startup,
         follower,
     })
+}
+
+/// How long start-up waits between attempts to reach a store that does not answer.
+const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Connects the knowledge base (retrying until it answers) and builds its indexes, starts
+/// following other nodes' writes (`follower`, for a shared server), loads the demo into an
+/// empty store, then declares kbq ready. It runs on a task of the main runtime: an embedded
+/// store starts SurrealDB's storage threads here, and they should share the main runtime's
+/// lowered priority (crate::priority), like all the other slow work.
+async fn start_up(
+    kb: Arc<KnowledgeBase>,
+    readiness: Arc<Readiness>,
+    load_demo: bool,
+    follower: Option<Follower>,
+) {
+    let started = std::time::Instant::now();
+    let mut last_warning: Option<std::time::Instant> = None;
+    while let Err(e) = kb.connect(&*readiness).await {
+        readiness.set(Stage::Connecting);
+        // A store that stays away is logged every ten seconds, not at every attempt.
+        if last_warning.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10)) {
+            tracing::warn!(error = %e, url = %kb.config().url, "knowledge base not ready yet; retrying");
+            last_warning = Some(std::time::Instant::now());
+        }
+        tokio::time::sleep(CONNECT_RETRY).await;
+    }
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "knowledge base connected and indexed"
+    );
+    if let Some(slot) = follower.filter(|_| kb.config().is_server()) {
+        *slot.lock() = Some(kb.follow_changes());
+    }
+    if load_demo {
+        readiness.set(Stage::LoadingDemo);
+        match demo::load_if_empty(&kb).await {
+            Ok(Some(report)) => tracing::info!(
+                entities = report.entities,
+                relationships = report.relationships,
+                documents = report.documents,
+                "loaded the demo knowledge base"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "demo knowledge base not loaded"),
+        }
+    }
+    readiness.set(Stage::Ready);
 }

@@ -235,12 +235,23 @@ pub enum LogFormat {
     Json,
 }
 
+/// When text logs carry colour escape codes.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogColor {
+    /// Only when standard error is a terminal and `NO_COLOR` is not set.
+    Auto,
+    Always,
+    Never,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogSection {
     /// A tracing filter, e.g. `info` or `kbq=debug,info`. `RUST_LOG` overrides it.
     pub level: String,
     pub format: LogFormat,
+    pub color: LogColor,
 }
 
 impl Default for LogSection {
@@ -248,11 +259,22 @@ impl Default for LogSection {
         LogSection {
             level: "info".into(),
             format: LogFormat::Text,
+            color: LogColor::Auto,
         }
     }
 }
 
 impl LogSection {
+    /// Whether text logs are coloured, given whether standard error is a terminal and the
+    /// value of `NO_COLOR` (https://no-color.org: any non-empty value turns colour off).
+    pub fn colored(&self, stderr_is_terminal: bool, no_color: Option<&str>) -> bool {
+        match self.color {
+            LogColor::Always => true,
+            LogColor::Never => false,
+            LogColor::Auto => stderr_is_terminal && no_color.is_none_or(str::is_empty),
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         if tracing_subscriber::EnvFilter::try_new(&self.level).is_err() {
             return bad(

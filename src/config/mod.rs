@@ -28,8 +28,8 @@ pub use agent::{
     AgentSection, ChatSection, DEFAULT_MODEL, HealthSection, ProviderKindName, ProviderSection,
 };
 pub use edge::{
-    AuthSection, LimitsSection, LogFormat, LogSection, ServerConfig, VersionSection, VersionStatus,
-    is_version_name, parse_date,
+    AuthSection, LimitsSection, LogColor, LogFormat, LogSection, ServerConfig, VersionSection,
+    VersionStatus, is_version_name, parse_date,
 };
 pub use store::{EmbedderKind, EmbedderSection, GraphSection, StoreSection};
 

@@ -409,3 +409,16 @@ fn each_rule_gives_its_message() {
         assert_eq!(err, format!("configuration: {message}"));
     }
 }
+
+#[test]
+fn logs_are_coloured_on_a_terminal_or_when_asked() {
+    let mut log = LogSection::default();
+    assert!(log.colored(true, None));
+    assert!(log.colored(true, Some("")));
+    assert!(!log.colored(true, Some("1")), "NO_COLOR turns it off");
+    assert!(!log.colored(false, None), "not on a pipe or a file");
+    log.color = LogColor::Always;
+    assert!(log.colored(false, Some("1")));
+    log.color = LogColor::Never;
+    assert!(!log.colored(true, None));
+}

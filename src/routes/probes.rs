@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::startup::Readiness;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -41,24 +42,32 @@ async fn livez() -> HttpResponse {
         .json(ProbeStatus { status: "ok" })
 }
 
-/// The knowledge base answers; 503 when it does not.
+/// Start-up is done and the knowledge base answers; 503 with the reason when not.
 #[utoipa::path(
     method(get, head),
     path = "/readyz",
     tag = "probes",
     responses(
         (status = 200, description = "Ready", body = ProbeStatus),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the knowledge base does not answer"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("still starting (the message says what it is doing: `not ready: store connecting`, `not ready: building indexes: 40%`), or the knowledge base does not answer (`not ready: the knowledge base does not answer`)"), body = ErrorBody),
     ),
 )]
-async fn readyz(kb: web::Data<KnowledgeBase>) -> Result<HttpResponse, ApiError> {
+async fn readyz(
+    kb: web::Data<KnowledgeBase>,
+    readiness: web::Data<Readiness>,
+) -> Result<HttpResponse, ApiError> {
+    if let Some(reason) = readiness.stage().reason() {
+        return Err(ApiError::unavailable(format!("not ready: {reason}")));
+    }
     match kb.ping().await {
         Ok(()) => Ok(HttpResponse::Ok()
             .insert_header((header::CACHE_CONTROL, "no-store"))
             .json(ProbeStatus { status: "ready" })),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");
-            Err(ApiError::unavailable("not ready"))
+            Err(ApiError::unavailable(
+                "not ready: the knowledge base does not answer",
+            ))
         }
     }
 }

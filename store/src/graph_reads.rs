@@ -60,6 +60,22 @@ impl KnowledgeBase {
         Ok(())
     }
 
+    /// True when the store holds no entity. Reads one key, not the table: `counts` would
+    /// read every record of a large store.
+    pub async fn has_no_entities(&self) -> Result<bool> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().entity_count() == 0);
+        }
+        let keys: Vec<String> = self
+            .run(
+                &format!("SELECT VALUE meta::id(id) FROM {ENTITY} LIMIT 1"),
+                Object::new(),
+            )
+            .await?;
+        Ok(keys.is_empty())
+    }
+
     /// Every entity name.
     pub async fn entity_names(&self) -> Result<Vec<String>> {
         if let Some(index) = self.graph_index() {

@@ -31,6 +31,7 @@ use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
 use crate::model::keys;
 use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
+use crate::progress::{LoadProgress, Silent};
 use crate::text::TextIndex;
 use crate::vectors::VectorIndex;
 
@@ -126,21 +127,32 @@ impl KnowledgeBase {
     /// Creates the knowledge base and tries to connect once. An unreachable database is not an
     /// error here: requests answer `Unavailable` until a later attempt succeeds.
     pub async fn open(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
-        Self::open_with(config, embedder, false).await
+        let kb = Self::new(config, embedder);
+        kb.try_connect().await;
+        kb
+    }
+
+    /// Creates the knowledge base without reaching the database: the first use connects, or
+    /// [`connect`](Self::connect) does, reporting its progress. A server binds its listener
+    /// between the two, so that it answers probes while a large store loads.
+    pub fn new(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
+        Self::unconnected(config, embedder, false)
     }
 
     /// As [`open`](Self::open), for [`reembed`](Self::reembed): a store whose documents
     /// another embedder wrote is accepted, and its old vectors are not loaded.
     pub async fn open_for_reembed(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
-        Self::open_with(config, embedder, true).await
+        let kb = Self::unconnected(config, embedder, true);
+        kb.try_connect().await;
+        kb
     }
 
-    async fn open_with(
+    fn unconnected(
         config: StoreConfig,
         embedder: Arc<dyn Embedder>,
         adopt_embedder: bool,
     ) -> Arc<Self> {
-        let kb = Arc::new(KnowledgeBase {
+        Arc::new(KnowledgeBase {
             adopt_embedder,
             index: config
                 .graph_index
@@ -153,11 +165,20 @@ impl KnowledgeBase {
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
-        });
-        if let Err(e) = kb.connection().await {
-            tracing::warn!(error = %e, url = %kb.config.url, "knowledge base not ready yet");
+        })
+    }
+
+    /// One attempt to connect; a failure is logged, and later uses try again.
+    async fn try_connect(&self) {
+        if let Err(e) = self.connection().await {
+            tracing::warn!(error = %e, url = %self.config.url, "knowledge base not ready yet");
         }
-        kb
+    }
+
+    /// Connects (when not connected yet), defines the schema and builds the in-memory
+    /// indexes, reporting each finished part to `progress`. An error leaves it unconnected.
+    pub async fn connect(&self, progress: &dyn LoadProgress) -> Result<()> {
+        self.connection_reporting(progress).await.map(|_| ())
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -174,6 +195,10 @@ impl KnowledgeBase {
     }
 
     pub(crate) async fn connection(&self) -> Result<Arc<Connected>> {
+        self.connection_reporting(&Silent).await
+    }
+
+    async fn connection_reporting(&self, progress: &dyn LoadProgress) -> Result<Arc<Connected>> {
         if let Some(c) = self.conn.read().clone() {
             return Ok(c);
         }
@@ -184,7 +209,7 @@ impl KnowledgeBase {
         if last_failure.is_some_and(|t| t.elapsed() < RECONNECT_PAUSE) {
             return Err(StoreError::Unavailable("not connected".into()));
         }
-        match self.connect().await {
+        match self.establish(progress).await {
             Ok(c) => {
                 let c = Arc::new(c);
                 *self.conn.write() = Some(c.clone());
@@ -202,7 +227,7 @@ impl KnowledgeBase {
     /// database is bounded by `connect_timeout`: building the indexes of a large store takes
     /// longer, and cutting it short would abandon an embedded store half open (and, for
     /// surrealkv, locked).
-    async fn connect(&self) -> Result<Connected> {
+    async fn establish(&self, progress: &dyn LoadProgress) -> Result<Connected> {
         let db = tokio::time::timeout(self.config.connect_timeout, self.reach())
             .await
             .map_err(|_| {
@@ -213,7 +238,7 @@ impl KnowledgeBase {
             })??;
         let c = Connected { db };
         self.define_schema(&c).await?;
-        self.load_indexes(&c).await?;
+        self.load_indexes(&c, progress).await?;
         Ok(c)
     }
 
@@ -247,16 +272,18 @@ impl KnowledgeBase {
     /// made elsewhere may have been missed (see [`follow_changes`](Self::follow_changes)).
     pub(crate) async fn reload_indexes(&self) -> Result<()> {
         let c = self.connection().await?;
-        self.load_indexes(&c).await
+        self.load_indexes(&c, &Silent).await
     }
 
     /// Builds the graph index (when there is one) and the vector index from the store. A
     /// store opened for `reembed` keeps no vectors: they are another embedder's.
-    async fn load_indexes(&self, c: &Connected) -> Result<()> {
+    async fn load_indexes(&self, c: &Connected, progress: &dyn LoadProgress) -> Result<()> {
         self.load_graph_index(c).await?;
+        progress.advance(1, 2);
         if !self.adopt_embedder {
             self.load_document_indexes(c).await?;
         }
+        progress.advance(2, 2);
         Ok(())
     }
 

@@ -26,3 +26,14 @@ impl Progress for Silent {
     fn start(&self, _: Phase, _: u64) {}
     fn advance(&self, _: u64) {}
 }
+
+/// Receives the progress of connecting a store and building its in-memory indexes: the
+/// store is read in parts (key ranges of each table) and the indexes built from them, and
+/// `advance` reports after each part how many of how many are finished.
+pub trait LoadProgress: Send + Sync {
+    fn advance(&self, done: u32, total: u32);
+}
+
+impl LoadProgress for Silent {
+    fn advance(&self, _: u32, _: u32) {}
+}

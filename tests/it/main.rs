@@ -25,6 +25,7 @@ mod scopes;
 pub mod scripted;
 mod scripted_server;
 mod shutdown;
+mod startup;
 mod supervision;
 mod support;
 mod versions;

@@ -51,14 +51,15 @@ async fn the_main_runtime_runs_below_the_http_workers_and_the_lookup_lane() {
         .spawn()
         .unwrap();
     let http = reqwest::Client::new();
+    // Ready, not only live: the store (and its storage threads) starts behind the listener.
     let up = crate::support::eventually(Duration::from_secs(60), || async {
-        http.get(format!("http://127.0.0.1:{port}/livez"))
+        http.get(format!("http://127.0.0.1:{port}/readyz"))
             .send()
             .await
             .is_ok_and(|r| r.status() == 200)
     })
     .await;
-    assert!(up, "kbq serve did not answer /livez");
+    assert!(up, "kbq serve did not become ready");
     let base = kbq::priority::current_nice();
     let lowered = (base + 7).min(19);
     let mut seen: BTreeMap<String, Vec<i32>> = BTreeMap::new();

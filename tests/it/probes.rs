@@ -14,14 +14,14 @@ async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
     let mut config = test_config();
     config.store.url = "ws://127.0.0.1:9".into();
     config.store.connect_timeout_ms = 1000;
-    let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let t = TestServer::start_unready(config, Arc::new(SystemClock)).await;
 
     let (status, _, _) = read(t.http.get(t.url("/livez")).send().await.unwrap()).await;
     assert_eq!(status, 200);
     let (status, headers, body) = read(t.http.get(t.url("/readyz")).send().await.unwrap()).await;
     assert_eq!(status, 503);
     assert_error(&body, "service_unavailable", None);
-    assert_eq!(body["error"]["message"], "not ready");
+    assert_eq!(body["error"]["message"], "not ready: store connecting");
     assert_eq!(headers["retry-after"], "1");
 
     for (method, path, body) in store_routes() {

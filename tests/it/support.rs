@@ -78,23 +78,35 @@ impl TestServer {
         Self::start_with(test_config(), Arc::new(SystemClock), true).await
     }
 
+    /// Starts `config` and waits until start-up is done, then imports the fixture graph
+    /// when asked.
     pub async fn start_with(config: Config, clock: Arc<dyn Clock>, fixture: bool) -> TestServer {
+        let t = Self::start_unready(config, clock).await;
+        assert!(
+            t.server().wait_ready(Duration::from_secs(60)).await,
+            "start-up did not finish"
+        );
+        if fixture {
+            let report = import::import(&t.server().kb, FIXTURE.as_bytes(), &Silent)
+                .await
+                .expect("fixture imports");
+            assert!(report.failures.is_empty(), "{:?}", report.failures);
+        }
+        t
+    }
+
+    /// Starts `config` and returns as soon as the listener is bound, before start-up is done.
+    pub async fn start_unready(config: Config, clock: Arc<dyn Clock>) -> TestServer {
         config.validate().expect("test config is valid");
         let server = server::start(
             config,
             Options {
                 clock,
-                plaintext_keys: Vec::new(),
+                ..Options::default()
             },
         )
         .await
         .expect("server starts");
-        if fixture {
-            let report = import::import(&server.kb, FIXTURE.as_bytes(), &Silent)
-                .await
-                .expect("fixture imports");
-            assert!(report.failures.is_empty(), "{:?}", report.failures);
-        }
         let base = format!("http://{}", server.addr);
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))

@@ -1,0 +1,150 @@
+//! Start-up: the listener answers before the store is connected and indexed; until then
+//! `/readyz` and every API route answer 503 with the reason, and afterwards the right answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kbq::versions::SystemClock;
+use kbq_store::KnowledgeBase;
+use kbq_store::import::{self, Silent};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::support::{
+    FIXTURE, TestServer, assert_error, eventually, read, store_routes, test_config,
+};
+
+#[tokio::test]
+async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config();
+    config.store.url = format!("surrealkv://{}", dir.path().join("kb").display());
+    // An embedded store has one user at a time: while this holds it open, kbq's start-up
+    // cannot connect, and stays in its first stage for as long as the test needs.
+    let holder = KnowledgeBase::open(config.store_config(), config.embedder()).await;
+    let report = import::import(&holder, FIXTURE.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+
+    let t = TestServer::start_unready(config, Arc::new(SystemClock)).await;
+    let (status, _, body) = read(t.http.get(t.url("/livez")).send().await.unwrap()).await;
+    assert_eq!((status.as_u16(), &body["status"]), (200, &json!("ok")));
+    let (status, headers, body) = read(t.http.get(t.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(status, 503);
+    assert_error(&body, "service_unavailable", None);
+    assert_eq!(body["error"]["message"], "not ready: store connecting");
+    assert_eq!(headers["retry-after"], "1");
+    for (method, path, body) in store_routes() {
+        let (status, headers, err) = t.call(method, path, body).await;
+        assert_eq!(status, 503, "{path}: {err}");
+        assert_error(&err, "service_unavailable", None);
+        assert_eq!(
+            err["error"]["message"], "kbq is starting: store connecting",
+            "{path}"
+        );
+        assert_eq!(headers["retry-after"], "1", "{path}");
+        assert!(headers.contains_key("x-request-id"), "{path}");
+    }
+    // The API's description, the metrics and the routes that read no knowledge base are
+    // served while starting.
+    for path in ["/openapi.json", "/metrics"] {
+        let (status, _, _) = read(t.http.get(t.url(path)).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{path}");
+    }
+    for path in ["/v1/models", "/v1/agent/health"] {
+        let (status, body) = t.get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+    }
+
+    drop(holder);
+    let ready = eventually(Duration::from_secs(30), || async {
+        read(t.http.get(t.url("/readyz")).send().await.unwrap())
+            .await
+            .0
+            == 200
+    })
+    .await;
+    assert!(ready, "start-up did not finish once the store was free");
+    let (status, body) = t.get("/data/v1/query/graph/entity/Ada").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["name"], "Ada");
+    let (status, body) = t
+        .post("/data/v1/query/graph", json!({"entity_name": "Ada"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["total_entities"], 5);
+    let (status, _, body) = t
+        .call(
+            Method::POST,
+            "/v1/rag/keyword",
+            Some(json!({"query": "mechanical computer"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body["results"].as_array().unwrap().is_empty(), "{body}");
+    t.stop().await;
+}
+
+/// Runs `kbq serve` on a fresh in-memory store with standard error piped (not a terminal)
+/// and `env`, until it is ready; returns what it logged.
+async fn serve_logs(env: &[(&str, &str)]) -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"));
+    command
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            "mem://",
+        ])
+        .env_remove("KBQ_CONFIG")
+        .env_remove("NO_COLOR")
+        .env("KBQ_DATA_DIR", data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let http = reqwest::Client::new();
+    let ready = eventually(Duration::from_secs(60), || async {
+        http.get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(ready, "kbq serve did not become ready");
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn serve_listens_before_it_loads_and_colours_logs_only_when_asked() {
+    let logs = serve_logs(&[]).await;
+    let at = |line: &str| {
+        logs.find(line)
+            .unwrap_or_else(|| panic!("no {line:?} in the log:\n{logs}"))
+    };
+    // The listener binds before the store is connected and the demo loaded.
+    assert!(at("kbq listening") < at("knowledge base connected and indexed"));
+    assert!(at("knowledge base connected and indexed") < at("loaded the demo knowledge base"));
+    assert!(at("loaded the demo knowledge base") < at(" ready"));
+    assert!(
+        !logs.contains('\u{1b}'),
+        "escape codes in piped logs:\n{logs}"
+    );
+
+    let logs = serve_logs(&[("KBQ_LOG__COLOR", "always")]).await;
+    assert!(logs.contains("\u{1b}["), "no colour when asked:\n{logs}");
+}
