@@ -12,6 +12,9 @@ use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 use dashmap::DashMap;
 use kbq_actors::{Agent, PoolStats, Pools};
+use kbq_store::{IndexStats, KnowledgeBase};
+
+use crate::startup::Readiness;
 
 /// Upper bounds of the latency buckets, in seconds.
 pub const BUCKETS: [f64; 14] = [
@@ -72,9 +75,10 @@ impl Metrics {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The exposition text, with the pools and providers read now.
-    pub async fn render(&self, pools: &Pools, agent: &Agent) -> String {
+    /// The exposition text, with the pools, providers and indexes read now.
+    pub async fn render(&self, pools: &Pools, agent: &Agent, memory: &MemoryReading) -> String {
         let mut out = String::new();
+        memory.render(&mut out);
         header(
             &mut out,
             "kbq_http_requests_total",
@@ -263,6 +267,74 @@ impl Metrics {
     }
 }
 
+/// What start-up, the in-memory indexes and the process hold, read at scrape time.
+pub struct MemoryReading {
+    pub ready: bool,
+    pub indexes: IndexStats,
+    /// Resident set size, where the platform tells it.
+    pub resident_bytes: Option<u64>,
+}
+
+impl MemoryReading {
+    fn render(&self, out: &mut String) {
+        header(
+            out,
+            "kbq_ready",
+            "gauge",
+            "1 once start-up is done (the store connected and its indexes built), else 0.",
+        );
+        let _ = writeln!(out, "kbq_ready {}", u8::from(self.ready));
+        let s = &self.indexes;
+        header(
+            out,
+            "kbq_index_bytes",
+            "gauge",
+            "Approximate heap bytes of each in-memory index: graph (nodes, edges, their entities and relationships), names (the name-search index), vectors (with the inverted file), keyword (BM25 postings), documents (the documents an embedded store holds).",
+        );
+        for (index, bytes) in [
+            ("graph", s.graph_bytes),
+            ("names", s.names_bytes),
+            ("vectors", s.vectors_bytes),
+            ("keyword", s.keyword_bytes),
+            ("documents", s.documents_bytes),
+        ] {
+            let _ = writeln!(out, "kbq_index_bytes{{index=\"{index}\"}} {bytes}");
+        }
+        header(
+            out,
+            "kbq_index_records",
+            "gauge",
+            "Records in the in-memory indexes: entities and relationships (graph), documents (keyword) and vectors.",
+        );
+        for (kind, n) in [
+            ("entities", s.entities),
+            ("relationships", s.relationships),
+            ("documents", s.documents),
+            ("vectors", s.vectors),
+        ] {
+            let _ = writeln!(out, "kbq_index_records{{kind=\"{kind}\"}} {n}");
+        }
+        if let Some(rss) = self.resident_bytes {
+            header(
+                out,
+                "process_resident_memory_bytes",
+                "gauge",
+                "Resident memory size of the kbq process in bytes.",
+            );
+            let _ = writeln!(out, "process_resident_memory_bytes {rss}");
+        }
+    }
+}
+
+/// The process's resident set size, from /proc/self/statm (Linux).
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions; it reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -310,11 +382,23 @@ pub async fn metrics(
     metrics: web::Data<Metrics>,
     pools: web::Data<Pools>,
     agent: web::Data<Agent>,
+    kb: web::Data<KnowledgeBase>,
+    readiness: web::Data<Readiness>,
 ) -> HttpResponse {
+    // Walking every index takes milliseconds on a large store: off the HTTP worker.
+    let kb = kb.into_inner();
+    let indexes = web::block(move || kb.index_stats())
+        .await
+        .unwrap_or_default();
+    let memory = MemoryReading {
+        ready: readiness.is_ready(),
+        indexes,
+        resident_bytes: resident_bytes(),
+    };
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .insert_header(("Cache-Control", "no-store"))
-        .body(metrics.render(&pools, &agent).await)
+        .body(metrics.render(&pools, &agent, &memory).await)
 }
 
 #[cfg(test)]

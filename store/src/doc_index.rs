@@ -10,16 +10,17 @@
 //! table is exactly what SurrealDB holds. A remote store, which other nodes write too, is
 //! read from SurrealDB as before.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
-use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+use surrealdb::types::{RecordId, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
-use crate::kb::{Connected, INDEX_LOAD_TIMEOUT, KnowledgeBase, obj, query_on, vector_from};
+use crate::kb::{Connected, KnowledgeBase, obj, query_on, vector_from};
 use crate::model::Document;
 use crate::model::table::DOCUMENT;
+use crate::parts::{self, Parts};
 use crate::text::{Analysed, TextIndex};
 use crate::vectors::{DocTags, VectorIndex};
 
@@ -44,6 +45,26 @@ pub(crate) struct DocumentTable {
 }
 
 impl DocumentTable {
+    /// Approximate heap bytes: the table, the keys and every document's strings.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let owned: usize = self
+            .by_key
+            .iter()
+            .map(|(k, d)| {
+                k.len()
+                    + d.id.capacity()
+                    + d.title.capacity()
+                    + d.content.capacity()
+                    + d.source.capacity()
+                    + d.source_id.capacity()
+                    + d.content_type.capacity()
+                    + d.url.as_ref().map_or(0, String::capacity)
+                    + d.entity_name.as_ref().map_or(0, String::capacity)
+            })
+            .sum();
+        crate::heap::map(&self.by_key) + owned
+    }
+
     pub(crate) fn get(&self, key: &str) -> Option<&Document> {
         self.by_key.get(key)
     }
@@ -118,28 +139,34 @@ impl KnowledgeBase {
         }
     }
 
-    /// Rebuilds the vector and keyword indexes from the documents SurrealDB holds.
-    pub(crate) async fn load_document_indexes(&self, c: &Connected) -> Result<()> {
+    /// Rebuilds the vector and keyword indexes (and the held documents) from the documents
+    /// SurrealDB holds, read in parts.
+    pub(crate) async fn load_document_indexes(
+        &self,
+        c: &Connected,
+        parts: &Parts<'_>,
+    ) -> Result<()> {
         let started = Instant::now();
-        let entries = self
-            .document_entries_on(
-                c,
-                &format!("SELECT {DOCUMENT_ENTRY_FIELDS} FROM {DOCUMENT}"),
-                Object::new(),
-                INDEX_LOAD_TIMEOUT,
-            )
-            .await?;
+        // Each part's texts are analysed on the task that read it, on several cores.
+        let entries = parts::read_table(
+            c,
+            DOCUMENT,
+            'd',
+            DOCUMENT_ENTRY_FIELDS,
+            |rows| Ok(doc_entries(rows)),
+            parts,
+        )
+        .await?;
         let read_ms = started.elapsed().as_millis() as u64;
         let dimension = self.embedder().dimension();
         let hold = self.held_documents().is_some();
-        // Analysing every text takes a while for a large store: keep it off the async workers.
         let (vectors, text, documents, skipped) = tokio::task::spawn_blocking(move || {
             // The inverted file is trained once, on every vector, rather than at each doubling.
             let mut vectors = VectorIndex::for_bulk_load(dimension);
             let mut text = TextIndex::new();
             let mut documents = DocumentTable::default();
             let mut skipped = 0usize;
-            for e in entries {
+            for e in entries.into_iter().flatten() {
                 let held = hold.then_some(&mut documents);
                 skipped += usize::from(!e.put(&mut vectors, &mut text, held));
             }
@@ -148,6 +175,7 @@ impl KnowledgeBase {
         })
         .await
         .map_err(|e| StoreError::Query(format!("building the document indexes failed: {e}")))?;
+        parts.finished();
         if skipped > 0 {
             tracing::warn!(
                 skipped,
@@ -174,61 +202,56 @@ impl KnowledgeBase {
     /// The documents `ids` as the in-process indexes hold them; a missing one is left out.
     pub(crate) async fn document_entries(&self, ids: Vec<RecordId>) -> Result<Vec<DocEntry>> {
         let c = self.connection().await?;
-        self.document_entries_on(
-            &c,
+        let mut resp = query_on(
+            &c.db,
             &format!("SELECT {DOCUMENT_ENTRY_FIELDS} FROM $ids"),
             obj([("ids", ids.into_value())]),
             self.config().query_timeout,
         )
-        .await
-    }
-
-    /// Runs a query that selects [`DOCUMENT_ENTRY_FIELDS`].
-    async fn document_entries_on(
-        &self,
-        c: &Connected,
-        sql: &str,
-        vars: Object,
-        timeout: Duration,
-    ) -> Result<Vec<DocEntry>> {
-        let mut resp = query_on(&c.db, sql, vars, timeout).await?;
+        .await?;
         let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let Value::Object(row) = row else { continue };
-            let Some(Value::String(id)) = row.get("id") else {
-                continue;
-            };
-            let string = |field: &str| match row.get(field) {
-                Some(Value::String(s)) => Some(s.as_str()),
-                _ => None,
-            };
-            let tags = DocTags {
-                source: string("source").unwrap_or_default().into(),
-                content_type: string("content_type").unwrap_or_default().into(),
-                entity_name: string("entity_name").map(Into::into),
-            };
-            let owned = |field: &str| string(field).unwrap_or_default().to_string();
-            let document = Document {
-                id: format!("{DOCUMENT}:{id}"),
-                title: owned("title"),
-                content: owned("content"),
-                source: owned("source"),
-                source_id: owned("source_id"),
-                content_type: owned("content_type"),
-                url: string("url").map(str::to_string),
-                entity_name: string("entity_name").map(str::to_string),
-            };
-            out.push(DocEntry {
-                key: id.clone(),
-                vector: row.get("embedding").and_then(vector_from),
-                text: Analysed::new(&document.title, &document.content),
-                tags,
-                document,
-            });
-        }
-        Ok(out)
+        Ok(doc_entries(rows))
     }
+}
+
+/// Rows that select [`DOCUMENT_ENTRY_FIELDS`] as index entries, their texts analysed; a row
+/// without an id is left out.
+fn doc_entries(rows: Vec<Value>) -> Vec<DocEntry> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Value::Object(row) = row else { continue };
+        let Some(Value::String(id)) = row.get("id") else {
+            continue;
+        };
+        let string = |field: &str| match row.get(field) {
+            Some(Value::String(s)) => Some(s.as_str()),
+            _ => None,
+        };
+        let tags = DocTags {
+            source: string("source").unwrap_or_default().into(),
+            content_type: string("content_type").unwrap_or_default().into(),
+            entity_name: string("entity_name").map(Into::into),
+        };
+        let owned = |field: &str| string(field).unwrap_or_default().to_string();
+        let document = Document {
+            id: format!("{DOCUMENT}:{id}"),
+            title: owned("title"),
+            content: owned("content"),
+            source: owned("source"),
+            source_id: owned("source_id"),
+            content_type: owned("content_type"),
+            url: string("url").map(str::to_string),
+            entity_name: string("entity_name").map(str::to_string),
+        };
+        out.push(DocEntry {
+            key: id.clone(),
+            vector: row.get("embedding").and_then(vector_from),
+            text: Analysed::new(&document.title, &document.content),
+            tags,
+            document,
+        });
+    }
+    out
 }
 
 #[cfg(test)]
@@ -341,7 +364,8 @@ mod tests {
 
         // Loading the indexes again (as on reconnecting) builds the same table.
         let c = kb.connection().await.unwrap();
-        kb.load_document_indexes(&c).await.unwrap();
+        let parts = crate::parts::Parts::new(crate::parts::PARTS + 1, &crate::progress::Silent);
+        kb.load_document_indexes(&c, &parts).await.unwrap();
         assert_in_step(&kb, 2).await;
     }
 

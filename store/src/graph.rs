@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::heap;
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
 use crate::names::NameIndex;
 
@@ -245,6 +246,24 @@ struct Edge {
     json: OnceLock<Arc<str>>,
 }
 
+/// What a shared entity owns: its allocation and strings.
+fn entity_bytes(e: &Entity) -> usize {
+    16 + std::mem::size_of::<Entity>()
+        + e.id.capacity()
+        + e.name.capacity()
+        + e.entity_type.capacity()
+        + heap::json_map(&e.properties)
+}
+
+/// What a shared relationship owns: its allocation and strings.
+fn relationship_bytes(r: &Relationship) -> usize {
+    16 + std::mem::size_of::<Relationship>()
+        + r.source_name.capacity()
+        + r.target_name.capacity()
+        + r.relationship_type.capacity()
+        + heap::json_map(&r.properties)
+}
+
 /// `value` as `serde_json` writes it, made once into `cell`.
 fn json_of<T: serde::Serialize>(cell: &OnceLock<Arc<str>>, value: &T) -> Arc<str> {
     cell.get_or_init(|| {
@@ -304,6 +323,34 @@ impl GraphIndex {
 
     pub fn entity_count(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Approximate heap bytes of the graph: nodes, edges and their entities, relationships
+    /// and cached JSON, the maps and the types; not the name index ([`name_index`](Self::name_index)).
+    pub fn heap_bytes(&self) -> usize {
+        let cached = |cell: &OnceLock<Arc<str>>| cell.get().map_or(0, |j| heap::arc_str(j));
+        let nodes: usize = self
+            .nodes
+            .iter()
+            .map(|n| entity_bytes(&n.entity) + cached(&n.json) + heap::vec(&n.adj))
+            .sum();
+        let edges: usize = self
+            .edges
+            .iter()
+            .map(|e| relationship_bytes(&e.rel) + cached(&e.json))
+            .sum();
+        let names: usize = self.ids.keys().map(|k| heap::arc_str(k)).sum();
+        let types: usize = self.types.iter().map(|t| heap::arc_str(t)).sum();
+        heap::map(&self.ids)
+            + names
+            + heap::vec(&self.nodes)
+            + nodes
+            + heap::vec(&self.edges)
+            + edges
+            + heap::map(&self.edge_ids)
+            + heap::vec(&self.types)
+            + types
+            + heap::map(&self.type_ids)
     }
 
     pub fn relationship_count(&self) -> usize {

@@ -10,16 +10,16 @@ use std::time::Instant;
 
 use surrealdb::types::{Object, SurrealValue, Value};
 
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::graph::{
     self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
 };
 use crate::kb::{
-    Connected, INDEX_LOAD_TIMEOUT, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH,
-    entity_record_id, obj,
+    Connected, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, entity_record_id, obj, rows_as,
 };
 use crate::model::table::{ENTITY, RELATES};
 use crate::model::{Entity, EntityRef, Relationship, keys};
+use crate::parts::{self, Parts};
 
 /// An entity row as [`Entity`] reads it; the id is filled in from the name (see [`with_id`]).
 pub(crate) const ENTITY_FIELDS: &str = "name, entity_type, properties, '' AS id";
@@ -27,31 +27,37 @@ pub(crate) const ENTITY_FIELDS: &str = "name, entity_type, properties, '' AS id"
 impl KnowledgeBase {
     /// Rebuilds the graph index (when there is one) from the entities and relationships
     /// SurrealDB holds.
-    pub(crate) async fn load_graph_index(&self, c: &Connected) -> Result<()> {
+    pub(crate) async fn load_graph_index(&self, c: &Connected, parts: &Parts<'_>) -> Result<()> {
         let Some(index) = self.graph_index() else {
             return Ok(());
         };
-        let entities: Vec<Entity> = self
-            .run_within(
-                c,
-                &format!("SELECT {ENTITY_FIELDS} FROM {ENTITY}"),
-                Object::new(),
-                INDEX_LOAD_TIMEOUT,
-            )
-            .await?;
-        let rels: Vec<Relationship> = self
-            .run_within(
-                c,
-                &format!("SELECT {RELATIONSHIP_FIELDS} FROM {RELATES}"),
-                Object::new(),
-                INDEX_LOAD_TIMEOUT,
-            )
-            .await?;
         let started = Instant::now();
-        let built = GraphIndex::build(entities, rels);
+        // Both tables at once: each is read in parts on tasks of their own.
+        let (entities, rels) = futures::try_join!(
+            parts::read_table(c, ENTITY, 'e', ENTITY_FIELDS, rows_as::<Entity>, parts),
+            parts::read_table(
+                c,
+                RELATES,
+                'r',
+                RELATIONSHIP_FIELDS,
+                rows_as::<Relationship>,
+                parts
+            ),
+        )?;
+        let read_ms = started.elapsed().as_millis() as u64;
+        let built = tokio::task::spawn_blocking(move || {
+            GraphIndex::build(
+                entities.into_iter().flatten().collect(),
+                rels.into_iter().flatten().collect(),
+            )
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("building the graph index failed: {e}")))?;
+        parts.finished();
         tracing::info!(
             entities = built.entity_count(),
             relationships = built.relationship_count(),
+            read_ms,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "graph index built"
         );

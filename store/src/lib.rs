@@ -14,7 +14,9 @@
 //! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search reads.
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
-//! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to.
+//! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to, and
+//!   the [`LoadProgress`](progress::LoadProgress) of connecting.
+//! - `parts`: reads whole tables in key ranges, several at once, to build the indexes.
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25 over [`text`]) document search.
@@ -31,11 +33,13 @@ pub mod follow;
 pub mod generate;
 pub mod graph;
 pub mod graph_reads;
+pub(crate) mod heap;
 pub mod import;
 pub mod kb;
 pub mod memory;
 pub mod model;
 pub mod names;
+pub(crate) mod parts;
 pub mod progress;
 pub mod related;
 pub mod schema;
@@ -47,7 +51,7 @@ pub mod write;
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
 pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalJson, TraversalQuery};
-pub use kb::{Counts, KnowledgeBase, StoreConfig};
+pub use kb::{Counts, IndexStats, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
+use crate::heap;
 use crate::vectors::{DocTags, Interner, VectorKey};
 
 /// BM25 term-frequency saturation.
@@ -193,6 +194,31 @@ pub struct TextIndex {
 impl TextIndex {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Approximate heap bytes: terms, posting lists, per-slot arrays, keys, tags and the
+    /// by-entity lists.
+    pub fn heap_bytes(&self) -> usize {
+        let terms: usize = self.term_ids.keys().map(|t| t.len()).sum();
+        let postings: usize = self.postings.iter().map(heap::vec).sum();
+        let keys: usize = self.keys.iter().flatten().map(|k| heap::arc_str(k)).sum();
+        let by_entity: usize = self.by_entity.values().map(heap::vec).sum();
+        heap::map(&self.term_ids)
+            + terms
+            + heap::vec(&self.postings)
+            + postings
+            + heap::vec(&self.df)
+            + heap::vec(&self.keys)
+            + keys
+            + heap::vec(&self.key_prefixes)
+            + heap::vec(&self.alive)
+            + heap::vec(&self.tags)
+            + heap::vec(&self.lens)
+            + heap::vec(&self.fingerprints)
+            + heap::map(&self.slots)
+            + heap::map(&self.by_entity)
+            + by_entity
+            + self.strings.heap_bytes()
     }
 
     /// Documents indexed.

@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::heap;
+
 use ivf::{Ivf, List};
 
 mod ivf;
@@ -40,6 +42,10 @@ pub struct DocTags {
 pub(crate) struct Interner(rustc_hash::FxHashSet<Arc<str>>);
 
 impl Interner {
+    pub(crate) fn heap_bytes(&self) -> usize {
+        heap::set(&self.0) + self.0.iter().map(|s| heap::arc_str(s)).sum::<usize>()
+    }
+
     pub(crate) fn intern(&mut self, s: &str) -> Arc<str> {
         if let Some(found) = self.0.get(s) {
             return found.clone();
@@ -253,6 +259,21 @@ impl VectorIndex {
         if let Some(&slot) = self.slots.get(key) {
             self.tags[slot as usize].entity_name = entity_name;
         }
+    }
+
+    /// Approximate heap bytes: the vectors, their codes and scales, the keys and tags, and
+    /// the inverted file.
+    pub fn heap_bytes(&self) -> usize {
+        let keys: usize = self.keys.iter().map(|k| heap::arc_str(k)).sum();
+        heap::vec(&self.keys)
+            + keys
+            + heap::vec(&self.tags)
+            + heap::map(&self.slots)
+            + self.strings.heap_bytes()
+            + heap::vec(&self.vectors)
+            + heap::vec(&self.codes)
+            + heap::vec(&self.scales)
+            + self.ivf.as_ref().map_or(0, Ivf::heap_bytes)
     }
 
     /// The tags of `key`.

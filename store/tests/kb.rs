@@ -815,3 +815,67 @@ fn removing_from_the_graph_index_matches_building_without() {
         fresh.search("entity 00", None, 500)
     );
 }
+
+/// Records every report of a load's progress.
+#[derive(Default)]
+struct Reports(parking_lot::Mutex<Vec<(u32, u32)>>);
+
+impl kbq_store::progress::LoadProgress for Reports {
+    fn advance(&self, done: u32, total: u32) {
+        self.0.lock().push((done, total));
+    }
+}
+
+#[tokio::test]
+async fn a_reopened_store_loads_every_record_in_parts_and_reports_each_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig {
+        url: format!("surrealkv://{}", dir.path().join("kb").display()),
+        ..StoreConfig::memory()
+    };
+    let records = generate::generate(Spec {
+        entities: 600,
+        relationships: 1500,
+        document_ratio: 1.0,
+        seed: 7,
+    });
+    let counts = {
+        let kb = KnowledgeBase::open(config.clone(), Arc::new(HashingEmbedder::default())).await;
+        let numbered = records.iter().cloned().enumerate().collect();
+        let report = import::import_records(&kb, numbered, &Silent)
+            .await
+            .unwrap();
+        assert!(report.failures.is_empty());
+        kb.counts().await.unwrap()
+    };
+    let kb = KnowledgeBase::new(config, Arc::new(HashingEmbedder::default()));
+    let reports = Reports::default();
+    // The first instance lets go of its files in the background after it is dropped.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Err(e) = kb.connect(&reports).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "store did not reopen: {e}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Each of the three tables in 16 parts, and the two indexes built: one report each,
+    // counting up to the whole.
+    let reports = reports.0.into_inner();
+    assert_eq!(reports.len(), 50, "{reports:?}");
+    assert!(reports.iter().all(|&(_, total)| total == 50));
+    assert!(reports.windows(2).all(|w| w[0].0 < w[1].0), "{reports:?}");
+    assert_eq!(reports.last(), Some(&(50, 50)));
+    // Every record is in the indexes built from the parts.
+    let held = kb.index_stats();
+    assert_eq!(held.entities, counts.entities);
+    assert_eq!(held.relationships, counts.relationships);
+    assert_eq!(held.documents, counts.documents);
+    assert_eq!(held.vectors, counts.documents);
+    let names = kb.entity_names().await.unwrap();
+    for r in &records {
+        if let Record::Entity(e) = r {
+            assert!(names.contains(&e.name), "{} not loaded", e.name);
+        }
+    }
+}

@@ -129,6 +129,20 @@ async fn metrics_count_requests_pools_providers_tools_and_rejections() {
         )) > 0.0
     );
 
+    // The fixture's records in each index, and each index's size.
+    assert_eq!(get("kbq_ready"), 1.0);
+    assert_eq!(get(r#"kbq_index_records{kind="entities"}"#), 10.0);
+    assert_eq!(get(r#"kbq_index_records{kind="relationships"}"#), 7.0);
+    assert_eq!(get(r#"kbq_index_records{kind="documents"}"#), 3.0);
+    assert_eq!(get(r#"kbq_index_records{kind="vectors"}"#), 3.0);
+    for index in ["graph", "names", "vectors", "keyword", "documents"] {
+        let bytes = get(&format!(r#"kbq_index_bytes{{index="{index}"}}"#));
+        assert!(bytes > 0.0, "{index}: {bytes}");
+    }
+    // 3 vectors of 256 floats, and their codes, at the least.
+    assert!(get(r#"kbq_index_bytes{index="vectors"}"#) >= 3.0 * 256.0 * 5.0);
+    assert!(get("process_resident_memory_bytes") > 1e6);
+
     assert_eq!(get(r#"kbq_pool_workers{pool="graph"}"#), 3.0);
     assert_eq!(get(r#"kbq_pool_queue_depth{pool="graph"}"#), 0.0);
     assert!(m.contains_key(r#"kbq_pool_active_workers{pool="graph"}"#));

@@ -10,6 +10,7 @@
 //! slots are one piece apart from the scans.
 
 use crate::generate::Rng;
+use crate::heap;
 
 use super::{dot, quantise};
 
@@ -97,6 +98,16 @@ impl Ivf {
             ivf.add(slot, row(slot), &codes, scale);
         }
         ivf
+    }
+
+    /// Approximate heap bytes: centroids, lists (slots, codes, scales) and places.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let lists: usize = self
+            .lists
+            .iter()
+            .map(|l| heap::vec(&l.slots) + heap::vec(&l.codes) + heap::vec(&l.scales))
+            .sum();
+        heap::vec(&self.centroids) + heap::vec(&self.lists) + lists + heap::vec(&self.place)
     }
 
     /// Slots the index held when the centroids were trained.
