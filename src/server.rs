@@ -249,6 +249,7 @@ async fn start_up(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "knowledge base connected and indexed"
     );
+    startup::release_free_memory();
     if let Some(slot) = follower.filter(|_| kb.config().is_server()) {
         *slot.lock() = Some(kb.follow_changes());
     }
