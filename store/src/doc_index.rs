@@ -160,21 +160,12 @@ impl KnowledgeBase {
         let read_ms = started.elapsed().as_millis() as u64;
         let dimension = self.embedder().dimension();
         let hold = self.held_documents().is_some();
-        let (vectors, text, documents, skipped) = tokio::task::spawn_blocking(move || {
-            // The inverted file is trained once, on every vector, rather than at each doubling.
-            let mut vectors = VectorIndex::for_bulk_load(dimension);
-            let mut text = TextIndex::new();
-            let mut documents = DocumentTable::default();
-            let mut skipped = 0usize;
-            for e in entries.into_iter().flatten() {
-                let held = hold.then_some(&mut documents);
-                skipped += usize::from(!e.put(&mut vectors, &mut text, held));
-            }
-            vectors.train();
-            (vectors, text, documents, skipped)
-        })
-        .await
-        .map_err(|e| StoreError::Query(format!("building the document indexes failed: {e}")))?;
+        let (vectors, text, documents, skipped) =
+            tokio::task::spawn_blocking(move || build_document_indexes(entries, dimension, hold))
+                .await
+                .map_err(|e| {
+                    StoreError::Query(format!("building the document indexes failed: {e}"))
+                })?;
         parts.finished();
         if skipped > 0 {
             tracing::warn!(
@@ -214,38 +205,92 @@ impl KnowledgeBase {
     }
 }
 
+/// The vector index, the keyword index and (when `hold`) the document table of `parts`'
+/// entries, with how many had no vector of `dimension`: each built on a thread of its own,
+/// from the entries in the same order as [`DocEntry::put`] would give them, so that each is
+/// the index those puts build.
+fn build_document_indexes(
+    parts: Vec<Vec<DocEntry>>,
+    dimension: usize,
+    hold: bool,
+) -> (VectorIndex, TextIndex, DocumentTable, usize) {
+    let n = parts.iter().map(Vec::len).sum();
+    let mut for_vectors = Vec::with_capacity(n);
+    let mut for_text = Vec::with_capacity(n);
+    let mut for_table = Vec::with_capacity(if hold { n } else { 0 });
+    for e in parts.into_iter().flatten() {
+        for_vectors.push((e.key.clone(), e.vector, e.tags.clone()));
+        if hold {
+            for_table.push((e.key.clone(), e.document));
+        }
+        for_text.push((e.key, e.text, e.tags));
+    }
+    std::thread::scope(|s| {
+        let vectors = s.spawn(move || {
+            // The inverted file is trained once, on every vector, rather than at each doubling.
+            let mut vectors = VectorIndex::for_bulk_load(dimension);
+            let mut skipped = 0;
+            for (key, vector, tags) in for_vectors {
+                match vector {
+                    Some(v) if v.len() == dimension => vectors.upsert(&key, &v, tags),
+                    _ => {
+                        vectors.remove(&key);
+                        skipped += 1;
+                    }
+                }
+            }
+            vectors.train();
+            (vectors, skipped)
+        });
+        let text = s.spawn(move || {
+            let mut text = TextIndex::new();
+            for (key, analysed, tags) in for_text {
+                text.upsert(&key, &analysed, tags);
+            }
+            text
+        });
+        let mut documents = DocumentTable::default();
+        for (key, document) in for_table {
+            documents.put(&key, document);
+        }
+        let (vectors, skipped) = vectors.join().expect("the vector index builds");
+        let text = text.join().expect("the keyword index builds");
+        (vectors, text, documents, skipped)
+    })
+}
+
 /// Rows that select [`DOCUMENT_ENTRY_FIELDS`] as index entries, their texts analysed; a row
 /// without an id is left out.
 fn doc_entries(rows: Vec<Value>) -> Vec<DocEntry> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let Value::Object(row) = row else { continue };
-        let Some(Value::String(id)) = row.get("id") else {
-            continue;
-        };
-        let string = |field: &str| match row.get(field) {
-            Some(Value::String(s)) => Some(s.as_str()),
+        let Value::Object(mut row) = row else { continue };
+        let vector = row.get("embedding").and_then(vector_from);
+        // The strings are moved out of the row, not copied: a large store's texts are most
+        // of what its load allocates.
+        let mut take = |field: &str| match row.remove(field) {
+            Some(Value::String(s)) => Some(s),
             _ => None,
         };
-        let tags = DocTags {
-            source: string("source").unwrap_or_default().into(),
-            content_type: string("content_type").unwrap_or_default().into(),
-            entity_name: string("entity_name").map(Into::into),
-        };
-        let owned = |field: &str| string(field).unwrap_or_default().to_string();
+        let Some(key) = take("id") else { continue };
         let document = Document {
-            id: format!("{DOCUMENT}:{id}"),
-            title: owned("title"),
-            content: owned("content"),
-            source: owned("source"),
-            source_id: owned("source_id"),
-            content_type: owned("content_type"),
-            url: string("url").map(str::to_string),
-            entity_name: string("entity_name").map(str::to_string),
+            id: format!("{DOCUMENT}:{key}"),
+            title: take("title").unwrap_or_default(),
+            content: take("content").unwrap_or_default(),
+            source: take("source").unwrap_or_default(),
+            source_id: take("source_id").unwrap_or_default(),
+            content_type: take("content_type").unwrap_or_default(),
+            url: take("url"),
+            entity_name: take("entity_name"),
+        };
+        let tags = DocTags {
+            source: document.source.as_str().into(),
+            content_type: document.content_type.as_str().into(),
+            entity_name: document.entity_name.as_deref().map(Into::into),
         };
         out.push(DocEntry {
-            key: id.clone(),
-            vector: row.get("embedding").and_then(vector_from),
+            key,
+            vector,
             text: Analysed::new(&document.title, &document.content),
             tags,
             document,

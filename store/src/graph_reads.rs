@@ -15,7 +15,7 @@ use crate::graph::{
     self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
 };
 use crate::kb::{
-    Connected, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, entity_record_id, obj, rows_as,
+    Connected, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, entity_record_id, obj,
 };
 use crate::model::table::{ENTITY, RELATES};
 use crate::model::{Entity, EntityRef, Relationship, keys};
@@ -23,6 +23,72 @@ use crate::parts::{self, Parts};
 
 /// An entity row as [`Entity`] reads it; the id is filled in from the name (see [`with_id`]).
 pub(crate) const ENTITY_FIELDS: &str = "name, entity_type, properties, '' AS id";
+
+/// The fields of a row that selects plain fields, to be taken out one by one.
+struct Row(surrealdb::types::Object);
+
+impl Row {
+    fn new(row: Value) -> Result<Row> {
+        match row {
+            Value::Object(o) => Ok(Row(o)),
+            other => Err(unexpected(format!("a row that is not an object: {other:?}"))),
+        }
+    }
+
+    /// The string `field`, moved out of the row.
+    fn string(&mut self, field: &str) -> Result<String> {
+        match self.0.remove(field) {
+            Some(Value::String(s)) => Ok(s),
+            other => Err(unexpected(format!("{field} is {other:?}"))),
+        }
+    }
+
+    /// The object `field` as JSON; none when it is absent.
+    fn properties(&mut self) -> Result<serde_json::Map<String, serde_json::Value>> {
+        match self.0.remove("properties") {
+            None | Some(Value::None) | Some(Value::Null) => Ok(Default::default()),
+            Some(v) => match serde_json::Value::from_value(v) {
+                Ok(serde_json::Value::Object(map)) => Ok(map),
+                other => Err(unexpected(format!("properties is {other:?}"))),
+            },
+        }
+    }
+}
+
+fn unexpected(what: String) -> StoreError {
+    StoreError::Query(format!("unexpected row shape: {what}"))
+}
+
+/// Entity rows ([`ENTITY_FIELDS`]) decoded from SurrealDB's values, their strings moved
+/// rather than copied and without going through JSON: what loading the graph index reads.
+fn entities_from(rows: Vec<Value>) -> Result<Vec<Entity>> {
+    rows.into_iter()
+        .map(|row| {
+            let mut row = Row::new(row)?;
+            Ok(Entity {
+                id: String::new(),
+                name: row.string("name")?,
+                entity_type: row.string("entity_type")?,
+                properties: row.properties()?,
+            })
+        })
+        .collect()
+}
+
+/// Relationship rows ([`RELATIONSHIP_FIELDS`]), as [`entities_from`] decodes entities.
+fn relationships_from(rows: Vec<Value>) -> Result<Vec<Relationship>> {
+    rows.into_iter()
+        .map(|row| {
+            let mut row = Row::new(row)?;
+            Ok(Relationship {
+                source_name: row.string("source_name")?,
+                target_name: row.string("target_name")?,
+                relationship_type: row.string("relationship_type")?,
+                properties: row.properties()?,
+            })
+        })
+        .collect()
+}
 
 impl KnowledgeBase {
     /// Rebuilds the graph index (when there is one) from the entities and relationships
@@ -34,13 +100,13 @@ impl KnowledgeBase {
         let started = Instant::now();
         // Both tables at once: each is read in parts on tasks of their own.
         let (entities, rels) = futures::try_join!(
-            parts::read_table(c, ENTITY, 'e', ENTITY_FIELDS, rows_as::<Entity>, parts),
+            parts::read_table(c, ENTITY, 'e', ENTITY_FIELDS, entities_from, parts),
             parts::read_table(
                 c,
                 RELATES,
                 'r',
                 RELATIONSHIP_FIELDS,
-                rows_as::<Relationship>,
+                relationships_from,
                 parts
             ),
         )?;

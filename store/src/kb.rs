@@ -23,7 +23,7 @@ use serde_json::Value as Json;
 use surrealdb::Surreal;
 use surrealdb::engine::any::Any;
 use surrealdb::opt::auth::Root;
-use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+use surrealdb::types::{Object, RecordId, Value};
 
 use crate::doc_index::DocumentTable;
 use crate::embed::Embedder;
@@ -384,7 +384,12 @@ impl KnowledgeBase {
         let rows: Vec<Json> = resp
             .take(last)
             .map_err(|e| StoreError::Query(e.to_string()))?;
-        json_rows_as(rows)
+        rows.into_iter()
+            .map(|r| {
+                serde_json::from_value(r)
+                    .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
+            })
+            .collect()
     }
 
     pub(crate) async fn send(
@@ -479,25 +484,6 @@ impl KnowledgeBase {
             documents: r.documents,
         })
     }
-}
-
-/// Rows as `T`, through their JSON form.
-pub(crate) fn rows_as<T: DeserializeOwned>(rows: Vec<Value>) -> Result<Vec<T>> {
-    json_rows_as(
-        rows.into_iter()
-            .map(Json::from_value)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))?,
-    )
-}
-
-fn json_rows_as<T: DeserializeOwned>(rows: Vec<Json>) -> Result<Vec<T>> {
-    rows.into_iter()
-        .map(|r| {
-            serde_json::from_value(r)
-                .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
-        })
-        .collect()
 }
 
 /// The record id of the entity named `name`.
