@@ -264,7 +264,9 @@ fn build_document_indexes(
 fn doc_entries(rows: Vec<Value>) -> Vec<DocEntry> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let Value::Object(mut row) = row else { continue };
+        let Value::Object(mut row) = row else {
+            continue;
+        };
         let vector = row.get("embedding").and_then(vector_from);
         // The strings are moved out of the row, not copied: a large store's texts are most
         // of what its load allocates.

@@ -312,8 +312,19 @@ impl GraphIndex {
                 out: false,
             });
         }
+        // Sorted by integers in the order `adj_cmp` gives: the name index's order labels
+        // rise with the names, and the types' ranks with theirs; no list holds one key twice.
+        let mut by_name: Vec<u32> = (0..index.types.len() as u32).collect();
+        by_name.sort_by(|&a, &b| index.types[a as usize].cmp(&index.types[b as usize]));
+        let mut type_rank = vec![0u32; by_name.len()];
+        for (rank, &ty) in by_name.iter().enumerate() {
+            type_rank[ty as usize] = rank as u32;
+        }
+        let names = &index.names;
         for list in &mut lists {
-            list.sort_by(|a, b| index.adj_cmp(a, b));
+            list.sort_unstable_by_key(|a| {
+                (names.label(a.neighbour), type_rank[a.ty as usize], !a.out)
+            });
         }
         for (node, list) in index.nodes.iter_mut().zip(lists) {
             node.adj = list;
@@ -675,6 +686,65 @@ impl GraphIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every node's adjacency list as (neighbour name, type, outgoing).
+    fn adjacency(index: &GraphIndex) -> Vec<Vec<(String, String, bool)>> {
+        index
+            .nodes
+            .iter()
+            .map(|n| {
+                n.adj
+                    .iter()
+                    .map(|a| {
+                        let name = index.name_of(a.neighbour).to_string();
+                        (name, index.types[a.ty as usize].to_string(), a.out)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_built_index_orders_each_list_as_one_made_by_upserts() {
+        let mut rng = crate::generate::Rng::new(11);
+        // Names that share prefixes, hold dots and non-ASCII letters; types out of order;
+        // self loops and both directions between two nodes.
+        let names: Vec<String> = (0..300)
+            .map(|i| match i % 5 {
+                0 => format!("org.example.pkg{}", i % 37),
+                1 => format!("Zürich {i}"),
+                2 => format!("a{}", i * 7919 % 300),
+                3 => format!("{i}"),
+                _ => format!("Ωmega.{}", i % 11),
+            })
+            .collect();
+        let entities: Vec<Entity> = names
+            .iter()
+            .map(|n| Entity {
+                id: String::new(),
+                name: n.clone(),
+                entity_type: "t".into(),
+                properties: Default::default(),
+            })
+            .collect();
+        let types = ["works_at", "Knows", "b", "a.b", "zeta", "ä"];
+        let rels: Vec<Relationship> = (0..2000)
+            .map(|_| Relationship {
+                source_name: names[rng.below(names.len())].clone(),
+                target_name: names[rng.below(40)].clone(),
+                relationship_type: types[rng.below(types.len())].into(),
+                properties: Default::default(),
+            })
+            .collect();
+        let built = GraphIndex::build(entities.clone(), rels.clone());
+        let mut upserted = GraphIndex::default();
+        upserted.upsert_entities(entities);
+        for r in rels {
+            upserted.upsert_relationship(r);
+        }
+        assert_eq!(built.relationship_count(), upserted.relationship_count());
+        assert_eq!(adjacency(&built), adjacency(&upserted));
+    }
 
     #[test]
     fn a_walk_hands_out_the_json_of_what_the_index_holds_now() {

@@ -31,7 +31,9 @@ impl Row {
     fn new(row: Value) -> Result<Row> {
         match row {
             Value::Object(o) => Ok(Row(o)),
-            other => Err(unexpected(format!("a row that is not an object: {other:?}"))),
+            other => Err(unexpected(format!(
+                "a row that is not an object: {other:?}"
+            ))),
         }
     }
 

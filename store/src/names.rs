@@ -655,6 +655,11 @@ impl NameIndex {
             + self.names.len() * (16 + 16)
     }
 
+    /// The order label of name `id`: labels rise with the names' byte order.
+    pub(crate) fn label(&self, id: u32) -> u64 {
+        self.labels[id as usize]
+    }
+
     fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
     }
