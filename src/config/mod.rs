@@ -262,6 +262,7 @@ impl Config {
             graph_index: self.store.graph_index,
             query_timeout: Duration::from_millis(self.store.query_timeout_ms),
             connect_timeout: Duration::from_millis(self.store.connect_timeout_ms),
+            block_cache_bytes: self.store.block_cache_mb << 20,
         }
     }
 }

@@ -24,6 +24,8 @@ pub struct StoreSection {
     pub follow_changes: bool,
     pub query_timeout_ms: u64,
     pub connect_timeout_ms: u64,
+    /// The block cache of a `surrealkv://` store, in MiB.
+    pub block_cache_mb: u64,
     /// Load the bundled demo knowledge base when the store has no entities.
     pub load_demo: bool,
 }
@@ -40,6 +42,7 @@ impl Default for StoreSection {
             follow_changes: true,
             query_timeout_ms: 10_000,
             connect_timeout_ms: 5_000,
+            block_cache_mb: 64,
             load_demo: true,
         }
     }
@@ -75,7 +78,8 @@ impl StoreSection {
             self.connect_timeout_ms,
             1,
             600_000,
-        )
+        )?;
+        within("store.block_cache_mb", self.block_cache_mb, 1, 1 << 20)
     }
 }
 

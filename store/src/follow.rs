@@ -21,7 +21,7 @@ use std::time::Duration;
 use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt, StreamExt};
 use parking_lot::RwLockWriteGuard;
-use surrealdb::types::{RecordIdKey, SurrealValue, Value};
+use surrealdb::types::{Object, RecordIdKey, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
 use crate::kb::{
@@ -145,7 +145,7 @@ impl KnowledgeBase {
         let mut all = SelectAll::new();
         for table in Table::ALL {
             let mut resp =
-                c.db.query(table.subscription())
+                c.db.query(&table.subscription(), Object::new())
                     .await
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?;
             let stream = resp

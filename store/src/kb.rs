@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
+use surrealdb::IndexedResults;
 use surrealdb::Surreal;
 use surrealdb::engine::any::Any;
+use surrealdb::engine::local::Db;
 use surrealdb::opt::auth::Root;
 use surrealdb::types::{Object, RecordId, Value};
 
@@ -52,6 +54,9 @@ pub struct StoreConfig {
     pub query_timeout: Duration,
     /// Longest wait for a connection attempt.
     pub connect_timeout: Duration,
+    /// The block cache of a `surrealkv://` store. kbq answers reads from its own indexes, so
+    /// this need not hold much of the store.
+    pub block_cache_bytes: u64,
 }
 
 impl StoreConfig {
@@ -72,6 +77,7 @@ impl StoreConfig {
             graph_index: true,
             query_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
+            block_cache_bytes: 64 << 20,
         }
     }
 }
@@ -114,7 +120,32 @@ pub struct IndexStats {
 }
 
 pub(crate) struct Connected {
-    pub(crate) db: Surreal<Any>,
+    pub(crate) db: Database,
+}
+
+/// A connection to SurrealDB: through the SDK's `any` engine (`mem://`, `ws://`, `wss://`),
+/// or to a surrealkv datastore this process opened itself, to size its block cache (see
+/// [`StoreConfig::block_cache_bytes`]).
+#[derive(Clone)]
+pub(crate) enum Database {
+    Any(Surreal<Any>),
+    SurrealKv(Surreal<Db>),
+}
+
+impl Database {
+    pub(crate) async fn query(&self, sql: &str, vars: Object) -> surrealdb::Result<IndexedResults> {
+        match self {
+            Database::Any(db) => db.query(sql).bind(vars).await,
+            Database::SurrealKv(db) => db.query(sql).bind(vars).await,
+        }
+    }
+
+    async fn health(&self) -> surrealdb::Result<()> {
+        match self {
+            Database::Any(db) => db.health().await,
+            Database::SurrealKv(db) => db.health().await,
+        }
+    }
 }
 
 pub struct KnowledgeBase {
@@ -263,8 +294,22 @@ impl KnowledgeBase {
     }
 
     /// Opens the connection, signs in and selects the namespace and database.
-    async fn reach(&self) -> Result<Surreal<Any>> {
+    async fn reach(&self) -> Result<Database> {
         let unavailable = |e: surrealdb::Error| StoreError::Unavailable(e.to_string());
+        if self.config.url.starts_with("surrealkv://") {
+            // Boxed: building a datastore is a large future, and inline it would make every
+            // future that may connect as large (too large for a test thread's stack).
+            let db = Box::pin(open_surrealkv(
+                &self.config.url,
+                self.config.block_cache_bytes,
+            ))
+            .await?;
+            db.use_ns(self.config.namespace.as_str())
+                .use_db(self.config.database.as_str())
+                .await
+                .map_err(unavailable)?;
+            return Ok(Database::SurrealKv(db));
+        }
         let db = surrealdb::engine::any::connect(self.config.url.as_str())
             .await
             .map_err(unavailable)?;
@@ -285,7 +330,7 @@ impl KnowledgeBase {
             .use_db(self.config.database.as_str())
             .await
             .map_err(unavailable)?;
-        Ok(db)
+        Ok(Database::Any(db))
     }
 
     /// Rebuilds the graph and vector indexes from the database: after a time in which writes
@@ -543,15 +588,49 @@ pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
     o
 }
 
+/// Opens the surrealkv datastore of `url` (`surrealkv://PATH`) as the SDK's local engine
+/// would, but with a block cache of `block_cache_bytes`. The SDK opens every embedded store
+/// with surrealkv's defaults, which size the block cache for a database server (half the
+/// machine's memory less 1 GiB): kbq serves reads from its own indexes, and reading the store
+/// once at start filled that cache with a copy of the whole store. The steps are the local
+/// engine's own (check the storage version, bootstrap, start the maintenance tasks); its
+/// datastore is then served to the SDK through `unstable_from_datastore`, the SDK's way to
+/// run a datastore its caller built, which SurrealDB marks as not covered by semver: the
+/// version of surrealdb is pinned in Cargo.toml, and tests/it/probes.rs and the store's tests
+/// open, write and reopen such stores.
+async fn open_surrealkv(url: &str, block_cache_bytes: u64) -> Result<Surreal<Db>> {
+    fn failed(e: impl std::fmt::Display) -> StoreError {
+        StoreError::Unavailable(e.to_string())
+    }
+    let config = surrealdb_cnf::ConfigMap::empty().with_key_value(
+        "surrealkv_block_cache_capacity",
+        block_cache_bytes.to_string(),
+    );
+    let datastore = surrealdb_core::kvs::Datastore::builder()
+        .with_config(config)
+        // The capabilities the SDK gives an embedded engine by default.
+        .with_capabilities(surrealdb::opt::capabilities::Capabilities::new().into())
+        .without_maintenance_tasks()
+        .build_with_path(url)
+        .await
+        .map_err(failed)?;
+    datastore.check_version().await.map_err(failed)?;
+    datastore.bootstrap().await.map_err(failed)?;
+    datastore.start_maintenance_tasks();
+    Surreal::<Db>::unstable_from_datastore(datastore, None)
+        .await
+        .map_err(failed)
+}
+
 /// Runs `sql` on `db` with a time limit. A free function, so that a statement can run on a
 /// task of its own (see [`KnowledgeBase::insert_pipelined`]).
 pub(crate) async fn query_on(
-    db: &Surreal<Any>,
+    db: &Database,
     sql: &str,
     vars: Object,
     timeout: Duration,
 ) -> Result<surrealdb::IndexedResults> {
-    match tokio::time::timeout(timeout, db.query(sql).bind(vars)).await {
+    match tokio::time::timeout(timeout, db.query(sql, vars)).await {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
         Err(_) => Err(StoreError::Unavailable(format!(
