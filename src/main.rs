@@ -130,6 +130,7 @@ enum KeysCommand {
 }
 
 fn main() -> ExitCode {
+    kbq::startup::limit_malloc_arenas();
     let cli = Cli::parse();
     if let Some(Command::Keys {
         command: KeysCommand::New,
