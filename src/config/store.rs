@@ -26,6 +26,8 @@ pub struct StoreSection {
     pub connect_timeout_ms: u64,
     /// The block cache of a `surrealkv://` store, in MiB.
     pub block_cache_mb: u64,
+    /// The largest memtable of a `surrealkv://` store before it is written to disk, in MiB.
+    pub memtable_mb: u64,
     /// Load the bundled demo knowledge base when the store has no entities.
     pub load_demo: bool,
 }
@@ -42,7 +44,8 @@ impl Default for StoreSection {
             follow_changes: true,
             query_timeout_ms: 10_000,
             connect_timeout_ms: 5_000,
-            block_cache_mb: 64,
+            block_cache_mb: 16,
+            memtable_mb: 64,
             load_demo: true,
         }
     }
@@ -79,7 +82,8 @@ impl StoreSection {
             1,
             600_000,
         )?;
-        within("store.block_cache_mb", self.block_cache_mb, 1, 1 << 20)
+        within("store.block_cache_mb", self.block_cache_mb, 1, 1 << 20)?;
+        within("store.memtable_mb", self.memtable_mb, 1, 1 << 20)
     }
 }
 

@@ -57,6 +57,8 @@ pub struct StoreConfig {
     /// The block cache of a `surrealkv://` store. kbq answers reads from its own indexes, so
     /// this need not hold much of the store.
     pub block_cache_bytes: u64,
+    /// The largest memtable of a `surrealkv://` store, written to disk when full.
+    pub memtable_bytes: u64,
 }
 
 impl StoreConfig {
@@ -77,7 +79,8 @@ impl StoreConfig {
             graph_index: true,
             query_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
-            block_cache_bytes: 64 << 20,
+            block_cache_bytes: 16 << 20,
+            memtable_bytes: 64 << 20,
         }
     }
 }
@@ -299,11 +302,7 @@ impl KnowledgeBase {
         if self.config.url.starts_with("surrealkv://") {
             // Boxed: building a datastore is a large future, and inline it would make every
             // future that may connect as large (too large for a test thread's stack).
-            let db = Box::pin(open_surrealkv(
-                &self.config.url,
-                self.config.block_cache_bytes,
-            ))
-            .await?;
+            let db = Box::pin(open_surrealkv(&self.config)).await?;
             db.use_ns(self.config.namespace.as_str())
                 .use_db(self.config.database.as_str())
                 .await
@@ -588,30 +587,36 @@ pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
     o
 }
 
-/// Opens the surrealkv datastore of `url` (`surrealkv://PATH`) as the SDK's local engine
-/// would, but with a block cache of `block_cache_bytes`. The SDK opens every embedded store
-/// with surrealkv's defaults, which size the block cache for a database server (half the
-/// machine's memory less 1 GiB): kbq serves reads from its own indexes, and reading the store
-/// once at start filled that cache with a copy of the whole store. The steps are the local
+/// Opens the surrealkv datastore of `config.url` (`surrealkv://PATH`) as the SDK's local
+/// engine would, but with the block cache and memtable sizes of `config`. The SDK opens every
+/// embedded store with surrealkv's defaults, which size them for a database server (a block
+/// cache of half the machine's memory less 1 GiB, a memtable of up to 1 GiB): kbq serves reads
+/// from its own indexes, and reading the store once at start filled that cache with a copy of
+/// the whole store. The steps are the local
 /// engine's own (check the storage version, bootstrap, start the maintenance tasks); its
 /// datastore is then served to the SDK through `unstable_from_datastore`, the SDK's way to
 /// run a datastore its caller built, which SurrealDB marks as not covered by semver: the
 /// version of surrealdb is pinned in Cargo.toml, and tests/it/probes.rs and the store's tests
 /// open, write and reopen such stores.
-async fn open_surrealkv(url: &str, block_cache_bytes: u64) -> Result<Surreal<Db>> {
+async fn open_surrealkv(config: &StoreConfig) -> Result<Surreal<Db>> {
     fn failed(e: impl std::fmt::Display) -> StoreError {
         StoreError::Unavailable(e.to_string())
     }
-    let config = surrealdb_cnf::ConfigMap::empty().with_key_value(
-        "surrealkv_block_cache_capacity",
-        block_cache_bytes.to_string(),
-    );
+    let sizes = surrealdb_cnf::ConfigMap::empty()
+        .with_key_value(
+            "surrealkv_block_cache_capacity",
+            config.block_cache_bytes.to_string(),
+        )
+        .with_key_value(
+            "surrealkv_max_memtable_size",
+            config.memtable_bytes.to_string(),
+        );
     let datastore = surrealdb_core::kvs::Datastore::builder()
-        .with_config(config)
+        .with_config(sizes)
         // The capabilities the SDK gives an embedded engine by default.
         .with_capabilities(surrealdb::opt::capabilities::Capabilities::new().into())
         .without_maintenance_tasks()
-        .build_with_path(url)
+        .build_with_path(&config.url)
         .await
         .map_err(failed)?;
     datastore.check_version().await.map_err(failed)?;
