@@ -57,8 +57,9 @@ pub struct StoreConfig {
     /// The block cache of a `surrealkv://` store. kbq answers reads from its own indexes, so
     /// this need not hold much of the store.
     pub block_cache_bytes: u64,
-    /// The largest memtable of a `surrealkv://` store, written to disk when full.
-    pub memtable_bytes: u64,
+    /// The largest memtable of a `surrealkv://` store, written to disk when full; `None`:
+    /// surrealkv's default.
+    pub memtable_bytes: Option<u64>,
 }
 
 impl StoreConfig {
@@ -80,7 +81,7 @@ impl StoreConfig {
             query_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             block_cache_bytes: 16 << 20,
-            memtable_bytes: 64 << 20,
+            memtable_bytes: None,
         }
     }
 }
@@ -602,15 +603,13 @@ async fn open_surrealkv(config: &StoreConfig) -> Result<Surreal<Db>> {
     fn failed(e: impl std::fmt::Display) -> StoreError {
         StoreError::Unavailable(e.to_string())
     }
-    let sizes = surrealdb_cnf::ConfigMap::empty()
-        .with_key_value(
-            "surrealkv_block_cache_capacity",
-            config.block_cache_bytes.to_string(),
-        )
-        .with_key_value(
-            "surrealkv_max_memtable_size",
-            config.memtable_bytes.to_string(),
-        );
+    let mut sizes = surrealdb_cnf::ConfigMap::empty().with_key_value(
+        "surrealkv_block_cache_capacity",
+        config.block_cache_bytes.to_string(),
+    );
+    if let Some(bytes) = config.memtable_bytes {
+        sizes = sizes.with_key_value("surrealkv_max_memtable_size", bytes.to_string());
+    }
     let datastore = surrealdb_core::kvs::Datastore::builder()
         .with_config(sizes)
         // The capabilities the SDK gives an embedded engine by default.
