@@ -84,7 +84,8 @@ pub struct VectorIndex {
     strings: Interner,
     /// Unit vectors, `dimension` per slot.
     vectors: Vec<f32>,
-    /// The same vectors as 8-bit codes: component / scale, rounded.
+    /// The same vectors as 8-bit codes: component / scale, rounded. Empty while the index has
+    /// an inverted file, whose lists hold every slot's codes: one copy, not two.
     codes: Vec<i8>,
     /// Per slot: the largest absolute component / 127.
     scales: Vec<f32>,
@@ -130,7 +131,13 @@ impl VectorIndex {
     /// ends [`for_bulk_load`](Self::for_bulk_load)'s deferral.
     pub fn train(&mut self) {
         self.deferred = false;
-        self.ivf = None;
+        if self.ivf.take().is_some() {
+            self.codes = self
+                .vectors
+                .chunks_exact(self.dimension)
+                .flat_map(|v| quantise(v).0)
+                .collect();
+        }
         self.maybe_train();
     }
 
@@ -169,6 +176,8 @@ impl VectorIndex {
         }
         let lists = (n as f64).sqrt().round() as usize;
         self.ivf = Some(Ivf::train(&self.vectors, self.dimension, lists));
+        // The lists hold every code from now on.
+        self.codes = Vec::new();
     }
 
     pub fn dimension(&self) -> usize {
@@ -201,12 +210,14 @@ impl VectorIndex {
             Some(&slot) => {
                 let at = slot as usize * d;
                 self.vectors[at..at + d].copy_from_slice(&unit);
-                self.codes[at..at + d].copy_from_slice(&codes);
                 self.scales[slot as usize] = scale;
                 self.tags[slot as usize] = tags;
-                if let Some(ivf) = &mut self.ivf {
-                    ivf.take_out(slot as usize);
-                    ivf.add(slot as usize, &unit, &codes, scale);
+                match &mut self.ivf {
+                    Some(ivf) => {
+                        ivf.take_out(slot as usize);
+                        ivf.add(slot as usize, &unit, &codes, scale);
+                    }
+                    None => self.codes[at..at + d].copy_from_slice(&codes),
                 }
             }
             None => {
@@ -216,10 +227,10 @@ impl VectorIndex {
                 self.keys.push(key);
                 self.tags.push(tags);
                 self.vectors.extend_from_slice(&unit);
-                self.codes.extend_from_slice(&codes);
                 self.scales.push(scale);
-                if let Some(ivf) = &mut self.ivf {
-                    ivf.add(slot, &unit, &codes, scale);
+                match &mut self.ivf {
+                    Some(ivf) => ivf.add(slot, &unit, &codes, scale),
+                    None => self.codes.extend_from_slice(&codes),
                 }
                 self.maybe_train();
             }
@@ -240,7 +251,9 @@ impl VectorIndex {
         }
         if slot != last {
             self.vectors.copy_within(last * d..(last + 1) * d, slot * d);
-            self.codes.copy_within(last * d..(last + 1) * d, slot * d);
+            if self.ivf.is_none() {
+                self.codes.copy_within(last * d..(last + 1) * d, slot * d);
+            }
             self.scales[slot] = self.scales[last];
             self.keys.swap(slot, last);
             self.tags.swap(slot, last);
@@ -249,7 +262,9 @@ impl VectorIndex {
         self.keys.pop();
         self.tags.pop();
         self.vectors.truncate(last * d);
-        self.codes.truncate(last * d);
+        if self.ivf.is_none() {
+            self.codes.truncate(last * d);
+        }
         self.scales.pop();
     }
 
@@ -372,7 +387,10 @@ impl VectorIndex {
         k: usize,
         keep: Option<&dyn Fn(&DocTags) -> bool>,
     ) -> Vec<(VectorKey, f32)> {
-        let (candidates, _, _) = self.code_scan(unit_query, pool, keep, None).run();
+        // With an inverted file every code is in its lists: scanning all of them is the same
+        // scan (the kept candidates do not depend on the order slots are met in, see TopK).
+        let all = self.ivf.as_ref().map(Ivf::all_lists);
+        let (candidates, _, _) = self.code_scan(unit_query, pool, keep, all.as_deref()).run();
         self.rerank(candidates, unit_query, k)
     }
 
@@ -419,7 +437,7 @@ impl VectorIndex {
         let mut top = TopK::new(k);
         for slot in 0..self.len() {
             let s = dot(self.slot(slot), &q);
-            if top.admits(s) && keep(&self.tags[slot]) {
+            if top.admits(s, slot) && keep(&self.tags[slot]) {
                 top.push(s, slot);
             }
         }
@@ -546,7 +564,7 @@ impl CodeScan<'_> {
                 // Scoring first: most slots fail the heap's bound and never meet `keep`.
                 for (slot, row) in self.codes.chunks_exact(d).enumerate() {
                     let s = dot_i8(row, &self.query) as f32 * self.scales[slot];
-                    if top.admits(s) && self.keeps(slot) {
+                    if top.admits(s, slot) && self.keeps(slot) {
                         top.push(s, slot);
                     }
                 }
@@ -564,7 +582,7 @@ impl CodeScan<'_> {
                         }
                         passed += 1;
                         let s = dot_i8(row, &self.query) as f32 * scale;
-                        if top.admits(s) {
+                        if top.admits(s, slot) {
                             top.push(s, slot);
                         }
                     }
@@ -610,8 +628,16 @@ impl TopK {
         }
     }
 
-    fn admits(&self, score: f32) -> bool {
-        self.heap.len() < self.k || self.heap.peek().is_some_and(|w| score > w.0)
+    /// Whether `score` of `slot` would be kept: better than the worst kept, or as good and
+    /// of a lower slot. The kept pairs are then the best by score, then slot, whatever order
+    /// the slots are offered in (a scan in slot order keeps what it kept before: a later slot
+    /// never wins a tie).
+    fn admits(&self, score: f32, slot: usize) -> bool {
+        self.heap.len() < self.k
+            || self
+                .heap
+                .peek()
+                .is_some_and(|w| score > w.0 || (score == w.0 && slot < w.1))
     }
 
     fn push(&mut self, score: f32, slot: usize) {
@@ -786,6 +812,75 @@ mod tests {
         }
         assert!(index.lists() > lists);
         index.ivf.as_ref().unwrap().assert_consistent(index.len());
+    }
+
+    #[test]
+    fn the_full_scan_of_the_lists_is_the_scan_of_the_flat_codes() {
+        // The same vectors, many repeated (equal scores: ties at the candidate pool's edge),
+        // in an index with an inverted file (no flat codes) and in one without.
+        let mut rng = Rng::new(9);
+        let d = 32;
+        let base: Vec<Vec<f32>> = (0..40).map(|_| random(&mut rng, d)).collect();
+        let mut with = VectorIndex::new(d);
+        with.ivf_min = 300;
+        let mut without = VectorIndex::new(d);
+        without.ivf_min = usize::MAX;
+        for i in 0..1200 {
+            let v = &base[rng.below(base.len())];
+            let source = if i % 3 == 0 { "a" } else { "b" };
+            with.upsert(&format!("d{i:04}"), v, tags(source));
+            without.upsert(&format!("d{i:04}"), v, tags(source));
+        }
+        // Writes after the lists exist keep one copy of the codes, in the lists.
+        for i in 0..200 {
+            let key = format!("d{:04}", rng.below(1200));
+            if i % 2 == 0 {
+                with.remove(&key);
+                without.remove(&key);
+            } else {
+                let v = &base[rng.below(base.len())];
+                with.upsert(&key, v, tags("b"));
+                without.upsert(&key, v, tags("b"));
+            }
+        }
+        assert!(with.lists() > 0 && with.codes.is_empty());
+        assert_eq!(without.lists(), 0);
+        for q in base.iter().take(10) {
+            for k in [1, 7, 30] {
+                let keep = |t: &DocTags| &*t.source == "a";
+                assert_eq!(
+                    with.search_scan(q, k, &keep),
+                    without.search_scan(q, k, &keep)
+                );
+                assert_eq!(
+                    with.search_scan(q, k, &|_| true),
+                    without.search_scan(q, k, &|_| true)
+                );
+            }
+        }
+        // The candidates themselves, with a pool that ends inside a group of equal scores.
+        let all = with.ivf.as_ref().unwrap().all_lists();
+        for q in base.iter().take(10) {
+            let q = unit(q);
+            for pool in [1, 5, 17] {
+                let (mut a, _, _) = with.code_scan(&q, pool, None, Some(&all)).run();
+                let (mut b, _, _) = without.code_scan(&q, pool, None, None).run();
+                a.sort_unstable();
+                b.sort_unstable();
+                assert_eq!(a, b, "pool {pool}");
+            }
+        }
+        // Training again after a bulk load brings the flat codes back while there is no
+        // inverted file.
+        with.ivf_min = usize::MAX;
+        with.train();
+        assert_eq!(with.lists(), 0);
+        assert_eq!(with.codes.len(), with.len() * d);
+        let q = &base[0];
+        assert_eq!(
+            with.search_scan(q, 7, &|_| true),
+            without.search_scan(q, 7, &|_| true)
+        );
     }
 
     #[test]

@@ -169,6 +169,11 @@ impl Ivf {
         self.place.truncate(from);
     }
 
+    /// Every list, in order.
+    pub(crate) fn all_lists(&self) -> Vec<&List> {
+        self.lists.iter().collect()
+    }
+
     /// The `probes` lists whose centroids are nearest to the unit vector `query`.
     pub(crate) fn probe(&self, query: &[f32], probes: usize) -> Vec<&List> {
         let mut scored: Vec<(f32, usize)> = self
@@ -187,7 +192,6 @@ impl Ivf {
     }
 }
 
-/// The index of the centroid nearest to `v` (largest dot product).
 /// [`nearest`] of each of `rows`, in order, computed in as many chunks at once as there are
 /// cores: the same answer as one call per row, in a part of the time. Training calls it for
 /// every sample in each iteration and for every vector at the end, which was most of the
@@ -278,6 +282,7 @@ fn dot4(c: &[f32], v: &[&[f32]; 4]) -> [f32; 4] {
     out
 }
 
+/// The index of the centroid nearest to `v` (largest dot product).
 fn nearest(centroids: &[f32], dimension: usize, v: &[f32]) -> usize {
     #[cfg(target_arch = "x86_64")]
     {
