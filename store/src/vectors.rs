@@ -12,7 +12,9 @@
 //! the scan to the lists nearest the query, so a search reads a few percent of the codes.
 //! Recall is measured by the `vectors` benchmark against [`VectorIndex::search_exact`] and
 //! held by a test; a filter that passes too few of the probed vectors falls back to the full
-//! scan, so that it never returns fewer hits than there are.
+//! scan, so that it never returns fewer hits than there are. The codes are kept once: flat,
+//! in slot order, until the inverted file exists, then only in its lists (a full scan then
+//! reads every list).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
