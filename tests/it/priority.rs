@@ -3,7 +3,6 @@
 //! it: read from the running process's threads.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// Each thread's name (as the kernel keeps it, 15 bytes) and nice value.
 #[cfg(target_os = "linux")]
@@ -26,44 +25,19 @@ fn threads(pid: u32) -> Vec<(String, i32)> {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn the_main_runtime_runs_below_the_http_workers_and_the_lookup_lane() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let data = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--store",
-            "mem://",
-        ])
-        .env_remove("KBQ_CONFIG")
-        .env("KBQ_DATA_DIR", data.path())
-        .env("KBQ_SERVER__MAIN_RUNTIME_NICE", "7")
-        .env("KBQ_SERVER__WORKERS", "2")
-        .env("KBQ_GRAPH__LOOKUP_THREADS", "2")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let http = reqwest::Client::new();
-    // Ready, not only live: the store (and its storage threads) starts behind the listener.
-    let up = crate::support::eventually(Duration::from_secs(60), || async {
-        http.get(format!("http://127.0.0.1:{port}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
+    let mut serve = crate::support::ServeProcess::start(
+        &[
+            ("KBQ_SERVER__MAIN_RUNTIME_NICE", "7"),
+            ("KBQ_SERVER__WORKERS", "2"),
+            ("KBQ_GRAPH__LOOKUP_THREADS", "2"),
+        ],
+        std::process::Stdio::null(),
+    )
     .await;
-    assert!(up, "kbq serve did not become ready");
     let base = kbq::priority::current_nice();
     let lowered = (base + 7).min(19);
     let mut seen: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    for (name, nice) in threads(child.id().unwrap()) {
+    for (name, nice) in threads(serve.child.id().unwrap()) {
         seen.entry(name).or_default().push(nice);
     }
     let of = |prefix: &str| -> Vec<i32> {
@@ -90,5 +64,5 @@ async fn the_main_runtime_runs_below_the_http_workers_and_the_lookup_lane() {
         lookup.iter().chain(&http_workers).all(|&n| n == base),
         "{seen:?}"
     );
-    child.kill().await.unwrap();
+    serve.child.kill().await.unwrap();
 }

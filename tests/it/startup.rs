@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    FIXTURE, TestServer, assert_error, eventually, read, store_routes, test_config,
+    FIXTURE, ServeProcess, TestServer, assert_error, eventually, read, store_routes, test_config,
 };
 
 #[tokio::test]
@@ -89,42 +89,9 @@ async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers
 /// Runs `kbq serve` on a fresh in-memory store with standard error piped (not a terminal)
 /// and `env`, until it is ready; returns what it logged.
 async fn serve_logs(env: &[(&str, &str)]) -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let data = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"));
-    command
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--store",
-            "mem://",
-        ])
-        .env_remove("KBQ_CONFIG")
-        .env_remove("NO_COLOR")
-        .env("KBQ_DATA_DIR", data.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    let mut child = command.spawn().unwrap();
-    let http = reqwest::Client::new();
-    let ready = eventually(Duration::from_secs(60), || async {
-        http.get(format!("http://127.0.0.1:{port}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
-    assert!(ready, "kbq serve did not become ready");
-    child.start_kill().unwrap();
-    let out = child.wait_with_output().await.unwrap();
+    let mut serve = ServeProcess::start(env, std::process::Stdio::piped()).await;
+    serve.child.start_kill().unwrap();
+    let out = serve.child.wait_with_output().await.unwrap();
     String::from_utf8(out.stderr).unwrap()
 }
 

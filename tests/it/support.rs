@@ -258,3 +258,50 @@ pub async fn kbq_cli(args: &[&str]) -> std::process::Output {
         .await
         .expect("kbq runs")
 }
+
+/// A `kbq serve` process on a free loopback port and a fresh in-memory store.
+pub struct ServeProcess {
+    pub child: tokio::process::Child,
+    _data: tempfile::TempDir,
+}
+
+impl ServeProcess {
+    /// Starts `kbq serve` with `env` (no `KBQ_CONFIG` or `NO_COLOR` from the environment)
+    /// and standard error to `stderr`, and waits until `/readyz` answers 200: ready, not only
+    /// live, since the store starts behind the listener.
+    pub async fn start(env: &[(&str, &str)], stderr: std::process::Stdio) -> ServeProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let data = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--store",
+                "mem://",
+            ])
+            .env_remove("KBQ_CONFIG")
+            .env_remove("NO_COLOR")
+            .env("KBQ_DATA_DIR", data.path())
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true);
+        let child = command.spawn().unwrap();
+        let http = reqwest::Client::new();
+        let ready = eventually(Duration::from_secs(60), || async {
+            http.get(format!("http://127.0.0.1:{port}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        assert!(ready, "kbq serve did not become ready");
+        ServeProcess { child, _data: data }
+    }
+}
