@@ -204,7 +204,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         kb.clone(),
         readiness.clone().into_inner(),
         config.store.load_demo,
-        config.store.follow_changes.then(|| follower.clone()),
+        (config.store.follow_changes && kb.config().is_server()).then(|| follower.clone()),
     ));
     Ok(Server {
         addr,
@@ -224,7 +224,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
 const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Connects the knowledge base (retrying until it answers) and builds its indexes, starts
-/// following other nodes' writes (`follower`, for a shared server), loads the demo into an
+/// following other nodes' writes into `follower` (given for a shared server that follows
+/// them), loads the demo into an
 /// empty store, then declares kbq ready. It runs on a task of the main runtime: an embedded
 /// store starts SurrealDB's storage threads here, and they should share the main runtime's
 /// lowered priority (crate::priority), like all the other slow work.
@@ -250,7 +251,7 @@ async fn start_up(
         "knowledge base connected and indexed"
     );
     startup::release_free_memory();
-    if let Some(slot) = follower.filter(|_| kb.config().is_server()) {
+    if let Some(slot) = follower {
         *slot.lock() = Some(kb.follow_changes());
     }
     if load_demo {

@@ -190,6 +190,13 @@ impl KnowledgeBase {
         Ok(())
     }
 
+    /// [`load_document_indexes`](Self::load_document_indexes) on its own, reporting nowhere:
+    /// after the documents were written again (`reembed`).
+    pub(crate) async fn reload_document_indexes(&self, c: &Connected) -> Result<()> {
+        let parts = Parts::new(parts::DOCUMENT_PARTS, &crate::progress::Silent);
+        self.load_document_indexes(c, &parts).await
+    }
+
     /// The documents `ids` as the in-process indexes hold them; a missing one is left out.
     pub(crate) async fn document_entries(&self, ids: Vec<RecordId>) -> Result<Vec<DocEntry>> {
         let c = self.connection().await?;
@@ -411,8 +418,7 @@ mod tests {
 
         // Loading the indexes again (as on reconnecting) builds the same table.
         let c = kb.connection().await.unwrap();
-        let parts = crate::parts::Parts::new(crate::parts::PARTS + 1, &crate::progress::Silent);
-        kb.load_document_indexes(&c, &parts).await.unwrap();
+        kb.reload_document_indexes(&c).await.unwrap();
         assert_in_step(&kb, 2).await;
     }
 

@@ -33,7 +33,7 @@ use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
 use crate::model::keys;
 use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
-use crate::parts::{PARTS, Parts};
+use crate::parts::{DOCUMENT_PARTS, GRAPH_PARTS, Parts};
 use crate::progress::{LoadProgress, Silent};
 use crate::text::TextIndex;
 use crate::vectors::VectorIndex;
@@ -345,12 +345,12 @@ impl KnowledgeBase {
     async fn load_indexes(&self, c: &Connected, progress: &dyn LoadProgress) -> Result<()> {
         // Each table is read in parts and each index built once its tables are read: the
         // parts of the load are counted here, and reported as each finishes.
-        let graph_parts = if self.index.is_some() {
-            2 * PARTS + 1
-        } else {
+        let graph_parts = if self.index.is_some() { GRAPH_PARTS } else { 0 };
+        let document_parts = if self.adopt_embedder {
             0
+        } else {
+            DOCUMENT_PARTS
         };
-        let document_parts = if self.adopt_embedder { 0 } else { PARTS + 1 };
         let parts = Parts::new(graph_parts + document_parts, progress);
         // The graph and the documents load at once: their reading and building overlap.
         futures::try_join!(self.load_graph_index(c, &parts), async {

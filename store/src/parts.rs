@@ -19,6 +19,12 @@ use crate::progress::LoadProgress;
 /// each.
 pub(crate) const PARTS: u32 = 16;
 
+/// The parts of loading the graph index: its two tables' ranges, and the build.
+pub(crate) const GRAPH_PARTS: u32 = 2 * PARTS + 1;
+
+/// The parts of loading the document indexes: the table's ranges, and the build.
+pub(crate) const DOCUMENT_PARTS: u32 = PARTS + 1;
+
 /// The key ranges that cover a table whose keys start with `letter`: by the first hex digit
 /// after it, the first range open below and the last open above, so that a key of any other
 /// shape is read too, exactly once.

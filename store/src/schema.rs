@@ -64,8 +64,7 @@ impl KnowledgeBase {
         }
         let c = self.connection().await?;
         self.record_embedder(&c).await?;
-        let parts = crate::parts::Parts::new(crate::parts::PARTS + 1, &crate::progress::Silent);
-        self.load_document_indexes(&c, &parts).await?;
+        self.reload_document_indexes(&c).await?;
         Ok(docs.len() as u64)
     }
 

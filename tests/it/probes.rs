@@ -6,7 +6,7 @@ use std::time::Duration;
 use kbq::versions::SystemClock;
 use serde_json::json;
 
-use crate::support::{TestServer, assert_error, read, store_routes, test_config};
+use crate::support::{TestServer, assert_error, assert_not_ready, read, store_routes, test_config};
 
 #[tokio::test]
 async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
@@ -18,11 +18,7 @@ async fn an_unreachable_store_gives_503_and_not_ready_but_the_process_lives() {
 
     let (status, _, _) = read(t.http.get(t.url("/livez")).send().await.unwrap()).await;
     assert_eq!(status, 200);
-    let (status, headers, body) = read(t.http.get(t.url("/readyz")).send().await.unwrap()).await;
-    assert_eq!(status, 503);
-    assert_error(&body, "service_unavailable", None);
-    assert_eq!(body["error"]["message"], "not ready: store connecting");
-    assert_eq!(headers["retry-after"], "1");
+    assert_not_ready(&t, "not ready: store connecting").await;
 
     for (method, path, body) in store_routes() {
         let started = std::time::Instant::now();

@@ -11,7 +11,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    FIXTURE, ServeProcess, TestServer, assert_error, eventually, read, store_routes, test_config,
+    FIXTURE, ServeProcess, TestServer, assert_error, assert_not_ready, eventually, read,
+    store_routes, test_config,
 };
 
 #[tokio::test]
@@ -30,11 +31,7 @@ async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers
     let t = TestServer::start_unready(config, Arc::new(SystemClock)).await;
     let (status, _, body) = read(t.http.get(t.url("/livez")).send().await.unwrap()).await;
     assert_eq!((status.as_u16(), &body["status"]), (200, &json!("ok")));
-    let (status, headers, body) = read(t.http.get(t.url("/readyz")).send().await.unwrap()).await;
-    assert_eq!(status, 503);
-    assert_error(&body, "service_unavailable", None);
-    assert_eq!(body["error"]["message"], "not ready: store connecting");
-    assert_eq!(headers["retry-after"], "1");
+    assert_not_ready(&t, "not ready: store connecting").await;
     for (method, path, body) in store_routes() {
         let (status, headers, err) = t.call(method, path, body).await;
         assert_eq!(status, 503, "{path}: {err}");

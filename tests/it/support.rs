@@ -305,3 +305,13 @@ impl ServeProcess {
         ServeProcess { child, _data: data }
     }
 }
+
+/// Asserts that `/readyz` answers 503 `service_unavailable` with `Retry-After: 1` and the
+/// message `message`.
+pub async fn assert_not_ready(t: &TestServer, message: &str) {
+    let (status, headers, body) = read(t.http.get(t.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(status, 503);
+    assert_error(&body, "service_unavailable", None);
+    assert_eq!(body["error"]["message"], message);
+    assert_eq!(headers["retry-after"], "1");
+}
