@@ -129,8 +129,12 @@ enum KeysCommand {
     New,
 }
 
+/// mimalloc, not the system's allocator: see [`kbq::startup::disable_transparent_huge_pages`].
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
-    kbq::startup::limit_malloc_arenas();
+    kbq::startup::disable_transparent_huge_pages();
     let cli = Cli::parse();
     if let Some(Command::Keys {
         command: KeysCommand::New,

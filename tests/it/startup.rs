@@ -84,9 +84,19 @@ async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers
 }
 
 /// Runs `kbq serve` on a fresh in-memory store with standard error piped (not a terminal)
-/// and `env`, until it is ready; returns what it logged.
+/// and `env`, until it is ready; returns what it logged. On Linux it also checks that the
+/// process runs without transparent huge pages (src/startup.rs says why).
 async fn serve_logs(env: &[(&str, &str)]) -> String {
     let mut serve = ServeProcess::start(env, std::process::Stdio::piped()).await;
+    #[cfg(target_os = "linux")]
+    {
+        let pid = serve.child.id().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        // Kernels before 6.x do not show the flag.
+        if let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) {
+            assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+        }
+    }
     serve.child.start_kill().unwrap();
     let out = serve.child.wait_with_output().await.unwrap();
     String::from_utf8(out.stderr).unwrap()
