@@ -33,6 +33,42 @@ pub use route::Route;
 
 use requests::Requests;
 
+/// The longest `kbq load` waits for a starting server to be ready.
+const READY_WAIT: Duration = Duration::from_secs(300);
+
+/// Waits until the server's `/readyz` answers 200, so that a load started beside the server
+/// (as scripts/bench-load does) does not fail on its 503s while the indexes are built; says
+/// once on standard error why it waits. A server with no `/readyz` is taken as ready.
+async fn wait_until_ready(http: &reqwest::Client, o: &LoadOptions) -> Result<(), String> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let res = http
+            .get(format!("{}/readyz", o.url))
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach {}: {e}", o.url))?;
+        let status = res.status();
+        if status != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+            return Ok(());
+        }
+        if started.elapsed() >= READY_WAIT {
+            return Err(format!(
+                "{} was not ready after {} s",
+                o.url,
+                READY_WAIT.as_secs()
+            ));
+        }
+        if !said {
+            let body: Value = res.json().await.unwrap_or(Value::Null);
+            let why = body["error"]["message"].as_str().unwrap_or("not ready");
+            eprintln!("kbq load: waiting for {} ({why})", o.url);
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Entity names to query: a sample from the server's own search.
 async fn entity_names(http: &reqwest::Client, o: &LoadOptions) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
@@ -175,6 +211,7 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
         .pool_max_idle_per_host(o.concurrency + dedicated)
         .build()
         .map_err(|e| e.to_string())?;
+    wait_until_ready(&http, &o).await?;
     let names = entity_names(&http, &o).await?;
     let requests = Requests::new(&o.url, &o.key, &names, o.search_len)?;
     let measured_from = Instant::now() + o.warmup;

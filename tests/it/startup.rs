@@ -11,24 +11,29 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{
-    FIXTURE, ServeProcess, TestServer, assert_error, assert_not_ready, eventually, read,
+    FIXTURE, KEY, ServeProcess, TestServer, assert_error, assert_not_ready, eventually, read,
     store_routes, test_config,
 };
 
-#[tokio::test]
-async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers() {
+/// A server on a surrealkv store of the fixture that the test holds open: an embedded store
+/// has one user at a time, so the server's start-up cannot connect, and stays in its first
+/// stage until the holder is dropped.
+async fn server_behind_a_held_store() -> (TestServer, Arc<KnowledgeBase>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config();
     config.store.url = format!("surrealkv://{}", dir.path().join("kb").display());
-    // An embedded store has one user at a time: while this holds it open, kbq's start-up
-    // cannot connect, and stays in its first stage for as long as the test needs.
     let holder = KnowledgeBase::open(config.store_config(), config.embedder()).await;
     let report = import::import(&holder, FIXTURE.as_bytes(), &Silent)
         .await
         .unwrap();
     assert!(report.failures.is_empty(), "{:?}", report.failures);
-
     let t = TestServer::start_unready(config, Arc::new(SystemClock)).await;
+    (t, holder, dir)
+}
+
+#[tokio::test]
+async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers() {
+    let (t, holder, _dir) = server_behind_a_held_store().await;
     let (status, _, body) = read(t.http.get(t.url("/livez")).send().await.unwrap()).await;
     assert_eq!((status.as_u16(), &body["status"]), (200, &json!("ok")));
     assert_not_ready(&t, "not ready: store connecting").await;
@@ -80,6 +85,49 @@ async fn requests_during_start_up_get_503_with_the_reason_then_the_right_answers
         .await;
     assert_eq!(status, 200, "{body}");
     assert!(!body["results"].as_array().unwrap().is_empty(), "{body}");
+    t.stop().await;
+}
+
+/// `kbq load` started beside a starting server says that it waits, then runs once the server
+/// is ready, with no errors (scripts/bench-load starts the two together).
+#[tokio::test]
+async fn load_waits_for_a_starting_server_then_runs() {
+    use tokio::io::AsyncBufReadExt;
+
+    let (t, holder, _dir) = server_behind_a_held_store().await;
+    let mut load = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["load", "--url", &t.base, "--key", KEY, "--concurrency", "2"])
+        .args(["--requests", "40", "--duration", "60", "--json"])
+        .env_remove("KBQ_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(load.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), stderr.next_line())
+        .await
+        .expect("kbq load said nothing while the server was starting")
+        .unwrap()
+        .unwrap_or_default();
+    assert_eq!(
+        line,
+        format!(
+            "kbq load: waiting for {} (not ready: store connecting)",
+            t.base
+        )
+    );
+    drop(holder);
+    let out = tokio::time::timeout(Duration::from_secs(120), load.wait_with_output())
+        .await
+        .expect("kbq load did not finish once the server was ready")
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&report["requests"], &report["errors"]),
+        (&json!(40), &json!(0)),
+        "{report}"
+    );
     t.stop().await;
 }
 
