@@ -161,11 +161,6 @@ async fn every_mounted_route_is_documented_and_every_documented_route_answers() 
         );
     }
     assert!(mounted.len() >= 20, "too few routes found: {mounted:?}");
-    std::fs::write(
-        "/tmp/openapi.json",
-        serde_json::to_string_pretty(&doc).unwrap(),
-    )
-    .unwrap(); // TEMP
 
     let missing: Vec<_> = mounted
         .iter()
