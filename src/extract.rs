@@ -110,22 +110,48 @@ fn friendly(message: &str) -> String {
 
 // ---- field checks shared by the routes -----------------------------------------------------
 
-/// An integer field with a default and an inclusive range.
-pub(crate) fn ranged(
-    field: &str,
-    value: Option<i64>,
-    default: i64,
-    min: i64,
-    max: i64,
-) -> Result<i64, ApiError> {
-    match value {
-        None => Ok(default),
-        Some(v) if (min..=max).contains(&v) => Ok(v),
-        Some(_) => Err(ApiError::invalid(
+/// An integer field's rule: an inclusive range, and the value an absent field takes. The
+/// handler checks the field with it, and the OpenAPI document states the same value as the
+/// property's `minimum`, `maximum` and `default` (a request type lists its ranges in
+/// [`Ranged`]; `crate::openapi` writes them), so the two cannot differ.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    pub field: &'static str,
+    pub min: i64,
+    pub max: i64,
+    pub default: i64,
+}
+
+impl Range {
+    pub const fn new(field: &'static str, min: i64, max: i64, default: i64) -> Range {
+        Range {
             field,
-            format!("{field} must be between {min} and {max}"),
-        )),
+            min,
+            max,
+            default,
+        }
     }
+
+    /// The value, or the default when absent; 400 naming the field when out of range.
+    pub fn check(self, value: Option<i64>) -> Result<i64, ApiError> {
+        let Range {
+            field, min, max, ..
+        } = self;
+        match value {
+            None => Ok(self.default),
+            Some(v) if (min..=max).contains(&v) => Ok(v),
+            Some(_) => Err(ApiError::invalid(
+                field,
+                format!("{field} must be between {min} and {max}"),
+            )),
+        }
+    }
+}
+
+/// A request type whose integer fields have ranges: each is checked with its [`Range`], and
+/// the document states it on the type's schema.
+pub trait Ranged: utoipa::ToSchema {
+    const RANGES: &'static [Range];
 }
 
 /// A name (entity, type, source, ...) by the knowledge base's name rules, as `field`.

@@ -18,6 +18,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Typ
 use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorCode};
+use crate::extract::Ranged;
 use crate::routes;
 
 /// The security scheme names: either header carries the key (docs/api.md, "Authentication").
@@ -60,7 +61,7 @@ pub const API_KEY: &str = "api_key";
         routes::docs::openapi_json,
     ),
     components(schemas(ErrorBody, ErrorCode)),
-    modifiers(&Layers),
+    modifiers(&Layers, &Rules),
     tags(
         (name = "graph", description = "Graph queries under `/data/v1/query/graph` (scope `read`)"),
         (name = "rag", description = "Document retrieval under `/v1/rag` (scope `read`); no language model"),
@@ -72,6 +73,45 @@ pub const API_KEY: &str = "api_key";
     )
 )]
 pub struct ApiDoc;
+
+/// States on the request types' schemas the rules their handlers check with, from the same
+/// values ([`crate::extract::Range`]).
+struct Rules;
+
+impl Modify for Rules {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use routes::{graph, rag};
+        state_ranges::<graph::TraversalRequest>(doc);
+        state_ranges::<graph::SearchRequest>(doc);
+        state_ranges::<graph::DocumentsRequest>(doc);
+        state_ranges::<rag::RagRequest>(doc);
+    }
+}
+
+/// Writes `T`'s ranges into its schema's properties as `minimum`, `maximum` and `default`.
+/// A range naming a property the schema lacks is a mistake in the type: it panics, and so
+/// fails every test that builds the document.
+fn state_ranges<T: Ranged>(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::Number;
+    use utoipa::openapi::schema::Schema;
+    let name = T::name();
+    let schema = doc
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut(name.as_ref()));
+    let Some(RefOr::T(Schema::Object(object))) = schema else {
+        panic!("{name} is not an object schema in the document");
+    };
+    for range in T::RANGES {
+        let Some(RefOr::T(Schema::Object(property))) = object.properties.get_mut(range.field)
+        else {
+            panic!("{name} has no integer property `{}`", range.field);
+        };
+        property.minimum = Some(Number::Int(range.min as isize));
+        property.maximum = Some(Number::Int(range.max as isize));
+        property.default = Some(range.default.into());
+    }
+}
 
 /// Adds what no handler's attribute says: the two key schemes, one named response per error
 /// code, and on each operation the errors of the layers in front of its handler.

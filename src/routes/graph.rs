@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::{ValidJson, name, name_in_path, ranged, relationship_types};
+use crate::extract::{Range, Ranged, ValidJson, name, name_in_path, relationship_types};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
@@ -43,6 +43,15 @@ pub struct TraversalRequest {
     pub direction: Option<String>,
     pub depth: Option<i64>,
     pub limit: Option<i64>,
+}
+
+impl TraversalRequest {
+    const DEPTH: Range = Range::new("depth", 1, 5, 2);
+    const LIMIT: Range = Range::new("limit", 1, 200, 50);
+}
+
+impl Ranged for TraversalRequest {
+    const RANGES: &'static [Range] = &[Self::DEPTH, Self::LIMIT];
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -98,8 +107,8 @@ async fn traverse(
     let query = TraversalQuery {
         relationship_types: relationship_types(req.relationship_types)?,
         direction,
-        depth: ranged("depth", req.depth, 2, 1, 5)? as u32,
-        limit: ranged("limit", req.limit, 50, 1, 200)? as usize,
+        depth: TraversalRequest::DEPTH.check(req.depth)? as u32,
+        limit: TraversalRequest::LIMIT.check(req.limit)? as usize,
         start: req.entity_name,
     };
     let walk = graph.traverse(query.clone()).await?;
@@ -186,6 +195,14 @@ pub struct SearchRequest {
     pub limit: Option<i64>,
 }
 
+impl SearchRequest {
+    const LIMIT: Range = Range::new("limit", 1, 100, 20);
+}
+
+impl Ranged for SearchRequest {
+    const RANGES: &'static [Range] = &[Self::LIMIT];
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SearchResponse<'a> {
     pub query: &'a str,
@@ -215,7 +232,7 @@ async fn search(
 ) -> Result<HttpResponse, ApiError> {
     name("query", &req.query)?;
     let entity_type = entity_type(req.entity_type)?;
-    let limit = ranged("limit", req.limit, 20, 1, 100)? as usize;
+    let limit = SearchRequest::LIMIT.check(req.limit)? as usize;
     let hits = graph
         .search(req.query.clone(), entity_type.clone(), limit)
         .await?;
@@ -265,6 +282,15 @@ pub struct DocumentsRequest {
     pub resolve_documents: Option<bool>,
 }
 
+impl DocumentsRequest {
+    const MAX_DEPTH: Range = Range::new("max_depth", 1, 5, 2);
+    const LIMIT: Range = Range::new("limit", 1, 100, 20);
+}
+
+impl Ranged for DocumentsRequest {
+    const RANGES: &'static [Range] = &[Self::MAX_DEPTH, Self::LIMIT];
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GraphDocumentResult<'a> {
     pub id: &'a str,
@@ -310,8 +336,8 @@ async fn documents(
     let query = DocumentsQuery {
         entity_type: entity_type(req.entity_type)?,
         relationship_types: relationship_types(req.relationship_types)?,
-        max_depth: ranged("max_depth", req.max_depth, 2, 1, 5)? as u32,
-        limit: ranged("limit", req.limit, 20, 1, 100)? as usize,
+        max_depth: DocumentsRequest::MAX_DEPTH.check(req.max_depth)? as u32,
+        limit: DocumentsRequest::LIMIT.check(req.limit)? as usize,
         resolve_documents: req.resolve_documents.unwrap_or(true),
         start: req.entity_name,
     };

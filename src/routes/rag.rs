@@ -14,7 +14,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::{ValidJson, name, ranged};
+use crate::extract::{Range, Ranged, ValidJson, name};
 use crate::offload::Offload;
 
 /// Longest query, in bytes.
@@ -33,6 +33,16 @@ pub struct RagRequest {
     pub limit: Option<i64>,
     pub filters: Option<Filters>,
     pub graph_depth: Option<i64>,
+}
+
+impl RagRequest {
+    const LIMIT: Range = Range::new("limit", 1, 100, 10);
+    /// Hybrid search only: the other two refuse the field.
+    const GRAPH_DEPTH: Range = Range::new("graph_depth", 0, 3, 1);
+}
+
+impl Ranged for RagRequest {
+    const RANGES: &'static [Range] = &[Self::LIMIT, Self::GRAPH_DEPTH];
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -54,7 +64,7 @@ fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {
         ));
     }
     let graph_depth = match (method, req.graph_depth) {
-        (Method::Hybrid, depth) => ranged("graph_depth", depth, 1, 0, 3)? as u32,
+        (Method::Hybrid, depth) => RagRequest::GRAPH_DEPTH.check(depth)? as u32,
         (_, None) => 0,
         (_, Some(_)) => {
             return Err(ApiError::invalid(
@@ -74,7 +84,7 @@ fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {
         }
     }
     Ok(RagQuery {
-        limit: ranged("limit", req.limit, 10, 1, 100)? as usize,
+        limit: RagRequest::LIMIT.check(req.limit)? as usize,
         filter: DocumentFilter {
             source: filters.source,
             content_type: filters.content_type,

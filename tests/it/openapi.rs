@@ -285,6 +285,83 @@ fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTree
     Some((properties, required))
 }
 
+/// A valid JSON body for each operation whose request schema bounds an integer, for
+/// [`every_integer_bound_in_the_document_is_the_servers`].
+const BASE_BODIES: [(&str, &str); 6] = [
+    ("/data/v1/query/graph", r#"{"entity_name": "Ada"}"#),
+    ("/data/v1/query/graph/search", r#"{"query": "Ada"}"#),
+    (
+        "/data/v1/query/graph/documents",
+        r#"{"entity_name": "Ada"}"#,
+    ),
+    ("/v1/rag/semantic", r#"{"query": "mechanical computer"}"#),
+    ("/v1/rag/keyword", r#"{"query": "mechanical computer"}"#),
+    ("/v1/rag/hybrid", r#"{"query": "mechanical computer"}"#),
+];
+
+/// Bounded properties that the document states on an operation which refuses them at any
+/// value: semantic and keyword search share hybrid search's request type, and only hybrid
+/// search takes `graph_depth`.
+const REFUSED_AT_ANY_VALUE: [(&str, &str); 2] = [
+    ("/v1/rag/semantic", "graph_depth"),
+    ("/v1/rag/keyword", "graph_depth"),
+];
+
+/// Every integer bound the document states is the server's: for each operation's JSON body
+/// and each property with a `minimum` and `maximum`, both bounds are accepted, and one past
+/// each is refused with 400 naming the property. An operation with a bounded property and no
+/// base body above fails the test, so a new bound is probed as soon as it is documented.
+#[tokio::test]
+async fn every_integer_bound_in_the_document_is_the_servers() {
+    let t = start().await;
+    let doc = document(&t).await;
+    let mut probed = 0;
+    for ((method, path), op) in documented(&doc) {
+        let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+        let Some(name) = schema["$ref"].as_str().and_then(|r| r.rsplit('/').next()) else {
+            continue;
+        };
+        let properties = &doc["components"]["schemas"][name]["properties"];
+        for (field, property) in properties.as_object().into_iter().flatten() {
+            let (Some(min), Some(max)) =
+                (property["minimum"].as_i64(), property["maximum"].as_i64())
+            else {
+                continue;
+            };
+            if REFUSED_AT_ANY_VALUE.contains(&(path.as_str(), field.as_str())) {
+                continue;
+            }
+            assert_eq!(method, "POST", "{path}");
+            let base = BASE_BODIES
+                .iter()
+                .find(|(p, _)| *p == path)
+                .unwrap_or_else(|| panic!("{path} bounds `{field}`: add a base body for it"))
+                .1;
+            let default = &property["default"];
+            assert!(
+                default.as_i64().is_some_and(|d| (min..=max).contains(&d)),
+                "{path} {field}: default {default} outside {min}..={max}"
+            );
+            for (value, accepted) in [(min, true), (max, true), (min - 1, false), (max + 1, false)]
+            {
+                let mut body: Value = serde_json::from_str(base).unwrap();
+                body[field.as_str()] = value.into();
+                let (status, answer) = t.post(&path, body).await;
+                if accepted {
+                    assert_eq!(status, 200, "{path} {field}={value}: {answer}");
+                } else {
+                    assert_eq!(status, 400, "{path} {field}={value}: {answer}");
+                    assert_eq!(answer["error"]["field"], field.as_str(), "{answer}");
+                }
+                probed += 1;
+            }
+        }
+    }
+    // depth and limit of traverse, limit of search, max_depth and limit of documents, and
+    // limit of the three RAG searches and graph_depth of hybrid: 9 bounds, 4 probes each.
+    assert_eq!(probed, 9 * 4);
+}
+
 /// (method, path) of each documented operation, with the operation.
 fn documented(doc: &Value) -> BTreeMap<(String, String), Value> {
     let mut ops = BTreeMap::new();
