@@ -113,7 +113,7 @@ fn friendly(message: &str) -> String {
 /// An integer field's rule: an inclusive range, and the value an absent field takes. The
 /// handler checks the field with it, and the OpenAPI document states the same value as the
 /// property's `minimum`, `maximum` and `default` (a request type lists its ranges in
-/// [`Ranged`]; `crate::openapi` writes them), so the two cannot differ.
+/// [`Rules`]; `crate::openapi` writes them), so the two cannot differ.
 #[derive(Debug, Clone, Copy)]
 pub struct Range {
     pub field: &'static str,
@@ -148,10 +148,22 @@ impl Range {
     }
 }
 
-/// A request type whose integer fields have ranges: each is checked with its [`Range`], and
-/// the document states it on the type's schema.
-pub trait Ranged: utoipa::ToSchema {
-    const RANGES: &'static [Range];
+/// An array field's rule: how many items it may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Items {
+    pub field: &'static str,
+    pub min: usize,
+    pub max: usize,
+}
+
+/// The rules a request type's fields have beyond their types, each checked by its handler
+/// with the value listed here, and stated on the type's schema from the same value
+/// (`crate::openapi`): integer ranges, fields (or arrays of them) by the knowledge base's
+/// name rule ([`kbq_store::model::NAME_PATTERN`]), and arrays' sizes.
+pub trait Rules: utoipa::ToSchema {
+    const RANGES: &'static [Range] = &[];
+    const NAMES: &'static [&'static str] = &[];
+    const LISTS: &'static [Items] = &[];
 }
 
 /// A name (entity, type, source, ...) by the knowledge base's name rules, as `field`.
@@ -159,25 +171,29 @@ pub(crate) fn name(field: &str, value: &str) -> Result<(), ApiError> {
     check_name(field, value).map_err(ApiError::from)
 }
 
-/// Most relationship types one request may name.
-const MAX_RELATIONSHIP_TYPES: usize = 64;
+/// `relationship_types`: 1 to 64 types, each a name.
+pub const RELATIONSHIP_TYPES: Items = Items {
+    field: "relationship_types",
+    min: 1,
+    max: 64,
+};
 
-/// `relationship_types`: absent (every type), or 1 to [`MAX_RELATIONSHIP_TYPES`] names.
+/// `relationship_types`: absent (every type), or [`RELATIONSHIP_TYPES`] names.
 pub(crate) fn relationship_types(
     value: Option<Vec<String>>,
 ) -> Result<Option<Vec<String>>, ApiError> {
     let Some(types) = value else { return Ok(None) };
-    let field = "relationship_types";
-    if types.is_empty() {
+    let Items { field, min, max } = RELATIONSHIP_TYPES;
+    if types.len() < min {
         return Err(ApiError::invalid(
             field,
             "relationship_types must not be empty; omit it to follow every type",
         ));
     }
-    if types.len() > MAX_RELATIONSHIP_TYPES {
+    if types.len() > max {
         return Err(ApiError::invalid(
             field,
-            format!("relationship_types may name at most {MAX_RELATIONSHIP_TYPES} types"),
+            format!("relationship_types may name at most {max} types"),
         ));
     }
     for t in &types {

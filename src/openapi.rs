@@ -18,7 +18,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Typ
 use utoipa::{Modify, OpenApi};
 
 use crate::error::{ErrorBody, ErrorCode};
-use crate::extract::Ranged;
+use crate::extract::Rules as RequestRules;
 use crate::routes;
 
 /// The security scheme names: either header carries the key (docs/api.md, "Authentication").
@@ -81,17 +81,20 @@ struct Rules;
 impl Modify for Rules {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         use routes::{graph, rag};
-        state_ranges::<graph::TraversalRequest>(doc);
-        state_ranges::<graph::SearchRequest>(doc);
-        state_ranges::<graph::DocumentsRequest>(doc);
-        state_ranges::<rag::RagRequest>(doc);
+        state::<graph::TraversalRequest>(doc);
+        state::<graph::SearchRequest>(doc);
+        state::<graph::DocumentsRequest>(doc);
+        state::<rag::RagRequest>(doc);
+        state::<rag::Filters>(doc);
     }
 }
 
-/// Writes `T`'s ranges into its schema's properties as `minimum`, `maximum` and `default`.
-/// A range naming a property the schema lacks is a mistake in the type: it panics, and so
-/// fails every test that builds the document.
-fn state_ranges<T: Ranged>(doc: &mut utoipa::openapi::OpenApi) {
+/// Writes `T`'s rules into its schema's properties: a range as `minimum`, `maximum` and
+/// `default`; a name as the name rule's `pattern` (on the items of an array of names); an
+/// array's size as `minItems` and `maxItems`. A rule naming a property the schema lacks, or
+/// of another type, is a mistake in the type: it panics, and so fails every test that builds
+/// the document.
+fn state<T: RequestRules>(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::Number;
     use utoipa::openapi::schema::Schema;
     let name = T::name();
@@ -103,13 +106,46 @@ fn state_ranges<T: Ranged>(doc: &mut utoipa::openapi::OpenApi) {
         panic!("{name} is not an object schema in the document");
     };
     for range in T::RANGES {
-        let Some(RefOr::T(Schema::Object(property))) = object.properties.get_mut(range.field)
-        else {
-            panic!("{name} has no integer property `{}`", range.field);
+        let Schema::Object(p) = property(object, &name, range.field) else {
+            panic!("{name}.{} is not an integer", range.field);
         };
-        property.minimum = Some(Number::Int(range.min as isize));
-        property.maximum = Some(Number::Int(range.max as isize));
-        property.default = Some(range.default.into());
+        p.minimum = Some(Number::Int(range.min as isize));
+        p.maximum = Some(Number::Int(range.max as isize));
+        p.default = Some(range.default.into());
+    }
+    for field in T::NAMES {
+        match property(object, &name, field) {
+            Schema::Object(p) => p.pattern = Some(kbq_store::model::NAME_PATTERN.to_string()),
+            Schema::Array(a) => match &mut a.items {
+                utoipa::openapi::schema::ArrayItems::RefOrSchema(items) => match &mut **items {
+                    RefOr::T(Schema::Object(p)) => {
+                        p.pattern = Some(kbq_store::model::NAME_PATTERN.to_string())
+                    }
+                    _ => panic!("{name}.{field}'s items are not strings"),
+                },
+                _ => panic!("{name}.{field} has no items schema"),
+            },
+            _ => panic!("{name}.{field} is not a string or an array"),
+        }
+    }
+    for list in T::LISTS {
+        let Schema::Array(a) = property(object, &name, list.field) else {
+            panic!("{name}.{} is not an array", list.field);
+        };
+        a.min_items = Some(list.min);
+        a.max_items = Some(list.max);
+    }
+}
+
+/// The schema of `object`'s property `field` (of the schema `name`), to write a rule into.
+fn property<'a>(
+    object: &'a mut Object,
+    name: &str,
+    field: &str,
+) -> &'a mut utoipa::openapi::schema::Schema {
+    match object.properties.get_mut(field) {
+        Some(RefOr::T(schema)) => schema,
+        _ => panic!("{name} has no property `{field}` with a schema of its own"),
     }
 }
 

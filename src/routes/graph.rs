@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::{Range, Ranged, ValidJson, name, name_in_path, relationship_types};
+use crate::extract::{
+    RELATIONSHIP_TYPES, Range, Rules, ValidJson, name, name_in_path, relationship_types,
+};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
@@ -50,8 +52,10 @@ impl TraversalRequest {
     const LIMIT: Range = Range::new("limit", 1, 200, 50);
 }
 
-impl Ranged for TraversalRequest {
+impl Rules for TraversalRequest {
     const RANGES: &'static [Range] = &[Self::DEPTH, Self::LIMIT];
+    const NAMES: &'static [&'static str] = &["entity_name", "relationship_types"];
+    const LISTS: &'static [crate::extract::Items] = &[RELATIONSHIP_TYPES];
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -199,8 +203,9 @@ impl SearchRequest {
     const LIMIT: Range = Range::new("limit", 1, 100, 20);
 }
 
-impl Ranged for SearchRequest {
+impl Rules for SearchRequest {
     const RANGES: &'static [Range] = &[Self::LIMIT];
+    const NAMES: &'static [&'static str] = &["query", "entity_type"];
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -287,8 +292,10 @@ impl DocumentsRequest {
     const LIMIT: Range = Range::new("limit", 1, 100, 20);
 }
 
-impl Ranged for DocumentsRequest {
+impl Rules for DocumentsRequest {
     const RANGES: &'static [Range] = &[Self::MAX_DEPTH, Self::LIMIT];
+    const NAMES: &'static [&'static str] = &["entity_name", "entity_type", "relationship_types"];
+    const LISTS: &'static [crate::extract::Items] = &[RELATIONSHIP_TYPES];
 }
 
 #[derive(Debug, Serialize, ToSchema)]

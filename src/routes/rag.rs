@@ -14,7 +14,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::{Range, Ranged, ValidJson, name};
+use crate::extract::{Range, Rules, ValidJson, name};
 use crate::offload::Offload;
 
 /// Longest query, in bytes.
@@ -41,7 +41,7 @@ impl RagRequest {
     const GRAPH_DEPTH: Range = Range::new("graph_depth", 0, 3, 1);
 }
 
-impl Ranged for RagRequest {
+impl Rules for RagRequest {
     const RANGES: &'static [Range] = &[Self::LIMIT, Self::GRAPH_DEPTH];
 }
 
@@ -51,6 +51,10 @@ pub struct Filters {
     pub source: Option<String>,
     pub content_type: Option<String>,
     pub entity_name: Option<String>,
+}
+
+impl Rules for Filters {
+    const NAMES: &'static [&'static str] = &["source", "content_type", "entity_name"];
 }
 
 fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {

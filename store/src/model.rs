@@ -148,6 +148,12 @@ pub mod keys {
     }
 }
 
+/// [`check_name`]'s rules but the length, as a JSON Schema `pattern` (ECMA-262; Python's
+/// `re` and Rust's `regex` read it alike): no control character (Unicode Cc), and at least
+/// one character that is neither a control character nor white space (Unicode White_Space,
+/// what `str::trim` takes off). The OpenAPI document states it on every name field.
+pub const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*[^\u0000-\u0020\u007F-\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\u0000-\u001F\u007F-\u009F]*$";
+
 /// The rule for names and types: not blank, at most [`MAX_NAME_BYTES`], no control characters.
 pub fn check_name(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
@@ -271,3 +277,25 @@ impl Record {
 /// Shared handles: the graph index and traversal results hand these out without copying.
 pub type EntityRef = Arc<Entity>;
 pub type RelationshipRef = Arc<Relationship>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pattern says what `check_name` does (but the length), for every character alone,
+    /// between letters, and beside white space.
+    #[test]
+    fn the_name_pattern_is_the_name_rule() {
+        let pattern = regex::Regex::new(NAME_PATTERN).unwrap();
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            for s in [c.to_string(), format!("a{c}b"), format!(" {c} ")] {
+                assert_eq!(
+                    check_name("name", &s).is_ok(),
+                    pattern.is_match(&s),
+                    "{c:?} in {s:?}"
+                );
+            }
+        }
+        assert!(!pattern.is_match(""));
+    }
+}

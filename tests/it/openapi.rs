@@ -362,6 +362,111 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
     assert_eq!(probed, 9 * 4);
 }
 
+/// Every name rule and array size the document states is the server's. For each operation
+/// with a base body ([`BASE_BODIES`]) and each property of its request schema, or of an
+/// object one `$ref` below it, that carries the name rule's `pattern` (on the property, or on
+/// an array's items) or `minItems`/`maxItems`: a valid value is accepted, and a blank name,
+/// a name with a control character, and an array one item short of or past its bounds are
+/// refused with 400 naming the field.
+#[tokio::test]
+async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
+    let t = start().await;
+    let doc = document(&t).await;
+    let pattern = kbq_store::model::NAME_PATTERN;
+    let schema_of = |r: &Value| -> Option<Value> {
+        let name = r.as_str()?.rsplit('/').next()?;
+        Some(doc["components"]["schemas"][name].clone())
+    };
+    let mut probed = 0;
+    for ((_, path), op) in documented(&doc) {
+        let Some(base) = BASE_BODIES.iter().find(|(p, _)| *p == path).map(|b| b.1) else {
+            continue;
+        };
+        let request =
+            schema_of(&op["requestBody"]["content"]["application/json"]["schema"]["$ref"]).unwrap();
+        // (where in the body, the field's name in errors, its schema)
+        let mut fields: Vec<(Vec<String>, String, Value)> = Vec::new();
+        for (field, property) in request["properties"].as_object().unwrap() {
+            let nested = property["oneOf"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .chain([property])
+                .find_map(|p| schema_of(&p["$ref"]));
+            match nested {
+                Some(object) => {
+                    for (inner, p) in object["properties"].as_object().unwrap() {
+                        let at = vec![field.clone(), inner.clone()];
+                        fields.push((at, format!("{field}.{inner}"), p.clone()));
+                    }
+                }
+                None => fields.push((vec![field.clone()], field.clone(), property.clone())),
+            }
+        }
+        for (at, field, property) in fields {
+            let names = property["pattern"] == pattern;
+            let item_names = property["items"]["pattern"] == pattern;
+            let sized = property["minItems"]
+                .as_u64()
+                .zip(property["maxItems"].as_u64());
+            if !names && !item_names && sized.is_none() {
+                continue;
+            }
+            let mut cases: Vec<(Value, bool)> = Vec::new();
+            if names {
+                cases.extend([
+                    (Value::from("Ada Lovelace"), true),
+                    (Value::from(""), false),
+                    (Value::from(" \u{3000}"), false),
+                    (Value::from("a\u{7}b"), false),
+                ]);
+            }
+            if item_names {
+                cases.extend([
+                    (serde_json::json!(["knows"]), true),
+                    (serde_json::json!(["knows", " "]), false),
+                    (serde_json::json!(["a\u{85}b"]), false),
+                ]);
+            }
+            if let Some((min, max)) = sized {
+                let list =
+                    |n: u64| Value::from((0..n).map(|i| format!("t{i}")).collect::<Vec<_>>());
+                cases.extend([(list(min), true), (list(max), true), (list(max + 1), false)]);
+                if min > 0 {
+                    cases.push((list(min - 1), false));
+                }
+            }
+            for (value, accepted) in cases {
+                let mut body: Value = serde_json::from_str(base).unwrap();
+                let mut slot = &mut body;
+                for key in &at {
+                    if slot[key.as_str()].is_null() {
+                        slot[key.as_str()] = serde_json::json!({});
+                    }
+                    slot = &mut slot[key.as_str()];
+                }
+                *slot = value.clone();
+                let (status, answer) = t.post(&path, body).await;
+                if accepted {
+                    assert_eq!(status, 200, "{path} {field}={value}: {answer}");
+                } else {
+                    assert_eq!(status, 400, "{path} {field}={value}: {answer}");
+                    assert_eq!(answer["error"]["field"], field.as_str(), "{path}: {answer}");
+                }
+                probed += 1;
+            }
+        }
+    }
+    // Names: 4 probes each, in traverse (1), search (2), documents (2) and the three RAG
+    // searches' filters (3 each); arrays of names: 3 each and 4 for their size, in traverse
+    // and documents.
+    assert_eq!(
+        probed,
+        4 * (1 + 2 + 2 + 9) + 2 * (3 + 4),
+        "a rule left the document"
+    );
+}
+
 /// (method, path) of each documented operation, with the operation.
 fn documented(doc: &Value) -> BTreeMap<(String, String), Value> {
     let mut ops = BTreeMap::new();
