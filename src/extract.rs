@@ -159,10 +159,12 @@ pub struct Items {
 /// The rules a request type's fields have beyond their types, each checked by its handler
 /// with the value listed here, and stated on the type's schema from the same value
 /// (`crate::openapi`): integer ranges, fields (or arrays of them) by the knowledge base's
-/// name rule ([`kbq_store::model::NAME_PATTERN`]), and arrays' sizes.
+/// name rule ([`kbq_store::model::NAME_PATTERN`]), text that must not be blank
+/// ([`kbq_store::model::NOT_BLANK_PATTERN`]), and arrays' sizes.
 pub trait Rules: utoipa::ToSchema {
     const RANGES: &'static [Range] = &[];
     const NAMES: &'static [&'static str] = &[];
+    const NOT_BLANK: &'static [&'static str] = &[];
     const LISTS: &'static [Items] = &[];
 }
 

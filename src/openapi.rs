@@ -90,7 +90,8 @@ impl Modify for Rules {
 }
 
 /// Writes `T`'s rules into its schema's properties: a range as `minimum`, `maximum` and
-/// `default`; a name as the name rule's `pattern` (on the items of an array of names); an
+/// `default`; a name as the name rule's `pattern` (on the items of an array of names), text
+/// that must not be blank as a pattern too; an
 /// array's size as `minItems` and `maxItems`. A rule naming a property the schema lacks, or
 /// of another type, is a mistake in the type: it panics, and so fails every test that builds
 /// the document.
@@ -127,6 +128,12 @@ fn state<T: RequestRules>(doc: &mut utoipa::openapi::OpenApi) {
             },
             _ => panic!("{name}.{field} is not a string or an array"),
         }
+    }
+    for field in T::NOT_BLANK {
+        let Schema::Object(p) = property(object, &name, field) else {
+            panic!("{name}.{field} is not a string");
+        };
+        p.pattern = Some(kbq_store::model::NOT_BLANK_PATTERN.to_string());
     }
     for list in T::LISTS {
         let Schema::Array(a) = property(object, &name, list.field) else {

@@ -42,7 +42,8 @@ fn entity_type(value: Option<String>) -> Result<Option<String>, ApiError> {
 pub struct TraversalRequest {
     pub entity_name: String,
     pub relationship_types: Option<Vec<String>>,
-    pub direction: Option<String>,
+    /// `both` when absent.
+    pub direction: Option<Direction>,
     pub depth: Option<i64>,
     pub limit: Option<i64>,
 }
@@ -97,20 +98,9 @@ async fn traverse(
     ValidJson(req): ValidJson<TraversalRequest>,
 ) -> Result<HttpResponse, ApiError> {
     name("entity_name", &req.entity_name)?;
-    let direction = match req.direction.as_deref() {
-        None | Some("both") => Direction::Both,
-        Some("in") => Direction::In,
-        Some("out") => Direction::Out,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "direction",
-                "direction must be one of in, out, both",
-            ));
-        }
-    };
     let query = TraversalQuery {
         relationship_types: relationship_types(req.relationship_types)?,
-        direction,
+        direction: req.direction.unwrap_or(Direction::Both),
         depth: TraversalRequest::DEPTH.check(req.depth)? as u32,
         limit: TraversalRequest::LIMIT.check(req.limit)? as usize,
         start: req.entity_name,

@@ -43,6 +43,7 @@ impl RagRequest {
 
 impl Rules for RagRequest {
     const RANGES: &'static [Range] = &[Self::LIMIT, Self::GRAPH_DEPTH];
+    const NOT_BLANK: &'static [&'static str] = &["query"];
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -22,6 +22,7 @@ use crate::names::NameIndex;
 
 /// Which edges a walk may follow from an entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// Incoming edges: from target to source.

@@ -154,6 +154,11 @@ pub mod keys {
 /// what `str::trim` takes off). The OpenAPI document states it on every name field.
 pub const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*[^\u0000-\u0020\u007F-\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\u0000-\u001F\u007F-\u009F]*$";
 
+/// "Not blank" as a JSON Schema `pattern`: some character that is not white space (Unicode
+/// White_Space, what `str::trim` takes off). A pattern matches anywhere in the text.
+pub const NOT_BLANK_PATTERN: &str =
+    r"[^\u0009-\u000D\u0020\u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]";
+
 /// The rule for names and types: not blank, at most [`MAX_NAME_BYTES`], no control characters.
 pub fn check_name(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
@@ -294,6 +299,18 @@ mod tests {
                     pattern.is_match(&s),
                     "{c:?} in {s:?}"
                 );
+            }
+        }
+        assert!(!pattern.is_match(""));
+    }
+
+    /// "Not blank" is what `str::trim` leaves something of, for every character.
+    #[test]
+    fn the_not_blank_pattern_is_trim() {
+        let pattern = regex::Regex::new(NOT_BLANK_PATTERN).unwrap();
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            for s in [c.to_string(), format!(" {c}\t")] {
+                assert_eq!(!s.trim().is_empty(), pattern.is_match(&s), "{c:?} in {s:?}");
             }
         }
         assert!(!pattern.is_match(""));

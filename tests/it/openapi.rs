@@ -362,7 +362,7 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
     assert_eq!(probed, 9 * 4);
 }
 
-/// Every name rule and array size the document states is the server's. For each operation
+/// Every name rule, not-blank rule and array size the document states is the server's. For each operation
 /// with a base body ([`BASE_BODIES`]) and each property of its request schema, or of an
 /// object one `$ref` below it, that carries the name rule's `pattern` (on the property, or on
 /// an array's items) or `minItems`/`maxItems`: a valid value is accepted, and a blank name,
@@ -373,6 +373,7 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
     let t = start().await;
     let doc = document(&t).await;
     let pattern = kbq_store::model::NAME_PATTERN;
+    let not_blank = kbq_store::model::NOT_BLANK_PATTERN;
     let schema_of = |r: &Value| -> Option<Value> {
         let name = r.as_str()?.rsplit('/').next()?;
         Some(doc["components"]["schemas"][name].clone())
@@ -392,7 +393,8 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
                 .into_iter()
                 .flatten()
                 .chain([property])
-                .find_map(|p| schema_of(&p["$ref"]));
+                .find_map(|p| schema_of(&p["$ref"]))
+                .filter(|o| o["properties"].is_object());
             match nested {
                 Some(object) => {
                     for (inner, p) in object["properties"].as_object().unwrap() {
@@ -405,11 +407,12 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
         }
         for (at, field, property) in fields {
             let names = property["pattern"] == pattern;
+            let text = property["pattern"] == not_blank;
             let item_names = property["items"]["pattern"] == pattern;
             let sized = property["minItems"]
                 .as_u64()
                 .zip(property["maxItems"].as_u64());
-            if !names && !item_names && sized.is_none() {
+            if !names && !text && !item_names && sized.is_none() {
                 continue;
             }
             let mut cases: Vec<(Value, bool)> = Vec::new();
@@ -419,6 +422,13 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
                     (Value::from(""), false),
                     (Value::from(" \u{3000}"), false),
                     (Value::from("a\u{7}b"), false),
+                ]);
+            }
+            if text {
+                cases.extend([
+                    (Value::from("mechanical computer"), true),
+                    (Value::from(""), false),
+                    (Value::from(" \u{3000}\t"), false),
                 ]);
             }
             if item_names {
@@ -459,10 +469,10 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
     }
     // Names: 4 probes each, in traverse (1), search (2), documents (2) and the three RAG
     // searches' filters (3 each); arrays of names: 3 each and 4 for their size, in traverse
-    // and documents.
+    // and documents; text not blank: 3 each, the three RAG searches' query.
     assert_eq!(
         probed,
-        4 * (1 + 2 + 2 + 9) + 2 * (3 + 4),
+        4 * (1 + 2 + 2 + 9) + 2 * (3 + 4) + 3 * 3,
         "a rule left the document"
     );
 }
