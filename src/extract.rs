@@ -110,6 +110,55 @@ fn friendly(message: &str) -> String {
 
 // ---- field checks shared by the routes -----------------------------------------------------
 
+/// Reads an optional integer field as JSON Schema's `integer` does, which the document states:
+/// a number with no fraction, written `6` or `6.0` or `6e0`. serde alone refuses `6.0`.
+/// Used as `#[serde(default, deserialize_with = "crate::extract::integer")]`.
+pub fn integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    d.deserialize_option(Integer)
+}
+
+/// The visitor of [`integer`]: absent or null is `None`; any other value must be an integer.
+struct Integer;
+
+impl<'de> serde::de::Visitor<'de> for Integer {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an integer")
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(Integer)
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        i64::try_from(v)
+            .map(Some)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(v), &self))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        // Below 2^63 in size, where every float with no fraction is an i64.
+        if v.fract() == 0.0 && v.abs() < 9_223_372_036_854_775_808.0 {
+            Ok(Some(v as i64))
+        } else {
+            Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+        }
+    }
+}
+
 /// An integer field's rule: an inclusive range, and the value an absent field takes. The
 /// handler checks the field with it, and the OpenAPI document states the same value as the
 /// property's `minimum`, `maximum` and `default` (a request type lists its ranges in
@@ -220,6 +269,40 @@ pub(crate) fn name_in_path(req: &HttpRequest, mark: &str, field: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    struct WithInteger {
+        #[serde(default, deserialize_with = "integer")]
+        n: Option<i64>,
+    }
+
+    /// JSON Schema's `integer`: a number with no fraction, however written; the rest refused
+    /// with "expected an integer".
+    #[test]
+    fn an_integer_may_be_written_with_a_zero_fraction() {
+        let read = |json: &str| serde_json::from_str::<WithInteger>(json).map(|w| w.n);
+        for (json, n) in [
+            ("{}", None),
+            (r#"{"n": null}"#, None),
+            (r#"{"n": 6}"#, Some(6)),
+            (r#"{"n": -6}"#, Some(-6)),
+            (r#"{"n": 6.0}"#, Some(6)),
+            (r#"{"n": 6e0}"#, Some(6)),
+            (r#"{"n": 1e2}"#, Some(100)),
+        ] {
+            assert_eq!(read(json).unwrap(), n, "{json}");
+        }
+        for json in [
+            r#"{"n": 6.5}"#,
+            r#"{"n": "6"}"#,
+            r#"{"n": 1e19}"#,
+            r#"{"n": 18446744073709551615}"#,
+            r#"{"n": true}"#,
+        ] {
+            let e = read(json).unwrap_err().to_string();
+            assert!(e.contains("expected an integer"), "{json}: {e}");
+        }
+    }
 
     #[derive(serde::Deserialize, Debug)]
     #[serde(deny_unknown_fields)]

@@ -36,6 +36,7 @@ pub struct ChatRequest {
     pub system_prompt: Option<String>,
     pub history: Option<Vec<HistoryEntry>>,
     pub temperature: Option<f64>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub max_tokens: Option<i64>,
 }
 

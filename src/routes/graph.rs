@@ -44,7 +44,9 @@ pub struct TraversalRequest {
     pub relationship_types: Option<Vec<String>>,
     /// `both` when absent.
     pub direction: Option<Direction>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub depth: Option<i64>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub limit: Option<i64>,
 }
 
@@ -186,6 +188,7 @@ fn traversal_body(start: &str, walk: &Traversal) -> Vec<u8> {
 pub struct SearchRequest {
     pub query: String,
     pub entity_type: Option<String>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub limit: Option<i64>,
 }
 
@@ -272,7 +275,9 @@ pub struct DocumentsRequest {
     pub entity_name: String,
     pub entity_type: Option<String>,
     pub relationship_types: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub max_depth: Option<i64>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub limit: Option<i64>,
     pub resolve_documents: Option<bool>,
 }

@@ -116,6 +116,7 @@ pub struct EmbeddingsRequest {
     #[schema(value_type = EmbeddingsInput)]
     pub input: Value,
     pub model: String,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub dimensions: Option<i64>,
     pub encoding_format: Option<String>,
     /// Accepted and ignored, as OpenAI does for abuse monitoring.

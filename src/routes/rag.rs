@@ -30,8 +30,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[serde(deny_unknown_fields)]
 pub struct RagRequest {
     pub query: String,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub limit: Option<i64>,
     pub filters: Option<Filters>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub graph_depth: Option<i64>,
 }
 

@@ -34,7 +34,9 @@ pub struct CompletionRequest {
     pub messages: Vec<Value>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub max_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub max_completion_tokens: Option<i64>,
     /// OpenAI function tools, at most 128.
     #[schema(value_type = Option<Vec<Object>>)]
@@ -47,10 +49,12 @@ pub struct CompletionRequest {
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
     /// Must be 1.
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub n: Option<i64>,
     /// A string or up to 4 strings.
     #[schema(value_type = Option<Object>)]
     pub stop: Option<Value>,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
     pub seed: Option<i64>,
     pub presence_penalty: Option<f64>,
     pub frequency_penalty: Option<f64>,
