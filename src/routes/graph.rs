@@ -35,6 +35,17 @@ fn entity_type(value: Option<String>) -> Result<Option<String>, ApiError> {
     Ok(value)
 }
 
+/// `direction` by [`Direction`]'s own names (the enum the document states): `both` when absent.
+fn direction(value: Option<&str>) -> Result<Direction, ApiError> {
+    use serde::Deserialize;
+    use serde::de::value::{Error, StrDeserializer};
+    let Some(value) = value else {
+        return Ok(Direction::Both);
+    };
+    Direction::deserialize(StrDeserializer::<Error>::new(value))
+        .map_err(|e| ApiError::invalid("direction", format!("direction: {e}")))
+}
+
 // ---- traverse -----------------------------------------------------------------------------
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -42,8 +53,10 @@ fn entity_type(value: Option<String>) -> Result<Option<String>, ApiError> {
 pub struct TraversalRequest {
     pub entity_name: String,
     pub relationship_types: Option<Vec<String>>,
-    /// `both` when absent.
-    pub direction: Option<Direction>,
+    /// `both` when absent. Read as a string, then as a [`Direction`] by the handler: serde
+    /// alone calls a number here malformed JSON rather than a wrong value of this field.
+    #[schema(value_type = Option<Direction>)]
+    pub direction: Option<String>,
     #[serde(default, deserialize_with = "crate::extract::integer")]
     pub depth: Option<i64>,
     #[serde(default, deserialize_with = "crate::extract::integer")]
@@ -102,7 +115,7 @@ async fn traverse(
     name("entity_name", &req.entity_name)?;
     let query = TraversalQuery {
         relationship_types: relationship_types(req.relationship_types)?,
-        direction: req.direction.unwrap_or(Direction::Both),
+        direction: direction(req.direction.as_deref())?,
         depth: TraversalRequest::DEPTH.check(req.depth)? as u32,
         limit: TraversalRequest::LIMIT.check(req.limit)? as usize,
         start: req.entity_name,
