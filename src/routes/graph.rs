@@ -53,8 +53,9 @@ fn direction(value: Option<&str>) -> Result<Direction, ApiError> {
 pub struct TraversalRequest {
     pub entity_name: String,
     pub relationship_types: Option<Vec<String>>,
-    /// `both` when absent. Read as a string, then as a [`Direction`] by the handler: serde
-    /// alone calls a number here malformed JSON rather than a wrong value of this field.
+    // Read as a string, then as a `Direction` by the handler: serde alone calls a number
+    // here malformed JSON rather than a wrong value of this field.
+    /// `both` when absent.
     #[schema(value_type = Option<Direction>)]
     pub direction: Option<String>,
     #[serde(default, deserialize_with = "crate::extract::integer")]
