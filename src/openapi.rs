@@ -75,7 +75,7 @@ pub const API_KEY: &str = "api_key";
 pub struct ApiDoc;
 
 /// States on the request types' schemas the rules their handlers check with, from the same
-/// values ([`crate::extract::Range`]).
+/// values ([`crate::extract::Rules`]).
 struct Rules;
 
 impl Modify for Rules {
@@ -90,11 +90,10 @@ impl Modify for Rules {
 }
 
 /// Writes `T`'s rules into its schema's properties: a range as `minimum`, `maximum` and
-/// `default`; a name as the name rule's `pattern` (on the items of an array of names), text
-/// that must not be blank as a pattern too; an
-/// array's size as `minItems` and `maxItems`. A rule naming a property the schema lacks, or
-/// of another type, is a mistake in the type: it panics, and so fails every test that builds
-/// the document.
+/// `default`; a name as the name rule's `pattern` (on the items of an array of names); text
+/// that must not be blank as a pattern too; an array's size as `minItems` and `maxItems`. A
+/// rule naming a property the schema lacks, or of another type, is a mistake in the type: it
+/// panics, and so fails every test that builds the document.
 fn state<T: RequestRules>(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::Number;
     use utoipa::openapi::schema::Schema;
