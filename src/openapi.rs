@@ -86,7 +86,34 @@ impl Modify for Rules {
         state::<graph::DocumentsRequest>(doc);
         state::<rag::RagRequest>(doc);
         state::<rag::Filters>(doc);
+        // Path parameters: names by the name rule, document ids by their shape.
+        let name = kbq_store::model::NAME_PATTERN;
+        path_parameter(doc, "entity_name", name);
+        path_parameter(doc, "name", name);
+        path_parameter(doc, "id", kbq_store::write::DOCUMENT_ID_PATTERN);
     }
+}
+
+/// Writes `pattern` into the schema of every path parameter called `parameter`.
+fn path_parameter(doc: &mut utoipa::openapi::OpenApi, parameter: &str, pattern: &str) {
+    use utoipa::openapi::path::ParameterIn;
+    use utoipa::openapi::schema::Schema;
+    let mut found = false;
+    for item in doc.paths.paths.values_mut() {
+        for (_, op) in operations(item) {
+            for p in op.parameters.iter_mut().flatten() {
+                let RefOr::T(p) = p else { continue };
+                if p.name == parameter && p.parameter_in == ParameterIn::Path {
+                    let Some(RefOr::T(Schema::Object(schema))) = p.schema.as_mut() else {
+                        panic!("path parameter {parameter} has no string schema");
+                    };
+                    schema.pattern = Some(pattern.to_string());
+                    found = true;
+                }
+            }
+        }
+    }
+    assert!(found, "no path parameter is called {parameter}");
 }
 
 /// Writes `T`'s rules into its schema's properties: a range as `minimum`, `maximum` and

@@ -252,21 +252,15 @@ impl KnowledgeBase {
         })
     }
 
-    /// Deletes one document by id (`document:<key>` or the key); false when there was none.
+    /// Deletes one document by id (`document:<key>` or the key, [`DOCUMENT_ID_PATTERN`]);
+    /// false when there was none.
     pub async fn delete_document(&self, id: &str) -> Result<bool> {
-        let key = id
-            .strip_prefix(DOCUMENT)
-            .and_then(|rest| rest.strip_prefix(':'))
-            .unwrap_or(id);
-        let valid = key.len() == 33
-            && key.starts_with('d')
-            && key[1..].bytes().all(|b| b.is_ascii_hexdigit());
-        if !valid {
+        let Some(key) = document_key(id) else {
             return Err(StoreError::invalid(
                 "id",
                 "must be a document id: document:d followed by 32 hex digits",
             ));
-        }
+        };
         let rid = RecordId::new(table::DOCUMENT, key);
         let found: Vec<String> = self
             .run(
@@ -407,4 +401,53 @@ async fn document_rows(
 
 fn json(v: Json) -> Value {
     v.into_value()
+}
+
+/// A document id as `delete_document` takes it, as a JSON Schema `pattern`: `document:` (or
+/// nothing), `d`, and 32 hex digits.
+pub const DOCUMENT_ID_PATTERN: &str = "^(document:)?d[0-9A-Fa-f]{32}$";
+
+/// The key of a document id (`document:<key>` or the key), when it has a document key's
+/// shape ([`DOCUMENT_ID_PATTERN`]).
+fn document_key(id: &str) -> Option<&str> {
+    let key = id
+        .strip_prefix(DOCUMENT)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .unwrap_or(id);
+    let valid =
+        key.len() == 33 && key.starts_with('d') && key[1..].bytes().all(|b| b.is_ascii_hexdigit());
+    valid.then_some(key)
+}
+
+#[cfg(test)]
+mod document_id_tests {
+    use super::*;
+
+    /// The pattern accepts exactly the ids `document_key` does.
+    #[test]
+    fn the_document_id_pattern_is_document_key() {
+        let pattern = regex::Regex::new(DOCUMENT_ID_PATTERN).unwrap();
+        let hex = "0123456789abcdef0123456789ABCDEF";
+        let mut ids = vec![
+            String::new(),
+            "d".into(),
+            format!("d{hex}"),
+            format!("document:d{hex}"),
+            format!("document:d{hex}0"),
+            format!("d{}", &hex[1..]),
+            format!("e{hex}"),
+            format!("document:e{hex}"),
+            format!("documents:d{hex}"),
+            format!("document:document:d{hex}"),
+            format!(":d{hex}"),
+            format!("d{hex}\n"),
+        ];
+        for c in (0..=0x2000).filter_map(char::from_u32) {
+            ids.push(format!("d{}{c}", &hex[1..]));
+            ids.push(format!("document{c}d{hex}"));
+        }
+        for id in ids {
+            assert_eq!(document_key(&id).is_some(), pattern.is_match(&id), "{id:?}");
+        }
+    }
 }

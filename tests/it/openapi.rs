@@ -485,6 +485,62 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
     );
 }
 
+/// Every path parameter's `pattern` in the document is the server's: for each parameter
+/// with one, a value it matches is not refused (the answer is 200 or 404), and values it does
+/// not match (percent-encoded in the path) are refused with 400 naming the parameter.
+#[tokio::test]
+async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
+    let t = start().await;
+    let doc = document(&t).await;
+    let name = kbq_store::model::NAME_PATTERN;
+    let id = kbq_store::write::DOCUMENT_ID_PATTERN;
+    let document = format!("document:d{}", "0".repeat(32));
+    let mut probed = 0;
+    for ((method, path), op) in documented(&doc) {
+        for p in op["parameters"].as_array().into_iter().flatten() {
+            let pattern = &p["schema"]["pattern"];
+            if p["in"] != "path" || pattern.is_null() {
+                continue;
+            }
+            let parameter = p["name"].as_str().unwrap();
+            let (good, bad): (&[&str], &[&str]) = if pattern == name {
+                (
+                    &["Ada", "Ada%20Lovelace"],
+                    &["%20", "%E3%80%80", "a%07b", "a%C2%85"],
+                )
+            } else if pattern == id {
+                (
+                    &[document.as_str()],
+                    &["document:x", "d123", "document%0Ad"],
+                )
+            } else {
+                panic!("{path}: no probes for the pattern {pattern}");
+            };
+            let method = Method::from_bytes(method.as_bytes()).unwrap();
+            for (value, accepted) in good
+                .iter()
+                .map(|v| (v, true))
+                .chain(bad.iter().map(|v| (v, false)))
+            {
+                let url = path.replace(&format!("{{{parameter}}}"), value);
+                let (status, _, answer) = t.call(method.clone(), &url, None).await;
+                if accepted {
+                    assert!(
+                        matches!(status.as_u16(), 200 | 404),
+                        "{url}: {status} {answer}"
+                    );
+                } else {
+                    assert_eq!(status, 400, "{url}: {answer}");
+                    assert_eq!(answer["error"]["field"], parameter, "{url}: {answer}");
+                }
+                probed += 1;
+            }
+        }
+    }
+    // The entity lookup and the entity delete (names, 6 each), the document delete (4).
+    assert_eq!(probed, 6 + 6 + 4, "a pattern left the document");
+}
+
 /// (method, path) of each documented operation, with the operation.
 fn documented(doc: &Value) -> BTreeMap<(String, String), Value> {
     let mut ops = BTreeMap::new();
