@@ -85,6 +85,7 @@ impl Modify for Rules {
         state::<graph::SearchRequest>(doc);
         state::<graph::DocumentsRequest>(doc);
         state::<rag::RagRequest>(doc);
+        state::<rag::HybridRequest>(doc);
         state::<rag::Filters>(doc);
         // Path parameters: names by the name rule, document ids by their shape.
         let name = kbq_store::model::NAME_PATTERN;

@@ -26,9 +26,30 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/hybrid").route(web::post().to(hybrid)));
 }
 
+/// The body of semantic and keyword search.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RagRequest {
+    pub query: String,
+    #[serde(default, deserialize_with = "crate::extract::integer")]
+    pub limit: Option<i64>,
+    pub filters: Option<Filters>,
+}
+
+impl RagRequest {
+    const LIMIT: Range = Range::new("limit", 1, 100, 10);
+}
+
+impl Rules for RagRequest {
+    const RANGES: &'static [Range] = &[Self::LIMIT];
+    const NOT_BLANK: &'static [&'static str] = &["query"];
+}
+
+/// The body of hybrid search: [`RagRequest`]'s fields and `graph_depth`, which only hybrid
+/// search takes (the other two refuse it as a field they do not have).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HybridRequest {
     pub query: String,
     #[serde(default, deserialize_with = "crate::extract::integer")]
     pub limit: Option<i64>,
@@ -37,15 +58,43 @@ pub struct RagRequest {
     pub graph_depth: Option<i64>,
 }
 
-impl RagRequest {
-    const LIMIT: Range = Range::new("limit", 1, 100, 10);
-    /// Hybrid search only: the other two refuse the field.
+impl HybridRequest {
     const GRAPH_DEPTH: Range = Range::new("graph_depth", 0, 3, 1);
 }
 
-impl Rules for RagRequest {
-    const RANGES: &'static [Range] = &[Self::LIMIT, Self::GRAPH_DEPTH];
+impl Rules for HybridRequest {
+    const RANGES: &'static [Range] = &[RagRequest::LIMIT, Self::GRAPH_DEPTH];
     const NOT_BLANK: &'static [&'static str] = &["query"];
+}
+
+/// A search's body as the fields the three share, and the hops of graph expansion (0 for
+/// the two that do not expand).
+trait SearchBody {
+    fn into_parts(self) -> Result<(RagRequest, u32), ApiError>;
+}
+
+impl SearchBody for RagRequest {
+    fn into_parts(self) -> Result<(RagRequest, u32), ApiError> {
+        Ok((self, 0))
+    }
+}
+
+impl SearchBody for HybridRequest {
+    fn into_parts(self) -> Result<(RagRequest, u32), ApiError> {
+        let depth = HybridRequest::GRAPH_DEPTH.check(self.graph_depth)? as u32;
+        let HybridRequest {
+            query,
+            limit,
+            filters,
+            ..
+        } = self;
+        let common = RagRequest {
+            query,
+            limit,
+            filters,
+        };
+        Ok((common, depth))
+    }
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -60,7 +109,7 @@ impl Rules for Filters {
     const NAMES: &'static [&'static str] = &["source", "content_type", "entity_name"];
 }
 
-fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {
+fn query(req: RagRequest, graph_depth: u32) -> Result<RagQuery, ApiError> {
     if req.query.trim().is_empty() {
         return Err(ApiError::invalid("query", "query must not be blank"));
     }
@@ -70,16 +119,6 @@ fn query(req: RagRequest, method: Method) -> Result<RagQuery, ApiError> {
             format!("query must be at most {MAX_QUERY_BYTES} bytes"),
         ));
     }
-    let graph_depth = match (method, req.graph_depth) {
-        (Method::Hybrid, depth) => RagRequest::GRAPH_DEPTH.check(depth)? as u32,
-        (_, None) => 0,
-        (_, Some(_)) => {
-            return Err(ApiError::invalid(
-                "graph_depth",
-                "graph_depth applies only to /v1/rag/hybrid",
-            ));
-        }
-    };
     let filters = req.filters.unwrap_or_default();
     for (field, value) in [
         ("filters.source", &filters.source),
@@ -128,8 +167,13 @@ impl RagService {
     }
 
     /// Checks the request, then searches by `method` on the main runtime within the limit.
-    async fn search(&self, method: Method, req: RagRequest) -> Result<HttpResponse, ApiError> {
-        let q = query(req, method)?;
+    async fn search(
+        &self,
+        method: Method,
+        body: impl SearchBody,
+    ) -> Result<HttpResponse, ApiError> {
+        let (req, graph_depth) = body.into_parts()?;
+        let q = query(req, graph_depth)?;
         let (kb, extractor, limit) = (self.kb.clone(), self.extractor.clone(), self.timeout);
         let answer = self
             .offload
@@ -147,13 +191,13 @@ impl RagService {
 /// The three searches differ only in their path, method and doc: one piece writes each
 /// handler with its OpenAPI operation, so that their answers are documented once.
 macro_rules! search {
-    ($(#[doc = $doc:literal])* $name:ident, $path:literal, $method:expr) => {
+    ($(#[doc = $doc:literal])* $name:ident, $path:literal, $method:expr, $body:ty) => {
         $(#[doc = $doc])*
         #[utoipa::path(
             post,
             path = $path,
             tag = "rag",
-            request_body = RagRequest,
+            request_body = $body,
             responses(
                 (status = 200, description = "The documents found, best first", body = RagAnswer),
                 (status = 503, description = ErrorCode::ServiceUnavailable.answers(
@@ -164,7 +208,7 @@ macro_rules! search {
         )]
         async fn $name(
             rag: web::Data<RagService>,
-            ValidJson(req): ValidJson<RagRequest>,
+            ValidJson(req): ValidJson<$body>,
         ) -> Result<HttpResponse, ApiError> {
             rag.search($method, req).await
         }
@@ -177,7 +221,8 @@ search!(
     /// `graph_depth` is refused here: it applies to hybrid search only.
     semantic,
     "/v1/rag/semantic",
-    Method::Semantic
+    Method::Semantic,
+    RagRequest
 );
 
 search!(
@@ -186,7 +231,8 @@ search!(
     /// `graph_depth` is refused here: it applies to hybrid search only.
     keyword,
     "/v1/rag/keyword",
-    Method::Keyword
+    Method::Keyword,
+    RagRequest
 );
 
 search!(
@@ -196,5 +242,6 @@ search!(
     /// `graph_depth` hops from each.
     hybrid,
     "/v1/rag/hybrid",
-    Method::Hybrid
+    Method::Hybrid,
+    HybridRequest
 );
