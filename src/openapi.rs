@@ -80,13 +80,14 @@ struct Rules;
 
 impl Modify for Rules {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        use routes::{graph, rag};
+        use routes::{agent, graph, rag};
         state::<graph::TraversalRequest>(doc);
         state::<graph::SearchRequest>(doc);
         state::<graph::DocumentsRequest>(doc);
         state::<rag::RagRequest>(doc);
         state::<rag::HybridRequest>(doc);
         state::<rag::Filters>(doc);
+        state::<agent::ChatRequest>(doc);
         // Path parameters: names by the name rule, document ids by their shape.
         let name = kbq_store::model::NAME_PATTERN;
         path_parameter(doc, "entity_name", name);

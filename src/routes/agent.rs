@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use crate::auth::{KeyIdentity, Scope, require_scope};
 use crate::config::AgentSection;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::ValidJson;
+use crate::extract::{Rules, ValidJson};
 use crate::peer::unless_client_leaves;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -38,6 +38,12 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     #[serde(default, deserialize_with = "crate::extract::integer")]
     pub max_tokens: Option<i64>,
+}
+
+/// The message's length and `max_tokens`' bound come from `[agent]`, so the document does
+/// not state them yet.
+impl Rules for ChatRequest {
+    const NOT_BLANK: &'static [&'static str] = &["message"];
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -287,7 +287,7 @@ fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTree
 
 /// A valid JSON body for each operation whose request schema bounds an integer, for
 /// [`every_integer_bound_in_the_document_is_the_servers`].
-const BASE_BODIES: [(&str, &str); 6] = [
+const BASE_BODIES: [(&str, &str); 7] = [
     ("/data/v1/query/graph", r#"{"entity_name": "Ada"}"#),
     ("/data/v1/query/graph/search", r#"{"query": "Ada"}"#),
     (
@@ -297,6 +297,7 @@ const BASE_BODIES: [(&str, &str); 6] = [
     ("/v1/rag/semantic", r#"{"query": "mechanical computer"}"#),
     ("/v1/rag/keyword", r#"{"query": "mechanical computer"}"#),
     ("/v1/rag/hybrid", r#"{"query": "mechanical computer"}"#),
+    ("/v1/agent/chat", r#"{"message": "Who was Ada Lovelace?"}"#),
 ];
 
 /// Every integer bound the document states is the server's: for each operation's JSON body
@@ -377,11 +378,12 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
     };
     let mut probed = 0;
     for ((_, path), op) in documented(&doc) {
-        let Some(base) = BASE_BODIES.iter().find(|(p, _)| *p == path).map(|b| b.1) else {
+        let Some(request) =
+            schema_of(&op["requestBody"]["content"]["application/json"]["schema"]["$ref"])
+        else {
             continue;
         };
-        let request =
-            schema_of(&op["requestBody"]["content"]["application/json"]["schema"]["$ref"]).unwrap();
+        let base = BASE_BODIES.iter().find(|(p, _)| *p == path).map(|b| b.1);
         // (where in the body, the field's name in errors, its schema)
         let mut fields: Vec<(Vec<String>, String, Value)> = Vec::new();
         for (field, property) in request["properties"].as_object().unwrap() {
@@ -412,6 +414,9 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
             if !names && !text && !item_names && sized.is_none() {
                 continue;
             }
+            let base = base.unwrap_or_else(|| {
+                panic!("{path} states a rule on `{field}`: add a base body for it")
+            });
             let mut cases: Vec<(Value, bool)> = Vec::new();
             if names {
                 cases.extend([
@@ -466,10 +471,11 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
     }
     // Names: 4 probes each, in traverse (1), search (2), documents (2) and the three RAG
     // searches' filters (3 each); arrays of names: 3 each and 4 for their size, in traverse
-    // and documents; text not blank: 3 each, the three RAG searches' query.
+    // and documents; text not blank: 3 each, the three RAG searches' query and agent chat's
+    // message.
     assert_eq!(
         probed,
-        4 * (1 + 2 + 2 + 9) + 2 * (3 + 4) + 3 * 3,
+        4 * (1 + 2 + 2 + 9) + 2 * (3 + 4) + 3 * 4,
         "a rule left the document"
     );
 }
