@@ -45,8 +45,8 @@ impl Rules for RagRequest {
     const NOT_BLANK: &'static [&'static str] = &["query"];
 }
 
-/// The body of hybrid search: [`RagRequest`]'s fields and `graph_depth`, which only hybrid
-/// search takes (the other two refuse it as a field they do not have).
+/// The body of hybrid search: that of semantic and keyword search, and `graph_depth`, which
+/// only hybrid search takes (the other two refuse it as a field they do not have).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HybridRequest {
