@@ -342,15 +342,16 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
                 (max.saturating_add(1).into(), false),
                 (Value::from(min as f64 + 0.5), false),
             ] {
-                let mut body: Value = serde_json::from_str(base).unwrap();
-                body[field.as_str()] = value.clone();
-                let (status, answer) = t.post(&path, body).await;
-                if accepted {
-                    assert_eq!(status, 200, "{path} {field}={value}: {answer}");
-                } else {
-                    assert_eq!(status, 400, "{path} {field}={value}: {answer}");
-                    assert_eq!(answer["error"]["field"], field.as_str(), "{answer}");
-                }
+                probe(
+                    &t,
+                    &path,
+                    base,
+                    std::slice::from_ref(field),
+                    field,
+                    value,
+                    accepted,
+                )
+                .await;
                 probed += 1;
             }
         }
@@ -358,6 +359,35 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
     // depth and limit of traverse, limit of search, max_depth and limit of documents, and
     // limit of the three RAG searches and graph_depth of hybrid: 9 bounds, 6 probes each.
     assert_eq!(probed, 9 * 6);
+}
+
+/// Posts `base` with `value` put at `at` (a field, or a field of an object field) to `path`:
+/// when `accepted`, the answer must be 200; otherwise 400 naming `field`.
+async fn probe(
+    t: &TestServer,
+    path: &str,
+    base: &str,
+    at: &[String],
+    field: &str,
+    value: Value,
+    accepted: bool,
+) {
+    let mut body: Value = serde_json::from_str(base).unwrap();
+    let mut slot = &mut body;
+    for key in at {
+        if slot[key.as_str()].is_null() {
+            slot[key.as_str()] = serde_json::json!({});
+        }
+        slot = &mut slot[key.as_str()];
+    }
+    *slot = value.clone();
+    let (status, answer) = t.post(path, body).await;
+    if accepted {
+        assert_eq!(status, 200, "{path} {field}={value}: {answer}");
+    } else {
+        assert_eq!(status, 400, "{path} {field}={value}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{path}: {answer}");
+    }
 }
 
 /// Every name rule, not-blank rule and array size the document states is the server's. For each operation
@@ -449,22 +479,7 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
                 }
             }
             for (value, accepted) in cases {
-                let mut body: Value = serde_json::from_str(base).unwrap();
-                let mut slot = &mut body;
-                for key in &at {
-                    if slot[key.as_str()].is_null() {
-                        slot[key.as_str()] = serde_json::json!({});
-                    }
-                    slot = &mut slot[key.as_str()];
-                }
-                *slot = value.clone();
-                let (status, answer) = t.post(&path, body).await;
-                if accepted {
-                    assert_eq!(status, 200, "{path} {field}={value}: {answer}");
-                } else {
-                    assert_eq!(status, 400, "{path} {field}={value}: {answer}");
-                    assert_eq!(answer["error"]["field"], field.as_str(), "{path}: {answer}");
-                }
+                probe(&t, &path, base, &at, &field, value, accepted).await;
                 probed += 1;
             }
         }
