@@ -30,13 +30,25 @@ impl<T: DeserializeOwned + 'static> FromRequest for ValidJson<T> {
 /// Parses JSON into `T`, naming the field at fault on failure.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // serde would also read a struct from a JSON array; kbq's requests are objects only.
-    if bytes.trim_ascii_start().first() != Some(&b'{') {
+    parse_shaped(bytes, b'{', "the request body must be a JSON object")
+}
+
+/// Parses a JSON array of `T`s, naming the element and field at fault on failure
+/// (`[3].name`).
+pub fn parse_array<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<Vec<T>, ApiError> {
+    parse_shaped(
+        bytes,
+        b'[',
+        &format!("the body must be a JSON array of {what}"),
+    )
+}
+
+/// Parses JSON that opens with `open` into `T`; other JSON is refused with `shape`.
+fn parse_shaped<T: DeserializeOwned>(bytes: &[u8], open: u8, shape: &str) -> Result<T, ApiError> {
+    if bytes.trim_ascii_start().first() != Some(&open) {
         let not_json = serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err();
         if !not_json || bytes.trim_ascii().is_empty() {
-            return Err(ApiError::invalid(
-                "body",
-                "the request body must be a JSON object",
-            ));
+            return Err(ApiError::invalid("body", shape));
         }
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
@@ -208,12 +220,16 @@ pub struct Items {
 /// The rules a request type's fields have beyond their types, each checked by its handler
 /// with the value listed here, and stated on the type's schema from the same value
 /// (`crate::openapi`): integer ranges, fields (or arrays of them) by the knowledge base's
-/// name rule ([`kbq_store::model::NAME_PATTERN`]), text that must not be blank
-/// ([`kbq_store::model::NOT_BLANK_PATTERN`]), and arrays' sizes.
+/// name rule ([`kbq_store::model::NAME_PATTERN`] and [`kbq_store::model::MAX_NAME_CHARS`]),
+/// text that must not be blank ([`kbq_store::model::NOT_BLANK_PATTERN`]), text's most
+/// characters ([`kbq_store::model::longer_than`]), and arrays' sizes. Rules that come from
+/// the config or the served models are stated when the server builds its document
+/// (`crate::openapi::Live`), from the same values the handlers read.
 pub trait Rules: utoipa::ToSchema {
     const RANGES: &'static [Range] = &[];
     const NAMES: &'static [&'static str] = &[];
     const NOT_BLANK: &'static [&'static str] = &[];
+    const LENGTHS: &'static [(&'static str, usize)] = &[];
     const LISTS: &'static [Items] = &[];
 }
 

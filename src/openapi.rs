@@ -10,15 +10,20 @@
 //! request and response type sits beside its handler, and nothing but the docs route reads
 //! this module.
 
+use utoipa::Number;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::schema::Object;
+use utoipa::openapi::schema::{Array, ArrayItems, Object, Schema};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder, Type};
+use utoipa::openapi::{
+    ContentBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder, Type,
+};
 use utoipa::{Modify, OpenApi};
 
+use crate::config::AgentSection;
 use crate::error::{ErrorBody, ErrorCode};
-use crate::extract::Rules as RequestRules;
+use crate::extract::{Items, Range, Rules as RequestRules};
+use crate::models::Models;
 use crate::routes;
 
 /// The security scheme names: either header carries the key (docs/api.md, "Authentication").
@@ -74,13 +79,89 @@ pub const API_KEY: &str = "api_key";
 )]
 pub struct ApiDoc;
 
+/// The document as the server serves it: [`ApiDoc`] with the rules that come from the config
+/// and the served models stated too, from the values the handlers check with: the agent's
+/// bounds (`[agent]`), the model names of chat completions, and the embedder's name and
+/// dimension.
+pub struct Live<'a> {
+    pub agent: &'a AgentSection,
+    pub models: &'a Models,
+    /// The embedder's name, its dimension, and whether it can return fewer.
+    pub embedder: (&'a str, usize, bool),
+}
+
+impl Live<'_> {
+    /// The document, as JSON.
+    pub fn document(&self) -> serde_json::Result<String> {
+        use routes::agent::{ChatRequest, TEMPERATURE};
+        use routes::openai;
+        let mut doc = serde_json::to_value(ApiDoc::openapi())?;
+        let schemas = &mut doc["components"]["schemas"];
+        let limits = self.agent;
+        let length = limits.max_message_chars;
+        let chat = &mut schemas["ChatRequest"]["properties"];
+        set_range(&mut chat["max_tokens"], ChatRequest::max_tokens(limits));
+        set_decimal(&mut chat["temperature"], TEMPERATURE);
+        chat["message"]["maxLength"] = length.into();
+        chat["system_prompt"]["maxLength"] = length.into();
+        chat["history"]["maxItems"] = ChatRequest::history(limits).max.into();
+        schemas["HistoryEntry"]["properties"]["content"]["maxLength"] = length.into();
+
+        let (name, dimension, can_shorten) = self.embedder;
+        let embeddings = &mut schemas["EmbeddingsRequest"]["properties"];
+        embeddings["model"]["enum"] = serde_json::json!([name]);
+        set_range(
+            &mut embeddings["dimensions"],
+            openai::dimensions(dimension, can_shorten),
+        );
+        embeddings["encoding_format"]["enum"] =
+            serde_json::json!([openai::FLOAT, openai::BASE64, null]);
+        schemas["EmbeddingsInput"] = openai::input_schema();
+
+        let names: Vec<&str> = self
+            .models
+            .names()
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        routes::completions::state(schemas, &names, limits);
+        serde_json::to_string(&doc)
+    }
+}
+
+/// States `range` on an integer property of the JSON document.
+pub(crate) fn set_range(property: &mut serde_json::Value, range: Range) {
+    assert!(
+        property["type"].to_string().contains("integer"),
+        "{} is not an integer: {property}",
+        range.field
+    );
+    property["minimum"] = range.min.into();
+    property["maximum"] = range.max.into();
+    property["default"] = range.default.into();
+}
+
+/// States (least, most, default) on a number property of the JSON document.
+pub(crate) fn set_decimal(
+    property: &mut serde_json::Value,
+    (least, most, default): (f64, f64, f64),
+) {
+    assert!(
+        property["type"].to_string().contains("number"),
+        "not a number: {property}"
+    );
+    property["minimum"] = least.into();
+    property["maximum"] = most.into();
+    property["default"] = default.into();
+}
+
 /// States on the request types' schemas the rules their handlers check with, from the same
 /// values ([`crate::extract::Rules`]).
 struct Rules;
 
 impl Modify for Rules {
-    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        use routes::{agent, graph, rag};
+    fn modify(&self, doc: &mut Document) {
+        use routes::{agent, graph, ingest, rag};
         state::<graph::TraversalRequest>(doc);
         state::<graph::SearchRequest>(doc);
         state::<graph::DocumentsRequest>(doc);
@@ -88,6 +169,20 @@ impl Modify for Rules {
         state::<rag::HybridRequest>(doc);
         state::<rag::Filters>(doc);
         state::<agent::ChatRequest>(doc);
+        state::<kbq_store::NewEntity>(doc);
+        state::<kbq_store::NewRelationship>(doc);
+        state::<kbq_store::NewDocument>(doc);
+        for path in [
+            "/data/v1/ingest/entities",
+            "/data/v1/ingest/relationships",
+            "/data/v1/ingest/documents",
+        ] {
+            let Schema::Array(body) = request_schema(doc, path, "application/json") else {
+                panic!("{path} does not take an array");
+            };
+            items(body, ingest::BATCH);
+        }
+        import_records(doc);
         // Path parameters: names by the name rule, document ids by their shape.
         let name = kbq_store::model::NAME_PATTERN;
         path_parameter(doc, "entity_name", name);
@@ -96,10 +191,67 @@ impl Modify for Rules {
     }
 }
 
+/// The schema of `path`'s POST body of type `content_type`.
+fn request_schema<'a>(doc: &'a mut Document, path: &str, content_type: &str) -> &'a mut Schema {
+    let body = doc
+        .paths
+        .paths
+        .get_mut(path)
+        .and_then(|item| item.post.as_mut())
+        .and_then(|op| match op.request_body.as_mut() {
+            Some(RefOr::T(body)) => Some(body),
+            _ => None,
+        })
+        .and_then(|body| body.content.get_mut(content_type))
+        .and_then(|content| match content {
+            RefOr::T(content) => content.schema.as_mut(),
+            RefOr::Ref(_) => None,
+        });
+    match body {
+        Some(RefOr::T(schema)) => schema,
+        _ => panic!("POST {path} takes no {content_type} body of its own"),
+    }
+}
+
+/// The NDJSON import's records: each record type's schema with the `kind` that selects it,
+/// as the `ImportRecord` component, and the route's body as one or more of them (a client
+/// sends each as a line).
+fn import_records(doc: &mut Document) {
+    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder};
+    let mut one_of = OneOfBuilder::new().description(Some(
+        "A line of the import format (docs/import-format.md): a record, with `kind` naming its type",
+    ));
+    for (kind, name) in routes::ingest::KINDS {
+        let mut record = component(doc, name).clone();
+        let tag = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some([kind]))
+            .build();
+        record.properties.insert("kind".into(), tag.into());
+        record.properties.move_index(record.properties.len() - 1, 0);
+        record.required.insert(0, "kind".into());
+        record.description = None;
+        one_of = one_of.item(record);
+    }
+    doc.components
+        .as_mut()
+        .expect("the document has components")
+        .schemas
+        .insert(
+            "ImportRecord".into(),
+            RefOr::T(Schema::OneOf(one_of.build())),
+        );
+    let lines = ArrayBuilder::new()
+        .items(Ref::from_schema_name("ImportRecord"))
+        .min_items(Some(1))
+        .description(Some("One record per line"))
+        .build();
+    *request_schema(doc, "/data/v1/ingest/ndjson", "application/x-ndjson") = lines.into();
+}
+
 /// Writes `pattern` into the schema of every path parameter called `parameter`.
-fn path_parameter(doc: &mut utoipa::openapi::OpenApi, parameter: &str, pattern: &str) {
+fn path_parameter(doc: &mut Document, parameter: &str, pattern: &str) {
     use utoipa::openapi::path::ParameterIn;
-    use utoipa::openapi::schema::Schema;
     let mut found = false;
     for item in doc.paths.paths.values_mut() {
         for (_, op) in operations(item) {
@@ -119,69 +271,90 @@ fn path_parameter(doc: &mut utoipa::openapi::OpenApi, parameter: &str, pattern: 
 }
 
 /// Writes `T`'s rules into its schema's properties: a range as `minimum`, `maximum` and
-/// `default`; a name as the name rule's `pattern` (on the items of an array of names); text
-/// that must not be blank as a pattern too; an array's size as `minItems` and `maxItems`. A
-/// rule naming a property the schema lacks, or of another type, is a mistake in the type: it
-/// panics, and so fails every test that builds the document.
-fn state<T: RequestRules>(doc: &mut utoipa::openapi::OpenApi) {
-    use utoipa::Number;
-    use utoipa::openapi::schema::Schema;
+/// `default`; a name as the name rule's `pattern` and `maxLength` (on the items of an array
+/// of names); text that must not be blank as a pattern too; text's most characters as
+/// `maxLength`; an array's size as `minItems` and `maxItems`. A rule naming a property the
+/// schema lacks, or of another type, is a mistake in the type: it panics, and so fails every
+/// test that builds the document.
+fn state<T: RequestRules>(doc: &mut Document) {
     let name = T::name();
-    let schema = doc
-        .components
-        .as_mut()
-        .and_then(|c| c.schemas.get_mut(name.as_ref()));
-    let Some(RefOr::T(Schema::Object(object))) = schema else {
-        panic!("{name} is not an object schema in the document");
-    };
+    let object = component(doc, &name);
     for range in T::RANGES {
-        let Schema::Object(p) = property(object, &name, range.field) else {
-            panic!("{name}.{} is not an integer", range.field);
-        };
-        p.minimum = Some(Number::Int(range.min as isize));
-        p.maximum = Some(Number::Int(range.max as isize));
-        p.default = Some(range.default.into());
+        integer(object, &name, *range);
     }
     for field in T::NAMES {
-        match property(object, &name, field) {
-            Schema::Object(p) => p.pattern = Some(kbq_store::model::NAME_PATTERN.to_string()),
-            Schema::Array(a) => match &mut a.items {
-                utoipa::openapi::schema::ArrayItems::RefOrSchema(items) => match &mut **items {
-                    RefOr::T(Schema::Object(p)) => {
-                        p.pattern = Some(kbq_store::model::NAME_PATTERN.to_string())
-                    }
-                    _ => panic!("{name}.{field}'s items are not strings"),
-                },
-                _ => panic!("{name}.{field} has no items schema"),
-            },
-            _ => panic!("{name}.{field} is not a string or an array"),
-        }
+        let p = text(object, &name, field);
+        p.pattern = Some(kbq_store::model::NAME_PATTERN.to_string());
+        p.max_length = Some(kbq_store::model::MAX_NAME_CHARS);
     }
     for field in T::NOT_BLANK {
-        let Schema::Object(p) = property(object, &name, field) else {
-            panic!("{name}.{field} is not a string");
-        };
-        p.pattern = Some(kbq_store::model::NOT_BLANK_PATTERN.to_string());
+        text(object, &name, field).pattern = Some(kbq_store::model::NOT_BLANK_PATTERN.to_string());
+    }
+    for (field, max) in T::LENGTHS {
+        text(object, &name, field).max_length = Some(*max);
     }
     for list in T::LISTS {
-        let Schema::Array(a) = property(object, &name, list.field) else {
-            panic!("{name}.{} is not an array", list.field);
-        };
-        a.min_items = Some(list.min);
-        a.max_items = Some(list.max);
+        items(array(object, &name, list.field), *list);
     }
 }
 
+/// The object schema `name` of the document's components, to write rules into.
+fn component<'a>(doc: &'a mut Document, name: &str) -> &'a mut Object {
+    let schema = doc
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut(name));
+    let Some(RefOr::T(Schema::Object(object))) = schema else {
+        panic!("{name} is not an object schema in the document");
+    };
+    object
+}
+
 /// The schema of `object`'s property `field` (of the schema `name`), to write a rule into.
-fn property<'a>(
-    object: &'a mut Object,
-    name: &str,
-    field: &str,
-) -> &'a mut utoipa::openapi::schema::Schema {
+fn property<'a>(object: &'a mut Object, name: &str, field: &str) -> &'a mut Schema {
     match object.properties.get_mut(field) {
         Some(RefOr::T(schema)) => schema,
         _ => panic!("{name} has no property `{field}` with a schema of its own"),
     }
+}
+
+/// The string schema of `field`, or of its items when it is an array of strings.
+fn text<'a>(object: &'a mut Object, name: &str, field: &str) -> &'a mut Object {
+    match property(object, name, field) {
+        Schema::Object(p) => p,
+        Schema::Array(a) => match &mut a.items {
+            ArrayItems::RefOrSchema(items) => match &mut **items {
+                RefOr::T(Schema::Object(p)) => p,
+                _ => panic!("{name}.{field}'s items are not strings"),
+            },
+            _ => panic!("{name}.{field} has no items schema"),
+        },
+        _ => panic!("{name}.{field} is not a string or an array"),
+    }
+}
+
+/// The array schema of `field`.
+fn array<'a>(object: &'a mut Object, name: &str, field: &str) -> &'a mut Array {
+    let Schema::Array(a) = property(object, name, field) else {
+        panic!("{name}.{field} is not an array");
+    };
+    a
+}
+
+/// States an integer range on `object`'s property.
+fn integer(object: &mut Object, name: &str, range: Range) {
+    let Schema::Object(p) = property(object, name, range.field) else {
+        panic!("{name}.{} is not an integer", range.field);
+    };
+    p.minimum = Some(Number::Int(range.min as isize));
+    p.maximum = Some(Number::Int(range.max as isize));
+    p.default = Some(range.default.into());
+}
+
+/// States an array's size.
+fn items(a: &mut Array, list: Items) {
+    a.min_items = Some(list.min);
+    a.max_items = Some(list.max);
 }
 
 /// Adds what no handler's attribute says: the two key schemes, one named response per error
@@ -189,7 +362,7 @@ fn property<'a>(
 struct Layers;
 
 impl Modify for Layers {
-    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+    fn modify(&self, doc: &mut Document) {
         let components = doc.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             BEARER,
@@ -299,7 +472,7 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut O
 /// The errors that the layers in front of a handler answer with, by the rules that mount them
 /// (src/routes/mod.rs, src/server.rs): a route that needs a key can answer 401 and 429, and 500
 /// like any handler; one that needs a scope 403; a versioned path 410 after its sunset; one
-/// that takes a body 413, and 400 when the body is JSON.
+/// that takes a body 413, and 400 when the body breaks its schema.
 fn add_layer_errors(path: &str, op: &mut Operation) {
     let requirements = serde_json::to_value(&op.security).unwrap_or_default();
     let requirements = requirements
@@ -315,11 +488,8 @@ fn add_layer_errors(path: &str, op: &mut Operation) {
         })
     });
     let mut codes = Vec::new();
-    if let Some(RefOr::T(body)) = &op.request_body {
-        if body.content.contains_key("application/json") {
-            codes.push(ErrorCode::InvalidRequest);
-        }
-        codes.push(ErrorCode::PayloadTooLarge);
+    if op.request_body.is_some() {
+        codes.extend([ErrorCode::InvalidRequest, ErrorCode::PayloadTooLarge]);
     }
     if keyed {
         codes.push(ErrorCode::InvalidApiKey);

@@ -10,12 +10,11 @@ use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use kbq_actors::{Agent, GraphPool, Runtime};
 use kbq_store::KnowledgeBase;
-use utoipa::OpenApi;
 
 use crate::auth::Keys;
 use crate::config::Config;
 use crate::offload::Offload;
-use crate::openapi::ApiDoc;
+use crate::openapi::Live;
 use crate::routes::docs::ApiDocument;
 use crate::routes::ingest::IngestService;
 use crate::routes::rag::RagService;
@@ -150,9 +149,17 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
     let document = web::Data::new(ApiDocument::new(
-        ApiDoc::openapi()
-            .to_json()
-            .context("serializing the OpenAPI document")?,
+        Live {
+            agent: &config.agent,
+            models: &models,
+            embedder: (
+                kb.embedder().name(),
+                kb.embedder().dimension(),
+                kb.embedder().can_shorten(),
+            ),
+        }
+        .document()
+        .context("serializing the OpenAPI document")?,
     ));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let gate_readiness = readiness.clone();

@@ -284,11 +284,20 @@ impl Backend for BuiltinBackend {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        let last_user = request
-            .messages
+        // The question is the last user message; a conversation without one (instructions
+        // alone, or an assistant's turn) is answered from its last instructions, or from its
+        // first message, as a language model answers whatever it is given.
+        let messages = &request.messages;
+        let last_user = messages
             .iter()
             .rposition(|m| m["role"] == "user")
-            .ok_or_else(|| ProviderError::Permanent("no user message".into()))?;
+            .or_else(|| {
+                messages
+                    .iter()
+                    .rposition(|m| m["role"] == "system" || m["role"] == "developer")
+            })
+            .or((!messages.is_empty()).then_some(0))
+            .ok_or_else(|| ProviderError::Permanent("no messages".into()))?;
         let prompt_tokens = request
             .messages
             .iter()

@@ -17,12 +17,10 @@ pub struct AgentSection {
     pub max_steps: u32,
     /// Longest time one chat turn may take.
     pub max_wall_ms: u64,
-    /// Longest user message, in bytes.
-    pub max_message_bytes: usize,
+    /// Longest user message, system prompt or history entry, in characters.
+    pub max_message_chars: usize,
     /// Most history entries in one request.
     pub max_history: usize,
-    /// Largest total size of the history, in bytes.
-    pub max_history_bytes: usize,
     /// Upper bound of a request's max_tokens.
     pub max_tokens_limit: u32,
     /// Workers per built-in tool, at the least.
@@ -48,9 +46,8 @@ impl Default for AgentSection {
         AgentSection {
             max_steps: 8,
             max_wall_ms: 60_000,
-            max_message_bytes: 32 * 1024,
+            max_message_chars: 32 * 1024,
             max_history: 50,
-            max_history_bytes: 256 * 1024,
             max_tokens_limit: 4096,
             tool_workers: 4,
             tool_max_workers: 16,
@@ -69,9 +66,8 @@ impl AgentSection {
         let a = self;
         within("agent.max_steps", a.max_steps, 1, 64)?;
         within("agent.max_wall_ms", a.max_wall_ms, 100, 3_600_000)?;
-        within("agent.max_message_bytes", a.max_message_bytes, 1, 1 << 20)?;
+        within("agent.max_message_chars", a.max_message_chars, 1, 1 << 20)?;
         within("agent.max_history", a.max_history, 0, 1000)?;
-        within("agent.max_history_bytes", a.max_history_bytes, 0, 16 << 20)?;
         within("agent.max_tokens_limit", a.max_tokens_limit, 1, 1_000_000)?;
         within("agent.tool_workers", a.tool_workers, 1, 256)?;
         within("agent.tool_timeout_ms", a.tool_timeout_ms, 1, 600_000)?;

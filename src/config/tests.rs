@@ -186,16 +186,12 @@ fn broken_rules() -> Vec<BrokenRule> {
             c.agent.max_wall_ms = 99
         }),
         (
-            "agent.max_message_bytes must be between 1 and 1048576",
-            |c| c.agent.max_message_bytes = 0,
+            "agent.max_message_chars must be between 1 and 1048576",
+            |c| c.agent.max_message_chars = 0,
         ),
         ("agent.max_history must be between 0 and 1000", |c| {
             c.agent.max_history = 1001
         }),
-        (
-            "agent.max_history_bytes must be between 0 and 16777216",
-            |c| c.agent.max_history_bytes = (16 << 20) + 1,
-        ),
         (
             "agent.max_tokens_limit must be between 1 and 1000000",
             |c| c.agent.max_tokens_limit = 0,

@@ -10,8 +10,9 @@ use utoipa::ToSchema;
 use crate::auth::{KeyIdentity, Scope, require_scope};
 use crate::config::AgentSection;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::{Rules, ValidJson};
+use crate::extract::{Items, Range, Rules, ValidJson};
 use crate::peer::unless_client_leaves;
+use kbq_store::model::longer_than;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -25,8 +26,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryEntry {
-    pub role: String,
+    pub role: HistoryRole,
+    /// At most `agent.max_message_chars` characters, as a message.
     pub content: String,
+}
+
+/// Who said a history entry.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryRole {
+    User,
+    Assistant,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -40,8 +50,27 @@ pub struct ChatRequest {
     pub max_tokens: Option<i64>,
 }
 
-/// The message's length and `max_tokens`' bound come from `[agent]`, so the document does
-/// not state them yet.
+/// `temperature`: its least, its most, and the value an absent one takes.
+pub const TEMPERATURE: (f64, f64, f64) = (0.0, 2.0, 0.7);
+
+impl ChatRequest {
+    /// `max_tokens`' rule, bounded by `agent.max_tokens_limit`.
+    pub fn max_tokens(limits: &AgentSection) -> Range {
+        Range::new("max_tokens", 1, i64::from(limits.max_tokens_limit), 1024)
+    }
+
+    /// `history`'s size, bounded by `agent.max_history`.
+    pub fn history(limits: &AgentSection) -> Items {
+        Items {
+            field: "history",
+            min: 0,
+            max: limits.max_history,
+        }
+    }
+}
+
+/// The message's and the history's lengths and `max_tokens`' bound come from `[agent]`: the
+/// server states them when it builds its document (`crate::openapi::Live`).
 impl Rules for ChatRequest {
     const NOT_BLANK: &'static [&'static str] = &["message"];
 }
@@ -93,71 +122,53 @@ impl ChatResponse {
 
 /// Checks a chat request against the spec's rules and the configured bounds.
 fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, ApiError> {
+    let max_chars = limits.max_message_chars;
+    let too_long = |field: &str, text: &str| {
+        if longer_than(text, max_chars) {
+            Err(ApiError::invalid(
+                field,
+                format!("{field} must be at most {max_chars} characters"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
     if req.message.trim().is_empty() {
         return Err(ApiError::invalid("message", "message must not be empty"));
     }
-    if req.message.len() > limits.max_message_bytes {
-        return Err(ApiError::invalid(
-            "message",
-            format!("message must be at most {} bytes", limits.max_message_bytes),
-        ));
-    }
-    if let Some(p) = &req.system_prompt
-        && p.len() > limits.max_message_bytes
-    {
-        return Err(ApiError::invalid(
-            "system_prompt",
-            format!(
-                "system_prompt must be at most {} bytes",
-                limits.max_message_bytes
-            ),
-        ));
+    too_long("message", &req.message)?;
+    if let Some(p) = &req.system_prompt {
+        too_long("system_prompt", p)?;
     }
     let history = req.history.unwrap_or_default();
-    if history.len() > limits.max_history {
+    let Items { field, max, .. } = ChatRequest::history(limits);
+    if history.len() > max {
         return Err(ApiError::invalid(
-            "history",
-            format!("history may hold at most {} entries", limits.max_history),
-        ));
-    }
-    if history.iter().map(|h| h.content.len()).sum::<usize>() > limits.max_history_bytes {
-        return Err(ApiError::invalid(
-            "history",
-            format!(
-                "history may hold at most {} bytes of content",
-                limits.max_history_bytes
-            ),
+            field,
+            format!("history may hold at most {max} entries"),
         ));
     }
     let history = history
         .into_iter()
         .enumerate()
-        .map(|(i, h)| match h.role.as_str() {
-            "user" => Ok((Role::User, h.content)),
-            "assistant" => Ok((Role::Assistant, h.content)),
-            _ => Err(ApiError::invalid(
-                format!("history[{i}].role"),
-                format!("history[{i}].role must be one of user, assistant"),
-            )),
+        .map(|(i, h)| {
+            too_long(&format!("history[{i}].content"), &h.content)?;
+            let role = match h.role {
+                HistoryRole::User => Role::User,
+                HistoryRole::Assistant => Role::Assistant,
+            };
+            Ok((role, h.content))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let temperature = req.temperature.unwrap_or(0.7);
-    if !(0.0..=2.0).contains(&temperature) {
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let (least, most, default) = TEMPERATURE;
+    let temperature = req.temperature.unwrap_or(default);
+    if !(least..=most).contains(&temperature) {
         return Err(ApiError::invalid(
             "temperature",
-            "temperature must be between 0.0 and 2.0",
+            format!("temperature must be between {least:.1} and {most:.1}"),
         ));
     }
-    let max_tokens = req.max_tokens.unwrap_or(1024);
-    if !(1..=i64::from(limits.max_tokens_limit)).contains(&max_tokens) {
-        return Err(ApiError::invalid(
-            "max_tokens",
-            format!(
-                "max_tokens must be between 1 and {}",
-                limits.max_tokens_limit
-            ),
-        ));
-    }
+    let max_tokens = ChatRequest::max_tokens(limits).check(req.max_tokens)?;
     Ok(AgentRequest {
         message: req.message,
         system_prompt: req.system_prompt,

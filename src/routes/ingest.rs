@@ -13,15 +13,18 @@ use kbq_store::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::name_in_path;
+use crate::extract::{self, Items, Rules, name_in_path};
 use crate::offload::Offload;
 
-/// Most records in one JSON array.
-pub const MAX_BATCH: usize = 10_000;
+/// How many records one JSON array holds.
+pub const BATCH: Items = Items {
+    field: "body",
+    min: 1,
+    max: 10_000,
+};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/entities").route(web::post().to(entities)))
@@ -48,67 +51,69 @@ pub struct BatchReport {
     pub failures: Vec<Failure>,
 }
 
-/// A parsed array: the valid records with their positions, and the invalid ones.
-struct Parsed {
-    received: usize,
-    records: Vec<(usize, Record)>,
-    failures: Vec<Failure>,
+impl Rules for NewEntity {
+    const NAMES: &'static [&'static str] = &["name", "entity_type"];
 }
 
-/// Parses `body` as a JSON array of `T`, keeping each element's position; an element that is
-/// not a valid `T` is a failure, not an error.
+impl Rules for NewRelationship {
+    const NAMES: &'static [&'static str] = &["source_name", "target_name", "relationship_type"];
+}
+
+impl Rules for NewDocument {
+    const NAMES: &'static [&'static str] = &["source", "source_id", "content_type", "entity_name"];
+    const NOT_BLANK: &'static [&'static str] = &["content"];
+    const LENGTHS: &'static [(&'static str, usize)] = &[
+        ("title", kbq_store::model::MAX_TITLE_CHARS),
+        ("content", kbq_store::model::MAX_CONTENT_CHARS),
+    ];
+}
+
+/// The NDJSON route's `kind` of each record type, as [`Record`] reads it.
+pub const KINDS: [(&str, &str); 3] = [
+    ("entity", "NewEntity"),
+    ("relationship", "NewRelationship"),
+    ("document", "NewDocument"),
+];
+
+/// Reads `body` as a JSON array of [`BATCH`] `T`s, each by its schema and rules, and
+/// keeps each record's position. A body that breaks them is refused whole with a 400 naming
+/// the element and field (`[3].name`), so a bad request writes nothing; what depends on the
+/// data (a relationship's missing end) is reported per record in the answer instead.
 fn batch<T: DeserializeOwned>(
     body: &[u8],
     what: &str,
     wrap: impl Fn(T) -> Record,
-) -> Result<Parsed, ApiError> {
-    let items: Vec<Value> = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Array(items)) => items,
-        Ok(_) => {
-            return Err(ApiError::invalid(
-                "body",
-                format!("the body must be a JSON array of {what}"),
-            ));
-        }
-        Err(e) => {
-            return Err(ApiError::invalid(
-                "body",
-                format!("the body is not valid JSON: {e}"),
-            ));
-        }
-    };
-    if items.is_empty() || items.len() > MAX_BATCH {
+) -> Result<Vec<(usize, Record)>, ApiError> {
+    let items: Vec<T> = extract::parse_array(body, what)?;
+    let Items { min, max, .. } = BATCH;
+    if !(min..=max).contains(&items.len()) {
         return Err(ApiError::invalid(
             "body",
-            format!("the array must hold 1 to {MAX_BATCH} {what}"),
+            format!("the array must hold {min} to {max} {what}"),
         ));
     }
-    let received = items.len();
-    let mut records = Vec::with_capacity(received);
-    let mut failures = Vec::new();
-    for (index, item) in items.into_iter().enumerate() {
-        match serde_json::from_value::<T>(item) {
-            Ok(t) => {
-                let record = wrap(t);
-                match record.validate() {
-                    Ok(()) => records.push((index, record)),
-                    Err(e) => failures.push(Failure {
-                        index,
-                        reason: e.to_string(),
-                    }),
-                }
-            }
-            Err(e) => failures.push(Failure {
-                index,
-                reason: e.to_string(),
-            }),
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let record = wrap(item);
+            record
+                .validate()
+                .map_err(|e| at(&format!("[{index}]"), e))?;
+            Ok((index, record))
+        })
+        .collect()
+}
+
+/// A record's rule broken at `place` (`[3]`, `line 4`): the error names the place and field.
+fn at(place: &str, e: StoreError) -> ApiError {
+    match e {
+        StoreError::Invalid { field, reason } => {
+            let field = format!("{place}.{field}");
+            ApiError::invalid(field.clone(), format!("{field} {reason}"))
         }
+        other => other.into(),
     }
-    Ok(Parsed {
-        received,
-        records,
-        failures,
-    })
 }
 
 /// What the ingest handlers need, in one piece: the knowledge base and the runtime its
@@ -140,18 +145,19 @@ impl IngestService {
         what: &str,
         wrap: impl Fn(T) -> Record,
     ) -> Result<HttpResponse, ApiError> {
-        let Parsed {
-            received,
-            records,
-            mut failures,
-        } = batch(body, what, wrap)?;
+        let records = batch(body, what, wrap)?;
+        let received = records.len();
         let report = self
             .store(move |kb| async move { import::import_records(&kb, records, &Silent).await })
             .await?;
-        failures.extend(report.failures.into_iter().map(|f| Failure {
-            index: f.line,
-            reason: f.reason,
-        }));
+        let mut failures: Vec<Failure> = report
+            .failures
+            .into_iter()
+            .map(|f| Failure {
+                index: f.line,
+                reason: f.reason,
+            })
+            .collect();
         failures.sort_by_key(|f| f.index);
         Ok(HttpResponse::Ok().json(BatchReport {
             received,
@@ -276,10 +282,40 @@ async fn ndjson(
     ingest: web::Data<IngestService>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
+    let records = lines(&body)?;
     let report = ingest
-        .store(move |kb| async move { import::import(&kb, body.as_ref(), &Silent).await })
+        .store(move |kb| async move { import::import_records(&kb, records, &Silent).await })
         .await?;
     Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
+}
+
+/// Reads NDJSON in the import format: every non-blank line a record by its schema and rules,
+/// with its 1-based line number. A line that breaks them refuses the whole body with a 400
+/// naming the line and field (`line 4.name`), so a bad request writes nothing.
+fn lines(body: &[u8]) -> Result<Vec<(usize, Record)>, ApiError> {
+    let mut records = Vec::new();
+    for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        let place = format!("line {}", i + 1);
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        let record: Record = extract::parse(line).map_err(|e| {
+            let field = match e.field.as_deref() {
+                None | Some("body") => place.clone(),
+                Some(field) => format!("{place}.{field}"),
+            };
+            ApiError::invalid(field, format!("{place}: {}", e.message))
+        })?;
+        record.validate().map_err(|e| at(&place, e))?;
+        records.push((i + 1, record));
+    }
+    if records.is_empty() {
+        return Err(ApiError::invalid(
+            "body",
+            "the body must hold at least one record",
+        ));
+    }
+    Ok(records)
 }
 
 /// Deletes an entity and its relationships; its documents stay, unlinked.

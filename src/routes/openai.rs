@@ -13,13 +13,13 @@ use utoipa::ToSchema;
 
 use crate::auth::{Scope, require_scope};
 use crate::error::{ApiError, ErrorBody, ErrorCode};
-use crate::extract::ValidJson;
+use crate::extract::{Range, ValidJson};
 use crate::models::{ModelKind, Models};
 
 /// Most inputs in one embeddings request.
 pub const MAX_INPUTS: usize = 256;
-/// Longest input, in bytes.
-pub const MAX_INPUT_BYTES: usize = 32 * 1024;
+/// Longest input, in characters.
+pub const MAX_INPUT_CHARS: usize = 32 * 1024;
 /// Longest wait for the embedder.
 const EMBED_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -123,6 +123,31 @@ pub struct EmbeddingsRequest {
     pub user: Option<String>,
 }
 
+/// `encoding_format`'s values.
+pub const FLOAT: &str = "float";
+pub const BASE64: &str = "base64";
+
+/// `dimensions`' rule: an embedder that can shorten its vectors returns 1 to its dimension;
+/// another only its own dimension. Absent is the embedder's dimension.
+pub fn dimensions(dimension: usize, can_shorten: bool) -> Range {
+    let dimension = dimension as i64;
+    let least = if can_shorten { 1 } else { dimension };
+    Range::new("dimensions", least, dimension, dimension)
+}
+
+/// The schema of `input`, with the rules [`inputs`] checks: one string, or an array of 1 to
+/// [`MAX_INPUTS`] strings, each of 1 to [`MAX_INPUT_CHARS`] characters.
+pub fn input_schema() -> Value {
+    let text = serde_json::json!({"type": "string", "minLength": 1, "maxLength": MAX_INPUT_CHARS});
+    serde_json::json!({
+        "description": "One text, or an array of texts, to embed",
+        "oneOf": [
+            text,
+            {"type": "array", "items": text, "minItems": 1, "maxItems": MAX_INPUTS},
+        ],
+    })
+}
+
 fn inputs(input: Value) -> Result<Vec<String>, ApiError> {
     let rule = "input must be a non-empty string or a non-empty array of non-empty strings";
     let texts = match input {
@@ -145,10 +170,13 @@ fn inputs(input: Value) -> Result<Vec<String>, ApiError> {
             format!("input may hold at most {MAX_INPUTS} strings"),
         ));
     }
-    if texts.iter().any(|t| t.len() > MAX_INPUT_BYTES) {
+    if texts
+        .iter()
+        .any(|t| kbq_store::model::longer_than(t, MAX_INPUT_CHARS))
+    {
         return Err(ApiError::invalid(
             "input",
-            format!("each input must be at most {MAX_INPUT_BYTES} bytes"),
+            format!("each input must be at most {MAX_INPUT_CHARS} characters"),
         ));
     }
     Ok(texts)
@@ -225,30 +253,24 @@ async fn embeddings(
         ));
     }
     let dimension = embedder.dimension();
-    let shorten = match req.dimensions {
-        None => None,
-        Some(d) if d == dimension as i64 => None,
-        Some(d) if embedder.can_shorten() && (1..dimension as i64).contains(&d) => Some(d as usize),
-        Some(_) if embedder.can_shorten() => {
-            return Err(ApiError::invalid(
-                "dimensions",
-                format!("dimensions must be between 1 and {dimension}"),
-            ));
-        }
-        Some(_) => {
+    let rule = dimensions(dimension, embedder.can_shorten());
+    let shorten = match rule.check(req.dimensions) {
+        Ok(d) => (d as usize != dimension).then_some(d as usize),
+        Err(_) if rule.min == rule.max => {
             return Err(ApiError::invalid(
                 "dimensions",
                 format!("{} has a fixed dimension of {dimension}", embedder.name()),
             ));
         }
+        Err(e) => return Err(e),
     };
     let base64 = match req.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
+        None | Some(FLOAT) => false,
+        Some(BASE64) => true,
         Some(_) => {
             return Err(ApiError::invalid(
                 "encoding_format",
-                "encoding_format must be float or base64",
+                format!("encoding_format must be {FLOAT} or {BASE64}"),
             ));
         }
     };

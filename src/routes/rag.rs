@@ -17,8 +17,8 @@ use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{Range, Rules, ValidJson, name};
 use crate::offload::Offload;
 
-/// Longest query, in bytes.
-pub const MAX_QUERY_BYTES: usize = 4096;
+/// Longest query, in characters.
+pub const MAX_QUERY_CHARS: usize = 4096;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/semantic").route(web::post().to(semantic)))
@@ -43,6 +43,7 @@ impl RagRequest {
 impl Rules for RagRequest {
     const RANGES: &'static [Range] = &[Self::LIMIT];
     const NOT_BLANK: &'static [&'static str] = &["query"];
+    const LENGTHS: &'static [(&'static str, usize)] = &[("query", MAX_QUERY_CHARS)];
 }
 
 /// The body of hybrid search: that of semantic and keyword search, and `graph_depth`, which
@@ -65,6 +66,7 @@ impl HybridRequest {
 impl Rules for HybridRequest {
     const RANGES: &'static [Range] = &[RagRequest::LIMIT, Self::GRAPH_DEPTH];
     const NOT_BLANK: &'static [&'static str] = &["query"];
+    const LENGTHS: &'static [(&'static str, usize)] = RagRequest::LENGTHS;
 }
 
 /// A search's body as the fields the three share, and the hops of graph expansion (0 for
@@ -113,10 +115,10 @@ fn query(req: RagRequest, graph_depth: u32) -> Result<RagQuery, ApiError> {
     if req.query.trim().is_empty() {
         return Err(ApiError::invalid("query", "query must not be blank"));
     }
-    if req.query.len() > MAX_QUERY_BYTES {
+    if kbq_store::model::longer_than(&req.query, MAX_QUERY_CHARS) {
         return Err(ApiError::invalid(
             "query",
-            format!("query must be at most {MAX_QUERY_BYTES} bytes"),
+            format!("query must be at most {MAX_QUERY_CHARS} characters"),
         ));
     }
     let filters = req.filters.unwrap_or_default();

@@ -8,8 +8,8 @@ use crate::error::{Result, StoreError};
 use crate::kb::{KnowledgeBase, obj};
 use crate::model::table::MEMORY;
 
-/// Longest fact accepted (in bytes).
-pub const MAX_MEMORY_BYTES: usize = 8 * 1024;
+/// Longest fact accepted, in characters.
+pub const MAX_MEMORY_CHARS: usize = 8 * 1024;
 
 /// A stored fact.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,10 +110,10 @@ impl KnowledgeBase {
         if content.trim().is_empty() {
             return Err(StoreError::invalid("content", "must not be empty"));
         }
-        if content.len() > MAX_MEMORY_BYTES {
+        if crate::model::longer_than(content, MAX_MEMORY_CHARS) {
             return Err(StoreError::invalid(
                 "content",
-                format!("must be at most {MAX_MEMORY_BYTES} bytes"),
+                format!("must be at most {MAX_MEMORY_CHARS} characters"),
             ));
         }
         let embedding = self.embed_one(content).await?;

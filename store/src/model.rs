@@ -17,10 +17,21 @@ pub mod table {
     pub const MEMORY: &str = "memory";
 }
 
-/// Longest entity name, relationship type or entity type accepted (in bytes).
-pub const MAX_NAME_BYTES: usize = 512;
-/// Longest document content accepted (in bytes).
-pub const MAX_CONTENT_BYTES: usize = 1 << 20;
+/// Longest entity name, relationship type or entity type accepted, in characters (Unicode
+/// scalar values, as JSON Schema's `maxLength` counts them).
+pub const MAX_NAME_CHARS: usize = 512;
+/// Longest document title accepted, in characters.
+pub const MAX_TITLE_CHARS: usize = 4 * MAX_NAME_CHARS;
+/// Longest document content accepted, in characters.
+pub const MAX_CONTENT_CHARS: usize = 1 << 20;
+
+/// Whether `text` has more than `max` characters, as JSON Schema's `maxLength` counts them
+/// (Unicode scalar values): every length rule of kbq counts this way, so the OpenAPI
+/// document can state it exactly.
+pub fn longer_than(text: &str, max: usize) -> bool {
+    // A character takes at least one byte: few bytes are few characters.
+    text.len() > max && text.chars().count() > max
+}
 
 /// A node of the graph.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -159,15 +170,15 @@ pub const NAME_PATTERN: &str = r"^[^\u0000-\u001F\u007F-\u009F]*[^\u0000-\u0020\
 pub const NOT_BLANK_PATTERN: &str =
     r"[^\u0009-\u000D\u0020\u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]";
 
-/// The rule for names and types: not blank, at most [`MAX_NAME_BYTES`], no control characters.
+/// The rule for names and types: not blank, at most [`MAX_NAME_CHARS`], no control characters.
 pub fn check_name(field: &str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(StoreError::invalid(field, "must not be empty"));
     }
-    if value.len() > MAX_NAME_BYTES {
+    if longer_than(value, MAX_NAME_CHARS) {
         return Err(StoreError::invalid(
             field,
-            format!("must be at most {MAX_NAME_BYTES} bytes"),
+            format!("must be at most {MAX_NAME_CHARS} characters"),
         ));
     }
     if value.chars().any(|c| c.is_control()) {
@@ -225,19 +236,19 @@ impl NewDocument {
             ("source_id", &self.source_id),
             ("content_type", &self.content_type),
         ])?;
-        if self.title.len() > MAX_NAME_BYTES * 4 {
+        if longer_than(&self.title, MAX_TITLE_CHARS) {
             return Err(StoreError::invalid(
                 "title",
-                format!("must be at most {} bytes", MAX_NAME_BYTES * 4),
+                format!("must be at most {MAX_TITLE_CHARS} characters"),
             ));
         }
         if self.content.trim().is_empty() {
             return Err(StoreError::invalid("content", "must not be empty"));
         }
-        if self.content.len() > MAX_CONTENT_BYTES {
+        if longer_than(&self.content, MAX_CONTENT_CHARS) {
             return Err(StoreError::invalid(
                 "content",
-                format!("must be at most {MAX_CONTENT_BYTES} bytes"),
+                format!("must be at most {MAX_CONTENT_CHARS} characters"),
             ));
         }
         if let Some(name) = &self.entity_name {

@@ -1,8 +1,9 @@
 """schemathesis hooks for kbq (loaded by scripts/fuzz through SCHEMATHESIS_HOOKS).
 
 `POST /data/v1/ingest/ndjson` takes `application/x-ndjson`, one JSON record per line, which
-schemathesis cannot send by itself: a generated string goes as it is, a generated record or
-list of records as one line each.
+schemathesis cannot send by itself. The document describes the body as an array of records;
+each generated record goes as one line. A generated value of another shape (a negative
+case) goes as one line too, and a string as it is.
 """
 
 import json
@@ -13,8 +14,31 @@ import schemathesis
 @schemathesis.serializer("application/x-ndjson")
 def ndjson(ctx, value):
     if isinstance(value, (bytes, bytearray)):
-        return {"data": bytes(value)}
+        return bytes(value)
     if isinstance(value, str):
-        return {"data": value.encode()}
+        return value.encode()
     records = value if isinstance(value, list) else [value]
-    return {"data": "".join(json.dumps(r) + "\n" for r in records).encode()}
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+@schemathesis.hook
+def filter_body(ctx, body):
+    """Two rules of `POST /v1/chat/completions` that JSON Schema cannot say, and the document
+    says in words: tool names are unique, and a named `tool_choice` names one of the tools.
+    A generated body that breaks them is not generated (the server refuses it with 400)."""
+    if not isinstance(body, dict) or not isinstance(body.get("tools"), list):
+        return True
+    names = [
+        t["function"].get("name")
+        for t in body["tools"]
+        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    ]
+    names = [n for n in names if isinstance(n, str)]
+    if len(names) != len(set(names)):
+        return False
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        named = choice["function"].get("name")
+        if isinstance(named, str) and named not in names:
+            return False
+    return True

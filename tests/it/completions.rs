@@ -327,6 +327,20 @@ async fn the_builtin_model_answers_from_the_knowledge_base_or_calls_offered_tool
         "{answer}"
     );
 
+    // A conversation with no user message is answered too, from its instructions, or from
+    // its first message when it has none.
+    for messages in [
+        json!([{"role": "system", "content": "Who influenced Alan Turing?"}]),
+        json!([{"role": "assistant", "content": "Who influenced Alan Turing?"}]),
+    ] {
+        let (status, body) = t
+            .post(PATH, json!({"model": "kbq", "messages": messages}))
+            .await;
+        assert_eq!(status, 200, "{messages}: {body}");
+        let answer = body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(answer.contains("Kurt Gödel"), "{messages}: {answer}");
+    }
+
     // A named tool is called, with the user's message in its required string parameter.
     let (status, body) = t
         .post(

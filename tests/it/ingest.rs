@@ -19,37 +19,92 @@ fn failed_indexes(body: &Value) -> Vec<u64> {
         .collect()
 }
 
+/// A record that breaks its schema or rules refuses the whole array with a 400 naming the
+/// element and field, and nothing of it is written.
 #[tokio::test]
-async fn batches_write_the_valid_records_and_report_the_rest_by_index() {
+async fn a_record_against_its_schema_refuses_the_whole_batch() {
+    let t = TestServer::start().await;
+    let good = json!({"name": "Hopper Lab", "entity_type": "organization"});
+    for (path, bad, field) in [
+        (
+            "/data/v1/ingest/entities",
+            json!({"name": "  ", "entity_type": "person"}),
+            "[1].name",
+        ),
+        (
+            "/data/v1/ingest/entities",
+            json!({"name": "No Type"}),
+            "[1].entity_type",
+        ),
+        (
+            "/data/v1/ingest/entities",
+            json!({"name": "X", "entity_type": "t", "colour": "red"}),
+            "[1].colour",
+        ),
+        (
+            "/data/v1/ingest/entities",
+            json!({"name": "é".repeat(513), "entity_type": "t"}),
+            "[1].name",
+        ),
+        (
+            "/data/v1/ingest/relationships",
+            json!({"source_name": "A", "target_name": "B", "relationship_type": "a\u{7}b"}),
+            "[1].relationship_type",
+        ),
+        (
+            "/data/v1/ingest/documents",
+            json!({"title": "t", "content": " ", "source": "s", "source_id": "1", "content_type": "text/plain"}),
+            "[1].content",
+        ),
+    ] {
+        let first = if path.ends_with("entities") {
+            good.clone()
+        } else if path.ends_with("relationships") {
+            json!({"source_name": "Ada", "target_name": "Babbage", "relationship_type": "wrote_to"})
+        } else {
+            json!({"title": "t", "content": "c", "source": "s", "source_id": "0", "content_type": "text/plain"})
+        };
+        let (status, err) = t.post(path, json!([first, bad])).await;
+        assert_eq!(status, 400, "{path} {bad}: {err}");
+        assert_error(&err, "invalid_request", Some(field));
+    }
+    let (_, found) = t.get("/data/v1/query/graph/entity/Hopper%20Lab").await;
+    assert_eq!(found, Value::Null, "a refused batch writes nothing");
+    // 512 characters is a name, however many bytes they take.
+    let long = "é".repeat(512);
+    let (status, body) = t
+        .post(
+            "/data/v1/ingest/entities",
+            json!([{"name": long, "entity_type": "t"}]),
+        )
+        .await;
+    assert_eq!(
+        (status.as_u16(), &body["written"]),
+        (200, &json!(1)),
+        "{body}"
+    );
+    t.stop().await;
+}
+
+/// Records by their schema are written; those that name what does not exist are reported by
+/// their position, and the rest written.
+#[tokio::test]
+async fn batches_write_the_records_and_report_what_the_data_refuses() {
     let t = TestServer::start().await;
     let (status, body) = t
         .post(
             "/data/v1/ingest/entities",
             json!([
                 {"name": "Hopper Lab", "entity_type": "organization", "properties": {"founded": 1952}},
-                {"name": "  ", "entity_type": "person"},
                 {"name": "Lovelace Prize", "entity_type": "award"},
-                {"name": "No Type"},
                 {"name": "Hopper Lab", "entity_type": "place"}
             ]),
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["received"], 5);
+    assert_eq!(body["received"], 3);
     assert_eq!(body["written"], 2, "a repeated name counts once: {body}");
-    assert_eq!(failed_indexes(&body), vec![1, 3]);
-    assert!(
-        body["failures"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("name")
-    );
-    assert!(
-        body["failures"][1]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("entity_type")
-    );
+    assert_eq!(failed_indexes(&body), Vec::<u64>::new());
     // The last of two records with one name wins, and the graph index has it at once.
     let (_, e) = t.get("/data/v1/query/graph/entity/Hopper%20Lab").await;
     assert_eq!(e["entity_type"], "place");
@@ -95,14 +150,13 @@ async fn batches_write_the_valid_records_and_report_the_rest_by_index() {
             "/data/v1/ingest/documents",
             json!([
                 {"title": "Hopper Lab", "content": "A laboratory for compiler research founded by Grace Hopper.", "source": "t", "source_id": "hopper-lab", "content_type": "text/plain", "url": null, "entity_name": "Hopper Lab"},
-                {"title": "Orphan", "content": "Linked to nothing that exists.", "source": "t", "source_id": "orphan", "content_type": "text/plain", "entity_name": "Nobody"},
-                {"title": "Empty", "content": " ", "source": "t", "source_id": "empty", "content_type": "text/plain"}
+                {"title": "Orphan", "content": "Linked to nothing that exists.", "source": "t", "source_id": "orphan", "content_type": "text/plain", "entity_name": "Nobody"}
             ]),
         )
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["written"], 1, "{body}");
-    assert_eq!(failed_indexes(&body), vec![1, 2]);
+    assert_eq!(failed_indexes(&body), vec![1]);
     // Searchable at once, by vector and by keyword.
     for path in ["/v1/rag/semantic", "/v1/rag/keyword"] {
         let (_, found) = t
@@ -119,30 +173,31 @@ async fn batches_write_the_valid_records_and_report_the_rest_by_index() {
     t.stop().await;
 }
 
+async fn post_ndjson(t: &TestServer, body: &'static str) -> (u16, Value) {
+    let res = t
+        .http
+        .post(t.url("/data/v1/ingest/ndjson"))
+        .bearer_auth(crate::support::KEY)
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = read(res).await;
+    (status.as_u16(), body)
+}
+
 #[tokio::test]
 async fn ndjson_shares_the_import_path_and_is_idempotent() {
     let t = TestServer::start_with(test_config(), Arc::new(SystemClock), false).await;
     let body = "{\"kind\":\"entity\",\"name\":\"A\",\"entity_type\":\"t\"}\n\
                 \n\
                 {\"kind\":\"relationship\",\"source_name\":\"A\",\"target_name\":\"B\",\"relationship_type\":\"r\"}\n\
-                {\"kind\":\"entity\",\"name\":\"B\",\"entity_type\":\"t\"}\n\
-                not json\n\
-                {\"kind\":\"widget\"}\n";
-    let post = || async {
-        let res = t
-            .http
-            .post(t.url("/data/v1/ingest/ndjson"))
-            .bearer_auth(crate::support::KEY)
-            .header("content-type", "application/x-ndjson")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        read(res).await
-    };
-    let (status, _, first) = post().await;
+                {\"kind\":\"entity\",\"name\":\"B\",\"entity_type\":\"t\"}\r\n\
+                {\"kind\":\"relationship\",\"source_name\":\"A\",\"target_name\":\"Nowhere\",\"relationship_type\":\"r\"}\n";
+    let (status, first) = post_ndjson(&t, body).await;
     assert_eq!(status, 200, "{first}");
-    assert_eq!(first["records"], 5);
+    assert_eq!(first["records"], 4);
     assert_eq!(
         (first["entities"].as_u64(), first["relationships"].as_u64()),
         (Some(2), Some(1))
@@ -153,14 +208,83 @@ async fn ndjson_shares_the_import_path_and_is_idempotent() {
         .iter()
         .map(|f| f["line"].as_u64().unwrap())
         .collect();
-    assert_eq!(lines, vec![5, 6]);
-    let (_, _, second) = post().await;
+    assert_eq!(lines, vec![5], "the missing end, by its line");
+    let (_, second) = post_ndjson(&t, body).await;
     assert_eq!(second, first);
     let (_, walk) = t
         .post("/data/v1/query/graph", json!({"entity_name": "A"}))
         .await;
     assert_eq!(walk["total_entities"], 2);
     assert_eq!(walk["total_relationships"], 1);
+    t.stop().await;
+}
+
+/// A line against the import format refuses the whole body, naming the line and field, and
+/// writes nothing.
+#[tokio::test]
+async fn an_ndjson_line_against_its_schema_refuses_the_whole_body() {
+    let t = TestServer::start_with(test_config(), Arc::new(SystemClock), false).await;
+    const GOOD: &str = "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n";
+    for (body, field) in [
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n",
+                "not json\n"
+            ),
+            "line 2",
+        ),
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n\n",
+                "{\"kind\":\"widget\"}\n"
+            ),
+            "line 3.kind",
+        ),
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n",
+                "{\"name\":\"D\"}\n"
+            ),
+            "line 2.kind",
+        ),
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n",
+                "{\"kind\":\"entity\",\"name\":\"D\"}\n"
+            ),
+            "line 2.entity_type",
+        ),
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n",
+                "{\"kind\":\"entity\",\"name\":\" \",\"entity_type\":\"t\"}\n"
+            ),
+            "line 2.name",
+        ),
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n",
+                "{\"kind\":\"entity\",\"name\":\"D\",\"entity_type\":\"t\",\"x\":1}\n"
+            ),
+            "line 2.x",
+        ),
+        (
+            concat!(
+                "{\"kind\":\"entity\",\"name\":\"C\",\"entity_type\":\"t\"}\n",
+                "[1]\n"
+            ),
+            "line 2",
+        ),
+        ("\n \n", "body"),
+    ] {
+        let (status, err) = post_ndjson(&t, body).await;
+        assert_eq!(status, 400, "{body:?}: {err}");
+        assert_error(&err, "invalid_request", Some(field));
+    }
+    let (_, found) = t.get("/data/v1/query/graph/entity/C").await;
+    assert_eq!(found, Value::Null, "a refused body writes nothing");
+    let (status, _) = post_ndjson(&t, GOOD).await;
+    assert_eq!(status, 200);
     t.stop().await;
 }
 

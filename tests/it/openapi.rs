@@ -52,7 +52,7 @@ async fn start() -> TestServer {
     TestServer::start_with(config, Arc::new(SystemClock), true).await
 }
 
-async fn document(t: &TestServer) -> Value {
+pub(crate) async fn document(t: &TestServer) -> Value {
     let res = t.http.get(t.url("/openapi.json")).send().await.unwrap();
     let (status, headers, doc) = read(res).await;
     assert_eq!(status, 200, "{doc}");
@@ -285,9 +285,9 @@ fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTree
     Some((properties, required))
 }
 
-/// A valid JSON body for each operation whose request schema bounds an integer, for
-/// [`every_integer_bound_in_the_document_is_the_servers`].
-const BASE_BODIES: [(&str, &str); 7] = [
+/// A valid JSON body for each operation whose request schema states a rule, for the probes
+/// below. `EMBEDDER` stands for the served embedder's name.
+const BASE_BODIES: [(&str, &str); 12] = [
     ("/data/v1/query/graph", r#"{"entity_name": "Ada"}"#),
     ("/data/v1/query/graph/search", r#"{"query": "Ada"}"#),
     (
@@ -298,7 +298,88 @@ const BASE_BODIES: [(&str, &str); 7] = [
     ("/v1/rag/keyword", r#"{"query": "mechanical computer"}"#),
     ("/v1/rag/hybrid", r#"{"query": "mechanical computer"}"#),
     ("/v1/agent/chat", r#"{"message": "Who was Ada Lovelace?"}"#),
+    ("/v1/embeddings", r#"{"input": "Ada", "model": "EMBEDDER"}"#),
+    (
+        "/v1/chat/completions",
+        r#"{"model": "kbq", "messages": [{"role": "user", "content": "Who was Ada?"}]}"#,
+    ),
+    (
+        "/data/v1/ingest/entities",
+        r#"[{"name": "Probe", "entity_type": "t"}]"#,
+    ),
+    (
+        "/data/v1/ingest/relationships",
+        r#"[{"source_name": "Ada", "target_name": "Babbage", "relationship_type": "t"}]"#,
+    ),
+    (
+        "/data/v1/ingest/documents",
+        r#"[{"title": "t", "content": "c", "source": "s", "source_id": "1", "content_type": "text/plain", "entity_name": "Ada"}]"#,
+    ),
 ];
+
+/// The base body of `path`; an operation that states a rule and has none fails the test.
+pub(crate) fn base_body(doc: &Value, path: &str, field: &str) -> Value {
+    let base = BASE_BODIES
+        .iter()
+        .find(|(p, _)| *p == path)
+        .unwrap_or_else(|| panic!("{path} states a rule on `{field}`: add a base body for it"))
+        .1;
+    let embedder = doc["components"]["schemas"]["EmbeddingsRequest"]["properties"]["model"]["enum"]
+        [0]
+    .as_str()
+    .expect("the embedder's name is in the document");
+    serde_json::from_str(&base.replace("EMBEDDER", embedder)).unwrap()
+}
+
+/// The schema a `$ref` points at.
+fn schema_of(doc: &Value, reference: &Value) -> Option<Value> {
+    let name = reference.as_str()?.rsplit('/').next()?;
+    Some(doc["components"]["schemas"][name].clone())
+}
+
+/// An object schema's own properties, also when it is the first of an `allOf`.
+fn own_properties(schema: &Value) -> Option<&serde_json::Map<String, Value>> {
+    schema["properties"]
+        .as_object()
+        .or_else(|| schema["allOf"][0]["properties"].as_object())
+}
+
+/// Each property of `op`'s JSON request that can carry a rule: (where in the body, the name
+/// errors give it, its schema). The properties of the body's object, or of the first item's
+/// for an array body, and of an object one `$ref` below one of them.
+fn request_fields(doc: &Value, op: &Value) -> Vec<(Vec<String>, String, Value)> {
+    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+    let (object, at, named) = if let Some(object) = schema_of(doc, &schema["$ref"]) {
+        (object, vec![], String::new())
+    } else if let Some(item) = schema_of(doc, &schema["items"]["$ref"]) {
+        (item, vec!["0".to_string()], "[0].".to_string())
+    } else {
+        return Vec::new();
+    };
+    let mut fields = Vec::new();
+    for (field, property) in own_properties(&object).into_iter().flatten() {
+        let nested = property["oneOf"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain([property])
+            .find_map(|p| schema_of(doc, &p["$ref"]))
+            .filter(|o| o["properties"].is_object());
+        let mut here = at.clone();
+        here.push(field.clone());
+        match nested {
+            Some(object) => {
+                for (inner, p) in object["properties"].as_object().unwrap() {
+                    let mut deeper = here.clone();
+                    deeper.push(inner.clone());
+                    fields.push((deeper, format!("{named}{field}.{inner}"), p.clone()));
+                }
+            }
+            None => fields.push((here, format!("{named}{field}"), property.clone())),
+        }
+    }
+    fields
+}
 
 /// Every integer bound the document states is the server's: for each operation's JSON body
 /// and each property with a `minimum` and `maximum`, both bounds are accepted, and one past
@@ -308,28 +389,19 @@ const BASE_BODIES: [(&str, &str); 7] = [
 async fn every_integer_bound_in_the_document_is_the_servers() {
     let t = start().await;
     let doc = document(&t).await;
-    let mut probed = 0;
+    let mut probed = BTreeMap::<String, usize>::new();
     for ((method, path), op) in documented(&doc) {
-        let schema = &op["requestBody"]["content"]["application/json"]["schema"];
-        let Some(name) = schema["$ref"].as_str().and_then(|r| r.rsplit('/').next()) else {
-            continue;
-        };
-        let properties = &doc["components"]["schemas"][name]["properties"];
-        for (field, property) in properties.as_object().into_iter().flatten() {
+        for (at, field, property) in request_fields(&doc, &op) {
             let (Some(min), Some(max)) =
                 (property["minimum"].as_i64(), property["maximum"].as_i64())
             else {
                 continue;
             };
             assert_eq!(method, "POST", "{path}");
-            let base = BASE_BODIES
-                .iter()
-                .find(|(p, _)| *p == path)
-                .unwrap_or_else(|| panic!("{path} bounds `{field}`: add a base body for it"))
-                .1;
+            let base = base_body(&doc, &path, &field);
             let default = &property["default"];
             assert!(
-                default.as_i64().is_some_and(|d| (min..=max).contains(&d)),
+                default.is_null() || default.as_i64().is_some_and(|d| (min..=max).contains(&d)),
                 "{path} {field}: default {default} outside {min}..={max}"
             );
             // JSON Schema's integers include numbers written with a zero fraction.
@@ -342,111 +414,100 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
                 (max.saturating_add(1).into(), false),
                 (Value::from(min as f64 + 0.5), false),
             ] {
-                probe(
-                    &t,
-                    &path,
-                    base,
-                    std::slice::from_ref(field),
-                    field,
-                    value,
-                    accepted,
-                )
-                .await;
-                probed += 1;
+                probe(&t, &path, &base, &at, &field, value, accepted).await;
+                *probed.entry(format!("{path} {field}")).or_default() += 1;
             }
         }
     }
-    // depth and limit of traverse, limit of search, max_depth and limit of documents, and
-    // limit of the three RAG searches and graph_depth of hybrid: 9 bounds, 6 probes each.
-    assert_eq!(probed, 9 * 6);
+    // depth and limit of traverse, limit of search, max_depth and limit of documents, limit
+    // of the three RAG searches and graph_depth of hybrid, max_tokens of agent chat,
+    // dimensions of embeddings, and max_tokens, max_completion_tokens and n of chat
+    // completions: 14 bounds, 6 probes each.
+    assert_eq!(
+        probed.values().sum::<usize>(),
+        14 * 6,
+        "a bound left or joined the document: {probed:#?}"
+    );
 }
 
-/// Posts `base` with `value` put at `at` (a field, or a field of an object field) to `path`:
-/// when `accepted`, the answer must be 200; otherwise 400 naming `field`.
+/// Posts `base` with `value` put at `at` (a field, a field of an object field, or a field of
+/// an array's item) to `path`: when `accepted`, the answer must be 200; otherwise 400 (404
+/// for an unknown model, as OpenAI answers) naming `field`.
 async fn probe(
     t: &TestServer,
     path: &str,
-    base: &str,
+    base: &Value,
     at: &[String],
     field: &str,
     value: Value,
     accepted: bool,
 ) {
-    let mut body: Value = serde_json::from_str(base).unwrap();
+    let mut body = base.clone();
     let mut slot = &mut body;
     for key in at {
-        if slot[key.as_str()].is_null() {
-            slot[key.as_str()] = serde_json::json!({});
-        }
-        slot = &mut slot[key.as_str()];
+        slot = match key.parse::<usize>() {
+            Ok(i) if slot.is_array() => &mut slot[i],
+            _ => {
+                if slot[key.as_str()].is_null() {
+                    slot[key.as_str()] = serde_json::json!({});
+                }
+                &mut slot[key.as_str()]
+            }
+        };
     }
     *slot = value.clone();
+    let shown: String = value.to_string().chars().take(40).collect();
     let (status, answer) = t.post(path, body).await;
     if accepted {
-        assert_eq!(status, 200, "{path} {field}={value}: {answer}");
+        assert_eq!(status, 200, "{path} {field}={shown}: {answer}");
     } else {
-        assert_eq!(status, 400, "{path} {field}={value}: {answer}");
+        assert!(
+            matches!(status.as_u16(), 400 | 404),
+            "{path} {field}={shown}: {status} {answer}"
+        );
         assert_eq!(answer["error"]["field"], field, "{path}: {answer}");
     }
 }
 
-/// Every name rule, not-blank rule and array size the document states is the server's. For each operation
-/// with a base body ([`BASE_BODIES`]) and each property of its request schema, or of an
-/// object one `$ref` below it, that carries the name rule's `pattern` (on the property, or on
-/// an array's items) or `minItems`/`maxItems`: a valid value is accepted, and a blank name,
-/// a name with a control character, and an array one item short of or past its bounds are
-/// refused with 400 naming the field.
+/// Every name rule, not-blank rule, length, choice and array size the document states is the
+/// server's. For each operation with a base body ([`BASE_BODIES`]) and each property of its
+/// request schema, or of an object one `$ref` below it, that carries the name rule's
+/// `pattern` (on the property, or on an array's items), the not-blank pattern, `maxLength`,
+/// `enum`, or `minItems`/`maxItems`: valid values are accepted, and a blank name, a name with
+/// a control character, text one character too long, a value not among the choices, and an
+/// array one item short of or past its bounds are refused with 400 naming the field.
 #[tokio::test]
-async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
+async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_servers() {
     let t = start().await;
     let doc = document(&t).await;
     let pattern = kbq_store::model::NAME_PATTERN;
     let not_blank = kbq_store::model::NOT_BLANK_PATTERN;
-    let schema_of = |r: &Value| -> Option<Value> {
-        let name = r.as_str()?.rsplit('/').next()?;
-        Some(doc["components"]["schemas"][name].clone())
-    };
-    let mut probed = 0;
+    let mut probed = BTreeMap::<String, usize>::new();
     for ((_, path), op) in documented(&doc) {
-        let Some(request) =
-            schema_of(&op["requestBody"]["content"]["application/json"]["schema"]["$ref"])
-        else {
-            continue;
-        };
-        let base = BASE_BODIES.iter().find(|(p, _)| *p == path).map(|b| b.1);
-        // (where in the body, the field's name in errors, its schema)
-        let mut fields: Vec<(Vec<String>, String, Value)> = Vec::new();
-        for (field, property) in request["properties"].as_object().unwrap() {
-            let nested = property["oneOf"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .chain([property])
-                .find_map(|p| schema_of(&p["$ref"]))
-                .filter(|o| o["properties"].is_object());
-            match nested {
-                Some(object) => {
-                    for (inner, p) in object["properties"].as_object().unwrap() {
-                        let at = vec![field.clone(), inner.clone()];
-                        fields.push((at, format!("{field}.{inner}"), p.clone()));
-                    }
-                }
-                None => fields.push((vec![field.clone()], field.clone(), property.clone())),
-            }
-        }
-        for (at, field, property) in fields {
+        for (at, field, property) in request_fields(&doc, &op) {
             let names = property["pattern"] == pattern;
             let text = property["pattern"] == not_blank;
             let item_names = property["items"]["pattern"] == pattern;
+            let longest = property["maxLength"].as_u64().map(|n| n as usize);
+            let choices: Vec<&str> = property["enum"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
             let sized = property["minItems"]
                 .as_u64()
                 .zip(property["maxItems"].as_u64());
-            if !names && !text && !item_names && sized.is_none() {
+            if !names
+                && !text
+                && !item_names
+                && longest.is_none()
+                && choices.is_empty()
+                && sized.is_none()
+            {
                 continue;
             }
-            let base = base.unwrap_or_else(|| {
-                panic!("{path} states a rule on `{field}`: add a base body for it")
-            });
+            let base = base_body(&doc, &path, &field);
             let mut cases: Vec<(Value, bool)> = Vec::new();
             if names {
                 cases.extend([
@@ -470,30 +531,68 @@ async fn every_name_rule_and_array_size_in_the_document_is_the_servers() {
                     (serde_json::json!(["a\u{85}b"]), false),
                 ]);
             }
+            // Lengths count characters: two-byte ones show it. Content of a megabyte of
+            // characters would pass the body limit first (413); it is checked in ingest.rs.
+            if let Some(n) = longest.filter(|&n| n <= 100_000) {
+                cases.extend([
+                    (Value::from("é".repeat(n)), true),
+                    (Value::from("é".repeat(n + 1)), false),
+                ]);
+            }
+            if !choices.is_empty() {
+                cases.extend(choices.iter().map(|c| (Value::from(*c), true)));
+                cases.push((Value::from("no such choice"), false));
+            }
             if let Some((min, max)) = sized {
-                let list =
-                    |n: u64| Value::from((0..n).map(|i| format!("t{i}")).collect::<Vec<_>>());
+                // Items like the base body's own, or names.
+                let mut like = &base;
+                for key in &at {
+                    like = match key.parse::<usize>() {
+                        Ok(i) if like.is_array() => &like[i],
+                        _ => &like[key.as_str()],
+                    };
+                }
+                let like = like[0].clone();
+                let list = |n: u64| {
+                    Value::from(
+                        (0..n)
+                            .map(|i| match &like {
+                                Value::Null => Value::from(format!("t{i}")),
+                                item => item.clone(),
+                            })
+                            .collect::<Vec<_>>(),
+                    )
+                };
                 cases.extend([(list(min), true), (list(max), true), (list(max + 1), false)]);
                 if min > 0 {
                     cases.push((list(min - 1), false));
                 }
             }
             for (value, accepted) in cases {
-                probe(&t, &path, base, &at, &field, value, accepted).await;
-                probed += 1;
+                probe(&t, &path, &base, &at, &field, value, accepted).await;
+                *probed.entry(format!("{path} {field}")).or_default() += 1;
             }
         }
     }
-    // Names: 4 probes each, in traverse (1), search (2), documents (2) and the three RAG
-    // searches' filters (3 each); arrays of names: 3 each and 4 for their size, in traverse
-    // and documents; text not blank: 3 each, the three RAG searches' query and agent chat's
-    // message.
+    let total: usize = probed.values().sum();
     assert_eq!(
-        probed,
-        4 * (1 + 2 + 2 + 9) + 2 * (3 + 4) + 3 * 4,
-        "a rule left the document"
+        total, EXPECTED_RULE_PROBES,
+        "a rule left or joined the document: {probed:#?}"
     );
 }
+
+/// What [`every_name_rule_length_choice_and_array_size_in_the_document_is_the_servers`]
+/// probes. Names, 6 probes each (4 for the rule, 2 for the length): traverse (1), search (2),
+/// documents (2), the three RAG searches' filters (3 each), ingested entities (2),
+/// relationships (3) and documents (4). Arrays of names, 3 each and 4 for their size, in
+/// traverse and documents. Text not blank, 3 each and 2 for its length: the three RAG
+/// searches' query and agent chat's message; an ingested document's content, whose length is
+/// too long to probe. Lengths alone, 2 each: agent chat's system_prompt and a document's
+/// title. Choices, one probe per choice and one more: the embedder's name (1), the encoding
+/// format (2) and a completion's model (`kbq` and the test config's provider). Array sizes,
+/// 4: a completion's messages.
+const EXPECTED_RULE_PROBES: usize =
+    6 * (1 + 2 + 2 + 9 + 2 + 3 + 4) + 7 * 2 + 5 * 4 + 3 + 2 * 2 + (1 + 1) + (2 + 1) + (2 + 1) + 4;
 
 /// Every path parameter's `pattern` in the document is the server's: for each parameter
 /// with one, a value it matches is not refused (the answer is 200 or 404), and values it does
@@ -552,7 +651,7 @@ async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
 }
 
 /// (method, path) of each documented operation, with the operation.
-fn documented(doc: &Value) -> BTreeMap<(String, String), Value> {
+pub(crate) fn documented(doc: &Value) -> BTreeMap<(String, String), Value> {
     let mut ops = BTreeMap::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {

@@ -11,6 +11,7 @@
 
 mod request;
 mod stream;
+use stream::ChunkEvent;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -29,7 +30,7 @@ use crate::extract::ValidJson;
 use crate::models::Models;
 use crate::peer::unless_client_leaves;
 
-pub use request::{CompletionRequest, MAX_MESSAGES, MAX_TOOLS, StreamOptions};
+pub use request::{CompletionRequest, MAX_MESSAGES, MAX_TOOLS, StreamOptions, state};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -167,7 +168,7 @@ fn now_secs() -> u64 {
         (status = 200, description = "A `chat.completion`; with `stream: true`, `text/event-stream` chunks ending with `data: [DONE]`",
             content(
                 (ChatCompletion = "application/json"),
-                (String = "text/event-stream"),
+                (ChunkEvent = "text/event-stream"),
             )),
         (status = 404, description = ErrorCode::NotFound.answers("no such model (`field` is `model`)"), body = ErrorBody),
         (status = 502, description = ErrorCode::Upstream.answers("every provider tried failed"), body = ErrorBody),

@@ -268,7 +268,197 @@ fn check_tool_choice(choice: &Value, tools: &[Value]) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn in_range(field: &str, value: Option<f64>, min: f64, max: f64) -> Result<(), ApiError> {
+/// The number fields' bounds, as OpenAI has them.
+pub const TEMPERATURE: (f64, f64) = (0.0, 2.0);
+pub const TOP_P: (f64, f64) = (0.0, 1.0);
+pub const PENALTY: (f64, f64) = (-2.0, 2.0);
+/// Most strings in `stop`.
+pub const MAX_STOPS: usize = 4;
+
+/// Writes the rules [`validate`] checks into the request's schema in the JSON document
+/// `schemas` (its components): the served model names, the messages by role, the tools, the
+/// tool choice, the bounds of numbers, and the rules between fields (a tool choice other
+/// than `none` needs tools; `stream_options` needs `stream`). Two rules no JSON Schema can
+/// say are in the descriptions: tool names are unique, and a named tool choice names one of
+/// the tools.
+pub fn state(schemas: &mut Value, models: &[&str], limits: &AgentSection) {
+    use serde_json::json;
+    let request = &mut schemas["CompletionRequest"];
+    let p = &mut request["properties"];
+    p["model"]["enum"] = json!(models);
+    p["messages"] = json!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": MAX_MESSAGES,
+        "items": message_schema(),
+        "description": "OpenAI chat messages: `system`, `developer`, `user`, `assistant`, `tool`",
+    });
+    for (field, (least, most)) in [
+        ("temperature", TEMPERATURE),
+        ("top_p", TOP_P),
+        ("presence_penalty", PENALTY),
+        ("frequency_penalty", PENALTY),
+    ] {
+        p[field]["minimum"] = least.into();
+        p[field]["maximum"] = most.into();
+    }
+    for field in ["max_tokens", "max_completion_tokens"] {
+        p[field]["minimum"] = 1.into();
+        p[field]["maximum"] = limits.max_tokens_limit.into();
+    }
+    p["n"]["minimum"] = 1.into();
+    p["n"]["maximum"] = 1.into();
+    p["n"]["default"] = 1.into();
+    let text = json!({"type": "string"});
+    p["tools"] = json!({
+        "type": ["array", "null"],
+        "maxItems": MAX_TOOLS,
+        "items": {
+            "type": "object",
+            "required": ["type", "function"],
+            "properties": {
+                "type": {"const": "function"},
+                "function": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "description": {"type": ["string", "null"]},
+                        "parameters": {"type": ["object", "null"]},
+                    },
+                },
+            },
+        },
+        "description": format!("OpenAI function tools, at most {MAX_TOOLS}, each name given once"),
+    });
+    p["tool_choice"] = json!({
+        "oneOf": [
+            {"enum": ["none", "auto", "required"]},
+            {
+                "type": "object",
+                "required": ["type", "function"],
+                "properties": {
+                    "type": {"const": "function"},
+                    "function": {"type": "object", "required": ["name"], "properties": {"name": text}},
+                },
+            },
+            {"type": "null"},
+        ],
+        "description": "`none`, `auto`, `required`, or one of `tools` by name: `{\"type\": \"function\", \"function\": {\"name\": ...}}`",
+    });
+    p["stop"] = json!({
+        "oneOf": [
+            text,
+            {"type": "array", "items": text, "maxItems": MAX_STOPS},
+            {"type": "null"},
+        ],
+        "description": format!("A string or up to {MAX_STOPS} strings"),
+    });
+    p["response_format"] = json!({
+        "type": ["object", "null"],
+        "required": ["type"],
+        "properties": {"type": text},
+    });
+    let object = request.take();
+    *request = json!({
+        "allOf": [
+            object,
+            {"anyOf": [
+                {"not": {"required": ["tool_choice"]}},
+                {"properties": {"tool_choice": {"enum": ["none", null]}}},
+                {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+            ]},
+            {"anyOf": [
+                {"not": {"required": ["stream_options"]}},
+                {"properties": {"stream_options": {"type": "null"}}},
+                {"required": ["stream"], "properties": {"stream": {"const": true}}},
+            ]},
+        ],
+    });
+}
+
+/// One message, by role, as [`check_message`] reads it.
+fn message_schema() -> Value {
+    use serde_json::json;
+    let content = json!({
+        "oneOf": [
+            {"type": "string"},
+            {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["type", "text"],
+                    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                },
+            },
+        ],
+    });
+    let call = json!({
+        "type": "object",
+        "required": ["id", "type", "function"],
+        "properties": {
+            "id": {"type": "string", "minLength": 1},
+            "type": {"const": "function"},
+            "function": {
+                "type": "object",
+                "required": ["name", "arguments"],
+                "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}},
+            },
+        },
+    });
+    // Every message may carry the known fields; a role reads only its own.
+    let any = json!({});
+    let known = |role: Value, content: Value, more: Value, required: Value| {
+        let mut properties = json!({
+            "role": role,
+            "content": content,
+            "name": any,
+            "tool_calls": any,
+            "tool_call_id": any,
+            "refusal": any,
+        });
+        for (k, v) in more.as_object().into_iter().flatten() {
+            properties[k] = v.clone();
+        }
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        })
+    };
+    let mut assistant = known(
+        json!({"const": "assistant"}),
+        json!({"oneOf": [content, {"type": "null"}]}),
+        json!({"tool_calls": {"type": ["array", "null"], "items": call}}),
+        json!(["role"]),
+    );
+    // An assistant message says something or calls tools.
+    assistant["anyOf"] = json!([
+        {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+        {"required": ["tool_calls"], "properties": {"tool_calls": {"type": "array"}}},
+    ]);
+    json!({
+        "oneOf": [
+            known(
+                json!({"enum": ["system", "developer", "user"]}),
+                content.clone(),
+                json!({}),
+                json!(["role", "content"]),
+            ),
+            known(
+                json!({"const": "tool"}),
+                content,
+                json!({"tool_call_id": {"type": "string", "minLength": 1}}),
+                json!(["role", "content", "tool_call_id"]),
+            ),
+            assistant,
+        ],
+    })
+}
+
+fn in_range(field: &str, value: Option<f64>, (min, max): (f64, f64)) -> Result<(), ApiError> {
     match value {
         Some(v) if !(min..=max).contains(&v) => Err(ApiError::invalid(
             field,
@@ -316,10 +506,10 @@ pub(super) fn validate(
     if let Some(choice) = &req.tool_choice {
         check_tool_choice(choice, &tools)?;
     }
-    in_range("temperature", req.temperature, 0.0, 2.0)?;
-    in_range("top_p", req.top_p, 0.0, 1.0)?;
-    in_range("presence_penalty", req.presence_penalty, -2.0, 2.0)?;
-    in_range("frequency_penalty", req.frequency_penalty, -2.0, 2.0)?;
+    in_range("temperature", req.temperature, TEMPERATURE)?;
+    in_range("top_p", req.top_p, TOP_P)?;
+    in_range("presence_penalty", req.presence_penalty, PENALTY)?;
+    in_range("frequency_penalty", req.frequency_penalty, PENALTY)?;
     if req.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid(
             "n",
@@ -345,13 +535,13 @@ pub(super) fn validate(
     if let Some(stop) = &req.stop {
         let ok = match stop {
             Value::String(_) => true,
-            Value::Array(a) => a.len() <= 4 && a.iter().all(Value::is_string),
+            Value::Array(a) => a.len() <= MAX_STOPS && a.iter().all(Value::is_string),
             _ => false,
         };
         if !ok {
             return Err(ApiError::invalid(
                 "stop",
-                "stop must be a string or an array of at most 4 strings",
+                format!("stop must be a string or an array of at most {MAX_STOPS} strings"),
             ));
         }
     }

@@ -10,6 +10,18 @@ use serde_json::Value;
 
 use super::{AssistantMessage, TokenUsage};
 
+/// One server-sent event of a streamed completion, as an SSE client reads it: OpenAI's
+/// shape, no `event:` line (so the event is a `message`) and no id.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // the document's only
+pub struct ChunkEvent {
+    /// A `chat.completion.chunk` as JSON; `[DONE]` in the last event.
+    data: String,
+    /// `message`, as no `event:` line is sent.
+    #[schema(pattern = "^message$")]
+    event: String,
+}
+
 /// Content in pieces of about this many bytes, cut after whitespace.
 const PIECE_BYTES: usize = 24;
 
