@@ -270,6 +270,8 @@ impl Metrics {
 /// What start-up, the in-memory indexes and the process hold, read at scrape time.
 pub struct MemoryReading {
     pub ready: bool,
+    /// Whether the store answered a ping at scrape time.
+    pub store_up: bool,
     pub indexes: IndexStats,
     /// Resident set size, where the platform tells it.
     pub resident_bytes: Option<u64>,
@@ -284,6 +286,13 @@ impl MemoryReading {
             "1 once start-up is done (the store connected and its indexes built), else 0.",
         );
         let _ = writeln!(out, "kbq_ready {}", u8::from(self.ready));
+        header(
+            out,
+            "kbq_store_up",
+            "gauge",
+            "1 when the store answered a ping at scrape time (within 1 s), else 0. Readiness does not follow it: a node whose store is down still answers from its indexes.",
+        );
+        let _ = writeln!(out, "kbq_store_up {}", u8::from(self.store_up));
         let s = &self.indexes;
         header(
             out,
@@ -385,6 +394,7 @@ pub async fn metrics(
     kb: web::Data<KnowledgeBase>,
     readiness: web::Data<Readiness>,
 ) -> HttpResponse {
+    let store_up = crate::routes::probes::store_state(&kb).await == "up";
     // Walking every index takes milliseconds on a large store: off the HTTP worker.
     let kb = kb.into_inner();
     let indexes = web::block(move || kb.index_stats())
@@ -392,6 +402,7 @@ pub async fn metrics(
         .unwrap_or_default();
     let memory = MemoryReading {
         ready: readiness.is_ready(),
+        store_up,
         indexes,
         resident_bytes: resident_bytes(),
     };

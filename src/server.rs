@@ -55,6 +55,8 @@ pub struct Server {
     runtime: Runtime,
     /// What start-up is doing; ready once the store is connected and indexed.
     readiness: Arc<Readiness>,
+    /// `server.shutdown_delay_ms`.
+    shutdown_delay: std::time::Duration,
     /// Connects the store, builds the indexes and loads the demo (see [`start`]).
     startup: tokio::task::JoinHandle<()>,
     /// Follows writes made by other nodes (a shared SurrealDB server only), once connected.
@@ -73,8 +75,18 @@ impl Server {
         self.readiness.wait(timeout).await
     }
 
-    /// Stops accepting, lets in-flight requests finish (when `graceful`), stops the actors.
+    /// Stops: from this moment `/readyz` fails; when `graceful`, kbq serves on for
+    /// `server.shutdown_delay_ms`, then stops accepting and lets the requests in flight
+    /// finish (within `server.shutdown_timeout_secs`); then the actors stop.
     pub async fn stop(self, graceful: bool) {
+        self.readiness.set(Stage::Stopping);
+        if graceful && !self.shutdown_delay.is_zero() {
+            tracing::info!(
+                delay_ms = self.shutdown_delay.as_millis() as u64,
+                "stopping: /readyz fails; serving on while load balancers notice"
+            );
+            tokio::time::sleep(self.shutdown_delay).await;
+        }
         self.handle.stop(graceful).await;
         let _ = self.task.await;
         self.startup.abort();
@@ -219,6 +231,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         graph: runtime.graph.clone(),
         agent: runtime.agent.clone(),
         readiness: readiness.into_inner(),
+        shutdown_delay: std::time::Duration::from_millis(config.server.shutdown_delay_ms),
         handle,
         task,
         runtime,

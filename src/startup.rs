@@ -27,6 +27,8 @@ pub enum Stage {
     /// Importing the bundled demo into an empty store.
     LoadingDemo,
     Ready,
+    /// Shutting down: in-flight requests finish, new work is refused.
+    Stopping,
 }
 
 impl Stage {
@@ -36,6 +38,7 @@ impl Stage {
             Stage::BuildingIndexes(p) => 1 << 8 | u32::from(p.min(100)),
             Stage::LoadingDemo => 2 << 8,
             Stage::Ready => 3 << 8,
+            Stage::Stopping => 4 << 8,
         }
     }
 
@@ -44,7 +47,8 @@ impl Stage {
             0 => Stage::Connecting,
             1 => Stage::BuildingIndexes((v & 0xff) as u8),
             2 => Stage::LoadingDemo,
-            _ => Stage::Ready,
+            3 => Stage::Ready,
+            _ => Stage::Stopping,
         }
     }
 
@@ -55,6 +59,7 @@ impl Stage {
             Stage::BuildingIndexes(p) => Some(format!("building indexes: {p}%")),
             Stage::LoadingDemo => Some("loading the demo knowledge base".into()),
             Stage::Ready => None,
+            Stage::Stopping => Some("stopping".into()),
         }
     }
 }
@@ -93,8 +98,18 @@ impl Readiness {
         self.stage() == Stage::Ready
     }
 
+    /// Moves to `stage`; once [`Stage::Stopping`], start-up can no longer move it back.
     pub fn set(&self, stage: Stage) {
-        self.stage.store(stage.encode(), Ordering::Release);
+        let stopping = Stage::Stopping.encode();
+        if self
+            .stage
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now != stopping).then_some(stage.encode())
+            })
+            .is_err()
+        {
+            return;
+        }
         if !matches!(stage, Stage::BuildingIndexes(_)) {
             self.finish_bar();
         }
@@ -189,16 +204,18 @@ fn served_while_starting(path: &str) -> bool {
 }
 
 /// Middleware: until start-up is done, every request but those [`served_while_starting`]
-/// gets 503 `service_unavailable` with `Retry-After: 1`, its message saying why.
+/// gets 503 `service_unavailable` with `Retry-After: 1`, its message saying why. A stopping
+/// server serves on: only `/readyz` fails, so that load balancers move traffic away while
+/// the requests they still send are answered (`server.shutdown_delay_ms`).
 pub async fn gate(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let waiting = req
+    let stage = req
         .app_data::<web::Data<Readiness>>()
-        .and_then(|r| r.stage().reason());
-    match waiting {
-        Some(reason) if !served_while_starting(req.path()) => {
+        .map_or(Stage::Ready, |r| r.stage());
+    match stage.reason() {
+        Some(reason) if stage != Stage::Stopping && !served_while_starting(req.path()) => {
             Err(ApiError::unavailable(format!("kbq is starting: {reason}")).into())
         }
         _ => next
@@ -221,6 +238,7 @@ mod tests {
             Stage::BuildingIndexes(100),
             Stage::LoadingDemo,
             Stage::Ready,
+            Stage::Stopping,
         ] {
             assert_eq!(Stage::decode(stage.encode()), stage);
         }

@@ -18,6 +18,9 @@ pub struct ServerConfig {
     pub workers: usize,
     /// How long in-flight requests may finish after a stop signal.
     pub shutdown_timeout_secs: u64,
+    /// How long a stopping server keeps serving, with `/readyz` failing, before it stops
+    /// accepting: the time a load balancer needs to see it and move traffic away.
+    pub shutdown_delay_ms: u64,
     /// How much lower than the rest the main runtime's threads run (Linux nice, 0 to 19).
     pub main_runtime_nice: u8,
 }
@@ -29,6 +32,7 @@ impl Default for ServerConfig {
             max_body_bytes: 1 << 20,
             workers: 0,
             shutdown_timeout_secs: 30,
+            shutdown_delay_ms: 0,
             main_runtime_nice: 10,
         }
     }
@@ -48,6 +52,12 @@ impl ServerConfig {
         if self.workers > 256 {
             return bad("server.workers", "must be between 0 (one per core) and 256");
         }
+        within(
+            "server.shutdown_delay_ms",
+            self.shutdown_delay_ms,
+            0,
+            600_000,
+        )?;
         within("server.main_runtime_nice", self.main_runtime_nice, 0, 19)
     }
 }

@@ -27,6 +27,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub struct ProbeStatus {
     /// `ok` from `/livez`, `ready` from `/readyz`.
     pub status: &'static str,
+    /// `/readyz` only: whether the knowledge base's store answers now (`up`) or not
+    /// (`down`). A node whose store is down stays ready: it answers what its in-memory
+    /// indexes hold, and requests that need the store get 503 with `Retry-After`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<String>, pattern = "^(up|down)$")]
+    pub store: Option<&'static str>,
 }
 
 /// The process is up and serving HTTP.
@@ -39,17 +45,24 @@ pub struct ProbeStatus {
 async fn livez() -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(ProbeStatus { status: "ok" })
+        .json(ProbeStatus {
+            status: "ok",
+            store: None,
+        })
 }
 
-/// Start-up is done and the knowledge base answers; 503 with the reason when not.
+/// This node can serve: start-up is done and it is not stopping; 503 with the reason when not.
+///
+/// The store's state is reported beside it (`store`), not folded in: when a shared SurrealDB
+/// server is down every node would otherwise fail at once, and a load balancer would take the
+/// whole fleet out while the in-memory indexes can still answer reads (docs/operations.md).
 #[utoipa::path(
     method(get, head),
     path = "/readyz",
     tag = "probes",
     responses(
-        (status = 200, description = "Ready", body = ProbeStatus),
-        (status = 503, description = ErrorCode::ServiceUnavailable.answers("still starting (the message says what it is doing: `not ready: store connecting`, `not ready: building indexes: 40%`), or the knowledge base does not answer (`not ready: the knowledge base does not answer`)"), body = ErrorBody),
+        (status = 200, description = "Ready; `store` says whether the store answers", body = ProbeStatus),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("still starting (the message says what it is doing: `not ready: store connecting`, `not ready: building indexes: 40%`), or stopping (`not ready: stopping`)"), body = ErrorBody),
     ),
 )]
 async fn readyz(
@@ -59,15 +72,26 @@ async fn readyz(
     if let Some(reason) = readiness.stage().reason() {
         return Err(ApiError::unavailable(format!("not ready: {reason}")));
     }
-    match kb.ping().await {
-        Ok(()) => Ok(HttpResponse::Ok()
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(ProbeStatus { status: "ready" })),
-        Err(e) => {
-            tracing::warn!(error = %e, "not ready");
-            Err(ApiError::unavailable(
-                "not ready: the knowledge base does not answer",
-            ))
+    let store = store_state(&kb).await;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(ProbeStatus {
+            status: "ready",
+            store: Some(store),
+        }))
+}
+
+/// Whether the store answers a ping within a second: `up` or `down`.
+pub async fn store_state(kb: &KnowledgeBase) -> &'static str {
+    match tokio::time::timeout(std::time::Duration::from_secs(1), kb.ping()).await {
+        Ok(Ok(())) => "up",
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "the store does not answer");
+            "down"
+        }
+        Err(_) => {
+            tracing::warn!("the store did not answer a ping within 1 s");
+            "down"
         }
     }
 }

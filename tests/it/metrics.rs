@@ -131,6 +131,7 @@ async fn metrics_count_requests_pools_providers_tools_and_rejections() {
 
     // The fixture's records in each index, and each index's size.
     assert_eq!(get("kbq_ready"), 1.0);
+    assert_eq!(get("kbq_store_up"), 1.0);
     assert_eq!(get(r#"kbq_index_records{kind="entities"}"#), 10.0);
     assert_eq!(get(r#"kbq_index_records{kind="relationships"}"#), 7.0);
     assert_eq!(get(r#"kbq_index_records{kind="documents"}"#), 3.0);

@@ -138,7 +138,8 @@ async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
     let storage = format!("surrealkv://{}", dir.path().join("db").display());
     let mut db = SurrealServer::start(0, &storage).await;
     let port = db.port;
-    // Graph queries go to SurrealDB, so an outage shows on them as well as on /readyz.
+    // Graph queries go to SurrealDB, so an outage shows on them; /readyz stays 200 and says
+    // the store is down, /metrics too, and writes get 503 with Retry-After.
     let t = TestServer::start_with(remote_config(&db, false), Arc::new(SystemClock), true).await;
     let traverse = || async {
         t.call(
@@ -150,20 +151,47 @@ async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
     };
     assert_eq!(traverse().await.0, 200);
 
+    let readyz = || async {
+        let (status, _, body) =
+            crate::support::read(t.http.get(t.url("/readyz")).send().await.unwrap()).await;
+        (
+            status.as_u16(),
+            body["store"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(readyz().await, (200, "up".to_string()));
+
     db.stop();
     let down = eventually(Duration::from_secs(30), || async {
-        traverse().await.0 == 503
-            && t.http.get(t.url("/readyz")).send().await.unwrap().status() == 503
+        traverse().await.0 == 503 && readyz().await == (200, "down".to_string())
     })
     .await;
-    assert!(down, "no 503 while the server was down");
+    assert!(down, "no 503, or /readyz did not report the store down");
     let (_, _, body) = traverse().await;
     crate::support::assert_error(&body, "service_unavailable", None);
+    let (status, headers, body) = t
+        .call(
+            Method::POST,
+            "/data/v1/ingest/entities",
+            Some(json!([{"name": "During the outage", "entity_type": "t"}])),
+        )
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(headers["retry-after"], "1");
+    let metrics = t
+        .http
+        .get(t.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("\nkbq_store_up 0\n"), "{metrics}");
 
     let _db = SurrealServer::start(port, &storage).await;
     let back = eventually(Duration::from_secs(60), || async {
-        t.http.get(t.url("/readyz")).send().await.unwrap().status() == 200
-            && traverse().await.0 == 200
+        readyz().await == (200, "up".to_string()) && traverse().await.0 == 200
     })
     .await;
     assert!(back, "kbq did not recover when the server came back");

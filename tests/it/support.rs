@@ -262,6 +262,7 @@ pub async fn kbq_cli(args: &[&str]) -> std::process::Output {
 /// A `kbq serve` process on a free loopback port and a fresh in-memory store.
 pub struct ServeProcess {
     pub child: tokio::process::Child,
+    pub port: u16,
     _data: tempfile::TempDir,
 }
 
@@ -302,7 +303,11 @@ impl ServeProcess {
         })
         .await;
         assert!(ready, "kbq serve did not become ready");
-        ServeProcess { child, _data: data }
+        ServeProcess {
+            child,
+            port,
+            _data: data,
+        }
     }
 }
 
