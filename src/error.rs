@@ -30,16 +30,19 @@ pub enum ErrorCode {
     ServiceUnavailable,
     /// 502: every language-model provider tried for the request failed.
     Upstream,
+    /// 408: the request's body did not arrive within `server.body_timeout_ms`.
+    RequestTimeout,
 }
 
 impl ErrorCode {
     /// All codes, for docs and tests.
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidApiKey,
         ErrorCode::InsufficientScope,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
+        ErrorCode::RequestTimeout,
         ErrorCode::VersionSunset,
         ErrorCode::PayloadTooLarge,
         ErrorCode::RateLimitExceeded,
@@ -61,6 +64,7 @@ impl ErrorCode {
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Upstream => StatusCode::BAD_GATEWAY,
+            ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -84,6 +88,9 @@ impl ErrorCode {
                 "the knowledge base (or another dependency) cannot answer now; retry later"
             }
             ErrorCode::Upstream => "every language-model provider tried for the request failed",
+            ErrorCode::RequestTimeout => {
+                "the request's body did not arrive within `server.body_timeout_ms`; the connection is closed"
+            }
         }
     }
 
@@ -101,6 +108,7 @@ impl ErrorCode {
             ErrorCode::Internal => "internal_error",
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::Upstream => "upstream_error",
+            ErrorCode::RequestTimeout => "request_timeout",
         }
     }
 
@@ -117,6 +125,7 @@ impl ErrorCode {
             403 => ErrorCode::InsufficientScope,
             404 => ErrorCode::NotFound,
             405 => ErrorCode::MethodNotAllowed,
+            408 => ErrorCode::RequestTimeout,
             410 => ErrorCode::VersionSunset,
             413 => ErrorCode::PayloadTooLarge,
             429 => ErrorCode::RateLimitExceeded,
@@ -329,7 +338,8 @@ mod tests {
             RateLimitExceeded => Some(Internal),
             Internal => Some(ServiceUnavailable),
             ServiceUnavailable => Some(Upstream),
-            Upstream => None,
+            Upstream => Some(RequestTimeout),
+            RequestTimeout => None,
         }
     }
 

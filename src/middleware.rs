@@ -151,3 +151,79 @@ fn from_status(status: actix_web::http::StatusCode, message: &str) -> ApiError {
         code => ApiError::new(code, message),
     }
 }
+
+/// `server.body_timeout_ms`, for [`body_deadline`].
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub std::time::Duration);
+
+/// Middleware: a request's body must arrive within `server.body_timeout_ms` of its head. A
+/// client that sends it byte by byte (slowloris) gets 408 `request_timeout`, and the
+/// connection is closed, instead of holding the connection and the handler's buffer for as
+/// long as it likes. A request whose handler reads no body is not held to it.
+pub async fn body_deadline(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let Some(timeout) = req.app_data::<BodyTimeout>().map(|t| t.0) else {
+        return next
+            .call(req)
+            .await
+            .map(ServiceResponse::map_into_boxed_body);
+    };
+    let expired = std::rc::Rc::new(std::cell::Cell::new(false));
+    let payload = Deadline {
+        inner: req.take_payload(),
+        sleep: Box::pin(tokio::time::sleep(timeout)),
+        expired: expired.clone(),
+    };
+    req.set_payload(actix_web::dev::Payload::Stream {
+        payload: Box::pin(payload),
+    });
+    let res = next.call(req).await?;
+    if !expired.get() {
+        return Ok(res.map_into_boxed_body());
+    }
+    let (req, _) = res.into_parts();
+    let mut res = ApiError::new(
+        ErrorCode::RequestTimeout,
+        format!(
+            "the request body did not arrive within {} ms (server.body_timeout_ms)",
+            timeout.as_millis()
+        ),
+    )
+    .error_response();
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Ok(ServiceResponse::new(req, res))
+}
+
+/// A request body that ends with an error once its deadline passes.
+struct Deadline {
+    inner: actix_web::dev::Payload,
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    expired: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl futures::Stream for Deadline {
+    type Item = Result<actix_web::web::Bytes, actix_web::error::PayloadError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if self.expired.get() {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(item) = std::pin::Pin::new(&mut self.inner).poll_next(cx) {
+            return Poll::Ready(item);
+        }
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            self.expired.set(true);
+            let late = std::io::Error::new(std::io::ErrorKind::TimedOut, "request body too slow");
+            return Poll::Ready(Some(Err(late.into())));
+        }
+        Poll::Pending
+    }
+}

@@ -442,6 +442,7 @@ fn error_response(code: ErrorCode) -> Response {
             );
         }
         ErrorCode::InvalidRequest
+        | ErrorCode::RequestTimeout
         | ErrorCode::NotFound
         | ErrorCode::MethodNotAllowed
         | ErrorCode::VersionSunset
@@ -472,7 +473,8 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut O
 /// The errors that the layers in front of a handler answer with, by the rules that mount them
 /// (src/routes/mod.rs, src/server.rs): a route that needs a key can answer 401 and 429, and 500
 /// like any handler; one that needs a scope 403; a versioned path 410 after its sunset; one
-/// that takes a body 413, and 400 when the body breaks its schema.
+/// that takes a body 413, 408 when the body is too slow to arrive, and 400 when it breaks its
+/// schema.
 fn add_layer_errors(path: &str, op: &mut Operation) {
     let requirements = serde_json::to_value(&op.security).unwrap_or_default();
     let requirements = requirements
@@ -489,7 +491,11 @@ fn add_layer_errors(path: &str, op: &mut Operation) {
     });
     let mut codes = Vec::new();
     if op.request_body.is_some() {
-        codes.extend([ErrorCode::InvalidRequest, ErrorCode::PayloadTooLarge]);
+        codes.extend([
+            ErrorCode::InvalidRequest,
+            ErrorCode::RequestTimeout,
+            ErrorCode::PayloadTooLarge,
+        ]);
     }
     if keyed {
         codes.push(ErrorCode::InvalidApiKey);

@@ -174,6 +174,9 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         .context("serializing the OpenAPI document")?,
     ));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
+    let body_timeout = middleware::BodyTimeout(std::time::Duration::from_millis(
+        config.server.body_timeout_ms,
+    ));
     let gate_readiness = readiness.clone();
     let mut server = HttpServer::new(move || {
         App::new()
@@ -188,6 +191,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(rag.clone())
             .app_data(ingest.clone())
             .app_data(payload.clone())
+            .app_data(body_timeout)
             .app_data(metrics.clone())
             .app_data(pools.clone())
             .app_data(document.clone())
@@ -196,12 +200,16 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))
             .wrap(from_fn(startup::gate))
+            .wrap(from_fn(middleware::body_deadline))
             .wrap(from_fn(middleware::error_bodies))
             .wrap(from_fn(crate::metrics::record))
             .wrap(from_fn(middleware::request_id))
     })
     .on_connect(crate::peer::on_connect)
     .shutdown_timeout(config.server.shutdown_timeout_secs)
+    .client_request_timeout(std::time::Duration::from_millis(
+        config.server.header_timeout_ms,
+    ))
     .disable_signals();
     if config.server.workers > 0 {
         server = server.workers(config.server.workers);

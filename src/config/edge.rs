@@ -18,6 +18,12 @@ pub struct ServerConfig {
     pub workers: usize,
     /// How long in-flight requests may finish after a stop signal.
     pub shutdown_timeout_secs: u64,
+    /// Longest time a request's head (request line and headers) may take to arrive; then
+    /// 408 and the connection is closed.
+    pub header_timeout_ms: u64,
+    /// Longest time a request's body may take to arrive, from the end of its head; then 408
+    /// `request_timeout` and the connection is closed.
+    pub body_timeout_ms: u64,
     /// How long a stopping server keeps serving, with `/readyz` failing, before it stops
     /// accepting: the time a load balancer needs to see it and move traffic away.
     pub shutdown_delay_ms: u64,
@@ -33,6 +39,8 @@ impl Default for ServerConfig {
             workers: 0,
             shutdown_timeout_secs: 30,
             shutdown_delay_ms: 0,
+            header_timeout_ms: 5_000,
+            body_timeout_ms: 30_000,
             main_runtime_nice: 10,
         }
     }
@@ -57,6 +65,18 @@ impl ServerConfig {
             self.shutdown_delay_ms,
             0,
             600_000,
+        )?;
+        within(
+            "server.header_timeout_ms",
+            self.header_timeout_ms,
+            100,
+            600_000,
+        )?;
+        within(
+            "server.body_timeout_ms",
+            self.body_timeout_ms,
+            100,
+            3_600_000,
         )?;
         within("server.main_runtime_nice", self.main_runtime_nice, 0, 19)
     }

@@ -1,6 +1,7 @@
 //! Black-box tests of the whole server over real HTTP: each test starts kbq on 127.0.0.1:0
 //! against a fresh embedded store.
 
+mod abuse;
 mod agent;
 mod auth;
 mod completions;
