@@ -125,7 +125,49 @@ impl Live<'_> {
             .map(|(n, _)| n.as_str())
             .collect();
         routes::completions::state(schemas, &names, limits);
+        links(&mut doc);
         serde_json::to_string(&doc)
+    }
+}
+
+/// Links from what a write returns to the reads and deletes of what it wrote, for clients
+/// and for stateful testing (`scripts/fuzz` follows them): an ingested entity to its lookup
+/// and its delete, an ingested relationship to its source's lookup.
+fn links(doc: &mut serde_json::Value) {
+    use serde_json::json;
+    let link = |operation: &str, parameter: &str, value: &str, description: &str| {
+        json!({
+            "operationId": operation,
+            "parameters": {parameter: value},
+            "description": description,
+        })
+    };
+    let entities = json!({
+        "EntityByName": link("graph_entity", "entity_name", "$request.body#/0/name", "The first entity written, by its name"),
+        "DeleteEntity": link("ingest_delete_entity", "name", "$request.body#/0/name", "Deletes the first entity written"),
+    });
+    let relationships = json!({
+        "SourceByName": link("graph_entity", "entity_name", "$request.body#/0/source_name", "The first relationship's source"),
+    });
+    for (path, links) in [
+        ("/data/v1/ingest/entities", entities),
+        ("/data/v1/ingest/relationships", relationships),
+    ] {
+        let ok = &mut doc["paths"][path]["post"]["responses"]["200"];
+        assert!(ok.is_object(), "POST {path} documents no 200");
+        ok["links"] = links;
+    }
+    // Every link names an operation of the document.
+    let ids: Vec<String> = doc["paths"]
+        .as_object()
+        .into_iter()
+        .flat_map(|paths| paths.values())
+        .filter_map(|item| item.as_object())
+        .flat_map(|item| item.values())
+        .filter_map(|op| op["operationId"].as_str().map(str::to_owned))
+        .collect();
+    for id in ["graph_entity", "ingest_delete_entity"] {
+        assert!(ids.iter().any(|i| i == id), "no operation {id} for a link");
     }
 }
 
