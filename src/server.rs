@@ -248,6 +248,9 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     })
 }
 
+/// Longest wait at start-up for the follower's first subscription and rebuild.
+const FIRST_SYNC: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// How long start-up waits between attempts to reach a store that does not answer.
 const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -280,7 +283,18 @@ async fn start_up(
     );
     startup::release_free_memory();
     if let Some(slot) = follower {
-        *slot.lock() = Some(kb.follow_changes());
+        let (task, mut first_sync) = kb.follow_changes();
+        *slot.lock() = Some(task);
+        // The follower rebuilds the indexes once it has subscribed; writing the demo (or
+        // answering) before that rebuild is done would race it (follow.rs). A store that goes
+        // away meanwhile does not hold start-up past FIRST_SYNC: the indexes just built answer.
+        let synced = tokio::time::timeout(FIRST_SYNC, first_sync.wait_for(|done| *done)).await;
+        if synced.is_err() {
+            tracing::warn!(
+                waited_s = FIRST_SYNC.as_secs(),
+                "not yet following other nodes' writes; starting without"
+            );
+        }
     }
     if load_demo {
         readiness.set(Stage::LoadingDemo);

@@ -109,15 +109,27 @@ impl KnowledgeBase {
     /// Keeps this node's indexes current with writes made through other connections to the
     /// same database, until the knowledge base is dropped or the returned task is aborted.
     /// Only a shared server needs it: an embedded store has one writer, this process.
-    pub fn follow_changes(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    ///
+    /// The receiver turns true once the first subscription is made and the indexes rebuilt
+    /// after it: a writer that starts before then may see its writes replaced by a rebuild
+    /// that read the store before they landed, until their notifications put them back, so
+    /// start-up waits for it before it writes the demo and declares itself ready.
+    pub fn follow_changes(
+        self: &Arc<Self>,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        tokio::sync::watch::Receiver<bool>,
+    ) {
         let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
+        let (synced, first_sync) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
             loop {
                 let Some(kb) = weak.upgrade() else { return };
                 let started = kb.start_following().await;
                 drop(kb);
                 match started {
                     Ok(notifications) => {
+                        synced.send_replace(true);
                         tracing::info!("following changes made through other connections");
                         match follow(&weak, notifications).await {
                             Ok(()) => return,
@@ -128,7 +140,8 @@ impl KnowledgeBase {
                 }
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
-        })
+        });
+        (task, first_sync)
     }
 
     /// Subscribes, then rebuilds both indexes from the store: in that order, so that no
