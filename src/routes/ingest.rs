@@ -39,6 +39,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 pub struct Failure {
     /// Position in the array, from 0.
     pub index: usize,
+    /// What the data refused: a relationship's end, or a document's entity, that is not an
+    /// entity.
     pub reason: String,
 }
 
@@ -198,7 +200,9 @@ macro_rules! upsert {
 upsert!(
     /// Upserts entities from a JSON array of 1 to 10,000.
     ///
-    /// An invalid record is reported by its position and the valid ones are written.
+    /// Every record is checked first: one against its schema refuses the whole request (400,
+    /// naming it: `[1].name`) and nothing is written. What only the data refuses (a missing
+    /// end or entity) is reported by the record's position, and the rest written.
     entities,
     "/data/v1/ingest/entities",
     NewEntity,
@@ -209,7 +213,9 @@ upsert!(
 upsert!(
     /// Upserts relationships from a JSON array of 1 to 10,000.
     ///
-    /// An invalid record is reported by its position and the valid ones are written.
+    /// Every record is checked first: one against its schema refuses the whole request (400,
+    /// naming it: `[1].name`) and nothing is written. What only the data refuses (a missing
+    /// end or entity) is reported by the record's position, and the rest written.
     relationships,
     "/data/v1/ingest/relationships",
     NewRelationship,
@@ -220,7 +226,9 @@ upsert!(
 upsert!(
     /// Upserts documents from a JSON array of 1 to 10,000.
     ///
-    /// An invalid record is reported by its position and the valid ones are written.
+    /// Every record is checked first: one against its schema refuses the whole request (400,
+    /// naming it: `[1].name`) and nothing is written. What only the data refuses (a missing
+    /// end or entity) is reported by the record's position, and the rest written.
     documents,
     "/data/v1/ingest/documents",
     NewDocument,
@@ -266,7 +274,9 @@ impl From<ImportReport> for NdjsonReport {
 /// Imports NDJSON in the import format, one record per line, exactly as `kbq import` reads a file.
 ///
 /// Each line is an object whose `kind` (`entity`, `relationship` or `document`) selects the
-/// record (docs/import-format.md). Any `Content-Type` is accepted.
+/// record (docs/import-format.md); blank lines are skipped. Every line is checked first: one
+/// against the format refuses the whole body (400, naming it: `line 3.name`) and nothing is
+/// written. What only the data refuses is reported by line. Any `Content-Type` is accepted.
 #[utoipa::path(
     post,
     path = "/data/v1/ingest/ndjson",

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{KEY, TestServer, assert_error, read, test_config};
+use crate::support::{KEY, TestServer, assert_error, test_config};
 
 /// A test server whose heads must arrive within 500 ms and bodies within 800 ms.
 async fn impatient_server() -> TestServer {
@@ -104,17 +104,7 @@ async fn a_body_within_its_time_is_answered() {
 }
 
 async fn post_raw(t: &TestServer, path: &str, body: Vec<u8>) -> (u16, Value) {
-    let res = t
-        .http
-        .post(t.url(path))
-        .bearer_auth(KEY)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let (status, _, body) = read(res).await;
-    (status.as_u16(), body)
+    t.post_bytes(path, "application/json", body).await
 }
 
 #[tokio::test]

@@ -688,15 +688,7 @@ async fn chats_beyond_max_sessions_get_503_at_once() {
 
 /// The size of pool `pool` in `/metrics`.
 async fn pool_size(t: &TestServer, pool: &str) -> Option<u64> {
-    let text = t
-        .http
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = t.metrics_text().await;
     let prefix = format!("kbq_pool_workers{{pool=\"{pool}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::openapi::{base_body, document, documented};
-use crate::support::{KEY, TestServer, assert_error, read, test_config};
+use crate::support::{KEY, TestServer, assert_error, key_entry, read, test_config};
 
 /// The operations that need no key, and why. Every other operation of the document needs
 /// one, and a new public route fails the test until it is listed here.
@@ -80,11 +80,8 @@ fn valid_request(
 async fn every_operation_in_the_document_checks_the_key_and_its_scope() {
     let mut config = test_config();
     for (scope, secret) in SCOPED {
-        config.auth.keys.push(kbq::auth::KeyEntry {
-            name: format!("matrix-{scope}"),
-            sha256: hex::encode(kbq::auth::hash(secret)),
-            scopes: Some(vec![scope.to_string()]),
-        });
+        let entry = key_entry(&format!("matrix-{scope}"), secret, Some(&[scope]));
+        config.auth.keys.push(entry);
     }
     let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
     let doc = document(&t).await;
@@ -207,11 +204,10 @@ async fn a_key_taken_out_of_the_config_is_refused_after_a_restart() {
         .auth
         .keys
         .retain(|k| k.sha256 != hex::encode(kbq::auth::hash(KEY)));
-    config.auth.keys.push(kbq::auth::KeyEntry {
-        name: "other".into(),
-        sha256: hex::encode(kbq::auth::hash("another-key")),
-        scopes: None,
-    });
+    config
+        .auth
+        .keys
+        .push(key_entry("other", "another-key", None));
     let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     let doc = document(&t).await;
     for ((method, path), op) in documented(&doc) {
@@ -310,11 +306,7 @@ async fn a_keys_memory_reaches_no_other_key_on_any_operation() {
     const QUESTION: &str = "What do you remember about the vault code of zebra?";
     let other = "isolation-other-key";
     let mut config = test_config();
-    config.auth.keys.push(kbq::auth::KeyEntry {
-        name: "other".into(),
-        sha256: hex::encode(kbq::auth::hash(other)),
-        scopes: None,
-    });
+    config.auth.keys.push(key_entry("other", other, None));
     let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
     let (_, stored) = t
         .post(

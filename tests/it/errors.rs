@@ -5,22 +5,13 @@ use kbq::error::ErrorCode;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{KEY, TestServer, assert_error, read};
+use crate::support::{TestServer, assert_error};
 
 const TRAVERSE: &str = "/data/v1/query/graph";
 
 async fn raw(t: &TestServer, body: &str) -> (u16, serde_json::Value) {
-    let res = t
-        .http
-        .post(t.url(TRAVERSE))
-        .bearer_auth(KEY)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
+    t.post_bytes(TRAVERSE, "application/json", body.to_string())
         .await
-        .unwrap();
-    let (s, _, b) = read(res).await;
-    (s.as_u16(), b)
 }
 
 #[tokio::test]

@@ -174,17 +174,8 @@ async fn batches_write_the_records_and_report_what_the_data_refuses() {
 }
 
 async fn post_ndjson(t: &TestServer, body: &'static str) -> (u16, Value) {
-    let res = t
-        .http
-        .post(t.url("/data/v1/ingest/ndjson"))
-        .bearer_auth(crate::support::KEY)
-        .header("content-type", "application/x-ndjson")
-        .body(body)
-        .send()
+    t.post_bytes("/data/v1/ingest/ndjson", "application/x-ndjson", body)
         .await
-        .unwrap();
-    let (status, _, body) = read(res).await;
-    (status.as_u16(), body)
 }
 
 #[tokio::test]

@@ -43,11 +43,8 @@ const SCOPED_KEYS: [(&str, &str); 3] = [
 async fn start() -> TestServer {
     let mut config = test_config();
     for (scope, key) in SCOPED_KEYS {
-        config.auth.keys.push(kbq::auth::KeyEntry {
-            name: format!("only-{scope}"),
-            sha256: hex::encode(kbq::auth::hash(key)),
-            scopes: Some(vec![scope.to_string()]),
-        });
+        let entry = crate::support::key_entry(&format!("only-{scope}"), key, Some(&[scope]));
+        config.auth.keys.push(entry);
     }
     TestServer::start_with(config, Arc::new(SystemClock), true).await
 }

@@ -178,15 +178,7 @@ async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
         .await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(headers["retry-after"], "1");
-    let metrics = t
-        .http
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = t.metrics_text().await;
     assert!(metrics.contains("\nkbq_store_up 0\n"), "{metrics}");
 
     let _db = SurrealServer::start(port, &storage).await;

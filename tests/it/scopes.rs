@@ -3,20 +3,11 @@
 
 use std::sync::Arc;
 
-use kbq::auth::KeyEntry;
 use kbq::versions::SystemClock;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{TestServer, assert_error, read, test_config};
-
-fn key(name: &str, secret: &str, scopes: Option<&[&str]>) -> KeyEntry {
-    KeyEntry {
-        name: name.into(),
-        sha256: hex::encode(kbq::auth::hash(secret)),
-        scopes: scopes.map(|s| s.iter().map(|x| x.to_string()).collect()),
-    }
-}
+use crate::support::{TestServer, assert_error, key_entry as key, read, test_config};
 
 #[tokio::test]
 async fn each_route_needs_its_scope() {

@@ -9,38 +9,44 @@ use crate::agent::{agent_config, openai, start};
 use crate::scripted::{ScriptedLlm, Step};
 use crate::support::{KEY, eventually};
 
-#[tokio::test]
-async fn a_graceful_stop_drains_in_flight_requests_and_refuses_new_ones() {
-    let llm = ScriptedLlm::start().await;
-    let mut t = start(agent_config(vec![openai("slow", &llm, 0, 10_000)])).await;
+/// A chat whose provider answers `finished while stopping` after `delay`, started and in
+/// flight (the provider has its request) when this returns.
+async fn chat_in_flight(
+    t: &crate::support::TestServer,
+    llm: &ScriptedLlm,
+    delay: Duration,
+) -> tokio::task::JoinHandle<(reqwest::StatusCode, serde_json::Value)> {
     llm.push(Step::Delay(
-        Duration::from_millis(800),
+        delay,
         Box::new(Step::Answer("finished while stopping".into())),
     ));
-    let chat = {
-        let (http, url) = (t.http.clone(), t.url("/v1/agent/chat"));
-        tokio::spawn(async move {
-            let res = http
-                .post(url)
-                .bearer_auth(KEY)
-                .json(&json!({"message": "hello"}))
-                .send()
-                .await
-                .unwrap();
-            (res.status(), res.json::<serde_json::Value>().await.unwrap())
-        })
-    };
-    // The chat is in flight once the provider has its request.
+    let (http, url) = (t.http.clone(), t.url("/v1/agent/chat"));
+    let chat = tokio::spawn(async move {
+        let res = http
+            .post(url)
+            .bearer_auth(KEY)
+            .json(&json!({"message": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        (res.status(), res.json::<serde_json::Value>().await.unwrap())
+    });
     assert!(
         eventually(Duration::from_secs(10), || async {
             !llm.requests().is_empty()
         })
         .await
     );
-    let server = t.server.take().unwrap();
-    let stopping = tokio::spawn(server.stop(true));
+    chat
+}
 
-    // New connections are refused while the chat drains.
+/// Asserts that the stopping server refuses new connections (within 5 s), that `chat`
+/// finishes with its answer, and that the stop completes.
+async fn drains(
+    t: &crate::support::TestServer,
+    chat: tokio::task::JoinHandle<(reqwest::StatusCode, serde_json::Value)>,
+    stopping: tokio::task::JoinHandle<()>,
+) {
     let fresh = reqwest::Client::new();
     let livez = t.url("/livez");
     assert!(
@@ -50,11 +56,22 @@ async fn a_graceful_stop_drains_in_flight_requests_and_refuses_new_ones() {
         .await,
         "a stopping server still accepts connections"
     );
-
     let (status, body) = chat.await.unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["response"], "finished while stopping");
     stopping.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_graceful_stop_drains_in_flight_requests_and_refuses_new_ones() {
+    let llm = ScriptedLlm::start().await;
+    let mut t = start(agent_config(vec![openai("slow", &llm, 0, 10_000)])).await;
+    let chat = chat_in_flight(&t, &llm, Duration::from_millis(800)).await;
+    let server = t.server.take().unwrap();
+    let stopping = tokio::spawn(server.stop(true));
+
+    // New connections are refused while the chat drains.
+    drains(&t, chat, stopping).await;
     llm.stop().await;
 }
 
@@ -67,10 +84,6 @@ async fn a_stopping_server_fails_readiness_at_once_and_serves_through_its_delay(
     let mut config = agent_config(vec![openai("slow", &llm, 0, 10_000)]);
     config.server.shutdown_delay_ms = 800;
     let mut t = start(config).await;
-    llm.push(Step::Delay(
-        Duration::from_millis(1500),
-        Box::new(Step::Answer("finished while stopping".into())),
-    ));
     // One client, one connection kept open: a load balancer's probe connection.
     let probe = reqwest::Client::builder()
         .pool_max_idle_per_host(1)
@@ -79,25 +92,7 @@ async fn a_stopping_server_fails_readiness_at_once_and_serves_through_its_delay(
     let readyz = t.url("/readyz");
     let ready = probe.get(&readyz).send().await.unwrap();
     assert_eq!(ready.status(), 200);
-    let chat = {
-        let (http, url) = (t.http.clone(), t.url("/v1/agent/chat"));
-        tokio::spawn(async move {
-            let res = http
-                .post(url)
-                .bearer_auth(KEY)
-                .json(&json!({"message": "hello"}))
-                .send()
-                .await
-                .unwrap();
-            (res.status(), res.json::<serde_json::Value>().await.unwrap())
-        })
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            !llm.requests().is_empty()
-        })
-        .await
-    );
+    let chat = chat_in_flight(&t, &llm, Duration::from_millis(1500)).await;
     let server = t.server.take().unwrap();
     let stopping = tokio::spawn(server.stop(true));
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -118,20 +113,8 @@ async fn a_stopping_server_fails_readiness_at_once_and_serves_through_its_delay(
         .await
         .expect("the open connection answers");
     assert_eq!(res.status(), 200, "served through the delay");
-    let fresh = reqwest::Client::new();
-    let livez = t.url("/livez");
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            fresh.get(&livez).send().await.is_err()
-        })
-        .await,
-        "the listener was not closed after the delay"
-    );
-
-    let (status, body) = chat.await.unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["response"], "finished while stopping");
-    stopping.await.unwrap();
+    // Then new connections are refused while the chat drains.
+    drains(&t, chat, stopping).await;
     llm.stop().await;
 }
 

@@ -146,6 +146,36 @@ impl TestServer {
         (s, b)
     }
 
+    /// POSTs `body` as it is, with `content_type` and the test key: the status and the
+    /// answer's JSON.
+    pub async fn post_bytes(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        let res = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(KEY)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("request sent");
+        let (status, _, body) = read(res).await;
+        (status.as_u16(), body)
+    }
+
+    /// The text of `/metrics`.
+    pub async fn metrics_text(&self) -> String {
+        let res = self.http.get(self.url("/metrics")).send().await;
+        res.expect("request sent")
+            .text()
+            .await
+            .expect("a text body")
+    }
+
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         let (s, _, b) = self.call(Method::GET, path, None).await;
         (s, b)
@@ -246,6 +276,15 @@ pub fn store_routes() -> Vec<(Method, &'static str, Option<Value>)> {
             Some(serde_json::json!({"query": "Ada"})),
         ),
     ]
+}
+
+/// A key entry for the config: `secret`'s hash under `name`, with `scopes` (`None`: all).
+pub fn key_entry(name: &str, secret: &str, scopes: Option<&[&str]>) -> kbq::auth::KeyEntry {
+    kbq::auth::KeyEntry {
+        name: name.into(),
+        sha256: hex::encode(kbq::auth::hash(secret)),
+        scopes: scopes.map(|s| s.iter().map(|x| x.to_string()).collect()),
+    }
 }
 
 /// Runs the `kbq` binary with `args` (no `KBQ_CONFIG` from the environment), without
