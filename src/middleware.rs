@@ -159,12 +159,20 @@ pub struct BodyTimeout(pub std::time::Duration);
 /// Middleware: a request's body must arrive within `server.body_timeout_ms` of its head. A
 /// client that sends it byte by byte (slowloris) gets 408 `request_timeout`, and the
 /// connection is closed, instead of holding the connection and the handler's buffer for as
-/// long as it likes. A request whose handler reads no body is not held to it.
+/// long as it likes. A request whose handler reads no body is not held to it, and one
+/// without a body is not wrapped at all.
 pub async fn body_deadline(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let Some(timeout) = req.app_data::<BodyTimeout>().map(|t| t.0) else {
+    // A request without a body (no length, or 0, and not chunked) has nothing to wait for.
+    let headers = req.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    let timeout = req.app_data::<BodyTimeout>().map(|t| t.0);
+    let Some(timeout) = timeout.filter(|_| has_body) else {
         return next
             .call(req)
             .await
