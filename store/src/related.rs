@@ -6,7 +6,7 @@
 //! similarity, clamped to [0, 1], between the document's embedding and the embedding of the
 //! start entity's name and type. Ties break by title, then id.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::error::Result;
 use crate::graph::{Direction, TraversalQuery};
@@ -86,7 +86,7 @@ impl KnowledgeBase {
             });
         }
         // name -> (depth, relationship)
-        let mut reach: HashMap<&str, (u32, Option<&str>)> = HashMap::new();
+        let mut reach: FxHashMap<&str, (u32, Option<&str>)> = FxHashMap::default();
         reach.insert(start.entity.name.as_str(), (0, None));
         for r in &related {
             reach.insert(r.entity.name.as_str(), (r.depth, r.via.as_deref()));
@@ -142,7 +142,7 @@ impl KnowledgeBase {
     /// answer then depends on documents the selection did not foresee.
     async fn best_documents_of(
         &self,
-        reach: &HashMap<&str, (u32, Option<&str>)>,
+        reach: &FxHashMap<&str, (u32, Option<&str>)>,
         text: &str,
         limit: usize,
     ) -> Result<Vec<DocumentHit>> {
@@ -181,9 +181,9 @@ impl KnowledgeBase {
             let cutoff = chosen[limit - 1].3;
             chosen.retain(|c| c.3 >= cutoff);
         }
-        let expected: HashMap<String, &str> = chosen
+        let expected: FxHashMap<VectorKey, &str> = chosen
             .iter()
-            .map(|(key, name, _, _)| (key.to_string(), *name))
+            .map(|(key, name, _, _)| (key.clone(), *name))
             .collect();
         let hits = self
             .documents_by_key(chosen.into_iter().map(|(k, _, s, _)| (k, s)).collect())
