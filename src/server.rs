@@ -268,6 +268,9 @@ async fn start_up(
 ) {
     let started = std::time::Instant::now();
     let mut last_warning: Option<std::time::Instant> = None;
+    if follower.is_some() {
+        kb.follow_changes_from_start();
+    }
     while let Err(e) = kb.connect(&*readiness).await {
         readiness.set(Stage::Connecting);
         // A store that stays away is logged every ten seconds, not at every attempt.
@@ -285,9 +288,11 @@ async fn start_up(
     if let Some(slot) = follower {
         let (task, mut first_sync) = kb.follow_changes();
         *slot.lock() = Some(task);
-        // The follower rebuilds the indexes once it has subscribed; writing the demo (or
-        // answering) before that rebuild is done would race it (follow.rs). A store that goes
-        // away meanwhile does not hold start-up past FIRST_SYNC: the indexes just built answer.
+        // The follower starts from the subscription the connection made before it built the
+        // indexes. Should it have to subscribe and rebuild instead (the connection was lost
+        // meanwhile), writing the demo (or answering) before that rebuild is done would race
+        // it (follow.rs). A store that goes away does not hold start-up past FIRST_SYNC: the
+        // indexes just built answer.
         let synced = tokio::time::timeout(FIRST_SYNC, first_sync.wait_for(|done| *done)).await;
         if synced.is_err() {
             tracing::warn!(

@@ -38,7 +38,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// The tables followed, one LIVE SELECT each.
 #[derive(Debug, Clone, Copy)]
-enum Table {
+pub(crate) enum Table {
     Entity,
     Relates,
     Document,
@@ -57,7 +57,7 @@ impl Table {
     }
 }
 
-type Notifications = SelectAll<BoxStream<'static, (Table, surrealdb::Result<Value>)>>;
+pub(crate) type Notifications = SelectAll<BoxStream<'static, (Table, surrealdb::Result<Value>)>>;
 
 /// Records named by notifications, waiting to be read and applied.
 #[derive(Default)]
@@ -144,9 +144,21 @@ impl KnowledgeBase {
         (task, first_sync)
     }
 
+    /// Asks the first connection to subscribe before it builds the indexes (call it before
+    /// [`connect`](Self::connect)), so that [`follow_changes`](Self::follow_changes) starts
+    /// from that subscription instead of subscribing and building the indexes a second time.
+    pub fn follow_changes_from_start(&self) {
+        self.follow_from_start
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Subscribes, then rebuilds both indexes from the store: in that order, so that no
-    /// write falls between the rebuild and the first notification.
+    /// write falls between the rebuild and the first notification. The first connection's
+    /// subscription, when it made one, is already followed by the indexes it built.
     async fn start_following(&self) -> Result<Notifications> {
+        if let Some(notifications) = self.first_subscription.lock().take() {
+            return Ok(notifications);
+        }
         let notifications = self.subscribe().await?;
         self.reload_indexes().await?;
         Ok(notifications)
@@ -155,6 +167,11 @@ impl KnowledgeBase {
     /// Starts the three LIVE SELECTs.
     async fn subscribe(&self) -> Result<Notifications> {
         let c = self.connection().await?;
+        self.subscribe_on(&c).await
+    }
+
+    /// Starts the three LIVE SELECTs on `c`.
+    pub(crate) async fn subscribe_on(&self, c: &crate::kb::Connected) -> Result<Notifications> {
         let mut all = SelectAll::new();
         for table in Table::ALL {
             let mut resp =

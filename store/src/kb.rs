@@ -167,6 +167,11 @@ pub struct KnowledgeBase {
     /// Opened by [`KnowledgeBase::open_for_reembed`]: a store embedded by another embedder is
     /// accepted (and its vectors not loaded) so that [`KnowledgeBase::reembed`] can convert it.
     adopt_embedder: bool,
+    /// Set by [`follow_changes_from_start`](Self::follow_changes_from_start): the first
+    /// connection subscribes to changes before it builds the indexes, and leaves the
+    /// subscription here for the follower, which then need not build them again.
+    pub(crate) follow_from_start: std::sync::atomic::AtomicBool,
+    pub(crate) first_subscription: parking_lot::Mutex<Option<crate::follow::Notifications>>,
 }
 
 /// Longest wait for one of the queries that read a whole table to build the in-memory
@@ -220,6 +225,8 @@ impl KnowledgeBase {
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
+            follow_from_start: std::sync::atomic::AtomicBool::new(false),
+            first_subscription: parking_lot::Mutex::new(None),
         })
     }
 
@@ -293,7 +300,21 @@ impl KnowledgeBase {
             })??;
         let c = Connected { db };
         self.define_schema(&c).await?;
+        // Subscribed before the build, no write falls between the two (follow.rs). Kept for
+        // the follower only once the build is done: a failed attempt subscribes again.
+        let follows = self
+            .follow_from_start
+            .load(std::sync::atomic::Ordering::Acquire);
+        let notifications = match follows {
+            true => Some(self.subscribe_on(&c).await?),
+            false => None,
+        };
         self.load_indexes(&c, progress).await?;
+        if let Some(notifications) = notifications {
+            *self.first_subscription.lock() = Some(notifications);
+            self.follow_from_start
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
         Ok(c)
     }
 
