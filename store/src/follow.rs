@@ -57,6 +57,18 @@ impl Table {
     }
 }
 
+/// The first connection's subscription, for [`KnowledgeBase::follow_changes_from_start`].
+#[derive(Default)]
+pub(crate) enum FirstSubscription {
+    /// The first connection does not subscribe: the follower subscribes and rebuilds.
+    #[default]
+    NotWanted,
+    /// The next connection subscribes before it builds the indexes.
+    Wanted,
+    /// It did: the follower starts from this subscription.
+    Made(Notifications),
+}
+
 pub(crate) type Notifications = SelectAll<BoxStream<'static, (Table, surrealdb::Result<Value>)>>;
 
 /// Records named by notifications, waiting to be read and applied.
@@ -148,15 +160,15 @@ impl KnowledgeBase {
     /// [`connect`](Self::connect)), so that [`follow_changes`](Self::follow_changes) starts
     /// from that subscription instead of subscribing and building the indexes a second time.
     pub fn follow_changes_from_start(&self) {
-        self.follow_from_start
-            .store(true, std::sync::atomic::Ordering::Release);
+        *self.first_subscription.lock() = FirstSubscription::Wanted;
     }
 
     /// Subscribes, then rebuilds both indexes from the store: in that order, so that no
     /// write falls between the rebuild and the first notification. The first connection's
     /// subscription, when it made one, is already followed by the indexes it built.
     async fn start_following(&self) -> Result<Notifications> {
-        if let Some(notifications) = self.first_subscription.lock().take() {
+        let first = std::mem::take(&mut *self.first_subscription.lock());
+        if let FirstSubscription::Made(notifications) = first {
             return Ok(notifications);
         }
         let notifications = self.subscribe().await?;

@@ -167,11 +167,10 @@ pub struct KnowledgeBase {
     /// Opened by [`KnowledgeBase::open_for_reembed`]: a store embedded by another embedder is
     /// accepted (and its vectors not loaded) so that [`KnowledgeBase::reembed`] can convert it.
     adopt_embedder: bool,
-    /// Set by [`follow_changes_from_start`](Self::follow_changes_from_start): the first
-    /// connection subscribes to changes before it builds the indexes, and leaves the
-    /// subscription here for the follower, which then need not build them again.
-    pub(crate) follow_from_start: std::sync::atomic::AtomicBool,
-    pub(crate) first_subscription: parking_lot::Mutex<Option<crate::follow::Notifications>>,
+    /// Whether the first connection subscribes to changes before it builds the indexes, and
+    /// the subscription it made, waiting for the follower (see
+    /// [`follow_changes_from_start`](Self::follow_changes_from_start)).
+    pub(crate) first_subscription: parking_lot::Mutex<crate::follow::FirstSubscription>,
 }
 
 /// Longest wait for one of the queries that read a whole table to build the in-memory
@@ -225,8 +224,7 @@ impl KnowledgeBase {
             conn: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
-            follow_from_start: std::sync::atomic::AtomicBool::new(false),
-            first_subscription: parking_lot::Mutex::new(None),
+            first_subscription: parking_lot::Mutex::new(Default::default()),
         })
     }
 
@@ -302,18 +300,17 @@ impl KnowledgeBase {
         self.define_schema(&c).await?;
         // Subscribed before the build, no write falls between the two (follow.rs). Kept for
         // the follower only once the build is done: a failed attempt subscribes again.
-        let follows = self
-            .follow_from_start
-            .load(std::sync::atomic::Ordering::Acquire);
-        let notifications = match follows {
+        let wanted = matches!(
+            *self.first_subscription.lock(),
+            crate::follow::FirstSubscription::Wanted
+        );
+        let notifications = match wanted {
             true => Some(self.subscribe_on(&c).await?),
             false => None,
         };
         self.load_indexes(&c, progress).await?;
         if let Some(notifications) = notifications {
-            *self.first_subscription.lock() = Some(notifications);
-            self.follow_from_start
-                .store(false, std::sync::atomic::Ordering::Release);
+            *self.first_subscription.lock() = crate::follow::FirstSubscription::Made(notifications);
         }
         Ok(c)
     }
