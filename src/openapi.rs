@@ -102,10 +102,14 @@ impl Live<'_> {
         let chat = &mut schemas["ChatRequest"]["properties"];
         set_range(&mut chat["max_tokens"], ChatRequest::max_tokens(limits));
         set_decimal(&mut chat["temperature"], TEMPERATURE);
-        chat["message"]["maxLength"] = length.into();
-        chat["system_prompt"]["maxLength"] = length.into();
+        set_max_length(&mut chat["message"], length);
+        set_max_length(&mut chat["system_prompt"], length);
+        assert!(chat["history"]["type"].to_string().contains("array"));
         chat["history"]["maxItems"] = ChatRequest::history(limits).max.into();
-        schemas["HistoryEntry"]["properties"]["content"]["maxLength"] = length.into();
+        set_max_length(
+            &mut schemas["HistoryEntry"]["properties"]["content"],
+            length,
+        );
 
         let (name, dimension, can_shorten) = self.embedder;
         let embeddings = &mut schemas["EmbeddingsRequest"]["properties"];
@@ -172,7 +176,7 @@ fn links(doc: &mut serde_json::Value) {
 }
 
 /// States `range` on an integer property of the JSON document.
-pub(crate) fn set_range(property: &mut serde_json::Value, range: Range) {
+fn set_range(property: &mut serde_json::Value, range: Range) {
     assert!(
         property["type"].to_string().contains("integer"),
         "{} is not an integer: {property}",
@@ -183,11 +187,19 @@ pub(crate) fn set_range(property: &mut serde_json::Value, range: Range) {
     property["default"] = range.default.into();
 }
 
+/// States `max` as the `maxLength` of a string property of the JSON document (a property
+/// that is not there, or not a string, is a mistake in the type: it panics, as
+/// [`set_range`] does).
+fn set_max_length(property: &mut serde_json::Value, max: usize) {
+    assert!(
+        property["type"].to_string().contains("string"),
+        "not a string: {property}"
+    );
+    property["maxLength"] = max.into();
+}
+
 /// States (least, most, default) on a number property of the JSON document.
-pub(crate) fn set_decimal(
-    property: &mut serde_json::Value,
-    (least, most, default): (f64, f64, f64),
-) {
+fn set_decimal(property: &mut serde_json::Value, (least, most, default): (f64, f64, f64)) {
     assert!(
         property["type"].to_string().contains("number"),
         "not a number: {property}"
