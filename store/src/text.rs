@@ -20,6 +20,11 @@
 //! **Writes.** A document written again with the same title and content keeps its postings
 //! (an import run twice costs nothing here). A changed or deleted document leaves a dead slot,
 //! skipped by searches; when dead slots outnumber live ones the index is compacted.
+//!
+//! **Common words.** A query's words found in 8,192 documents or more are scored over their
+//! whole posting lists once per set of them and write, and the best documents by them alone
+//! kept (module `common`); a search then scores only the documents its other words reach and
+//! takes the rest from the kept list, with the same answer, ties included.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -30,6 +35,10 @@ use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
 use crate::heap;
 use crate::vectors::{DocTags, Interner, VectorKey};
+
+mod common;
+
+use common::{CommonTops, Thresholds, Top};
 
 /// BM25 term-frequency saturation.
 pub const K1: f32 = 1.2;
@@ -189,6 +198,11 @@ pub struct TextIndex {
     dead: usize,
     title_total: u64,
     content_total: u64,
+    /// Counts the writes, so that what is kept of earlier searches knows when it is stale.
+    generation: u64,
+    /// The best documents by common words alone, per set of them (see the `common` module).
+    common: CommonTops,
+    common_at: Thresholds,
 }
 
 impl TextIndex {
@@ -219,6 +233,7 @@ impl TextIndex {
             + heap::map(&self.by_entity)
             + by_entity
             + self.strings.heap_bytes()
+            + self.common.heap_bytes()
     }
 
     /// Documents indexed.
@@ -237,6 +252,7 @@ impl TextIndex {
 
     /// Adds or replaces the document `key`.
     pub fn upsert(&mut self, key: &str, text: &Analysed, tags: DocTags) {
+        self.generation += 1;
         let tags = DocTags {
             source: self.strings.intern(&tags.source),
             content_type: self.strings.intern(&tags.content_type),
@@ -292,6 +308,7 @@ impl TextIndex {
 
     /// Removes the document `key`, if present.
     pub fn remove(&mut self, key: &str) {
+        self.generation += 1;
         if let Some(&slot) = self.slots.get(key) {
             self.kill(slot as usize);
             self.maybe_compact();
@@ -386,6 +403,7 @@ impl TextIndex {
 
     /// Drops dead slots, and terms left with no document.
     pub fn compact(&mut self) {
+        self.generation += 1;
         if self.dead == 0 {
             return;
         }
@@ -461,97 +479,193 @@ impl TextIndex {
         if self.slots.is_empty() || limit == 0 {
             return Vec::new();
         }
-        SCRATCH.with_borrow_mut(|scratch| self.score_into(terms, limit, keep, scratch))
+        let ids: Vec<u32> = terms
+            .iter()
+            .filter_map(|t| self.term_ids.get(t.as_str()).copied())
+            .collect();
+        let common: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| self.postings[id as usize].len() >= self.common_at.postings)
+            .collect();
+        let found = SCRATCH.with_borrow_mut(|scratch| {
+            if !common.is_empty()
+                && let Some(found) = self.search_beside_common(&ids, &common, limit, keep, scratch)
+            {
+                return found;
+            }
+            self.accumulate(&ids, scratch);
+            self.best_touched(limit, keep, scratch)
+        });
+        found
+            .into_iter()
+            .filter_map(|(slot, score)| Some((self.keys[slot as usize].clone()?, score)))
+            .collect()
     }
 
-    /// [`search`](Self::search) with its per-document scores in `scratch`, which it leaves
-    /// as it found it: every score zero, nothing touched.
-    fn score_into(
-        &self,
-        terms: &[String],
-        limit: usize,
-        keep: &dyn Fn(&DocTags) -> bool,
-        scratch: &mut Scratch,
-    ) -> Vec<(VectorKey, f32)> {
+    /// The BM25 parts every posting of one search shares.
+    fn norms(&self) -> Norms {
         let n = self.slots.len() as f32;
         let avg_title = (self.title_total as f32 / n).max(1.0);
         let avg_content = (self.content_total as f32 / n).max(1.0);
+        Norms {
+            n,
+            per_title: K1 * B / avg_title,
+            per_content: K1 * B / avg_content,
+            base: K1 * (1.0 - B),
+        }
+    }
+
+    /// The inverse document frequencies of the term `id`, in title and content.
+    fn weights(&self, id: u32, norms: &Norms) -> Weights {
+        let list = &self.postings[id as usize];
+        let [df_title, df_content] = if self.dead == 0 {
+            self.df[id as usize]
+        } else {
+            document_frequencies(list.iter().filter(|p| self.alive[p.slot as usize]))
+        };
+        Weights {
+            idf_title: idf(norms.n, df_title),
+            idf_content: idf(norms.n, df_content),
+        }
+    }
+
+    /// One posting's part of its document's score. Every path sums these, per document, in
+    /// the order of the query's terms, starting from zero: so each gives the same floats.
+    #[inline]
+    fn part(&self, p: &Posting, w: &Weights, norms: &Norms) -> f32 {
+        let (title_len, content_len) = self.lens[p.slot as usize];
+        let mut s = 0.0;
+        if p.title > 0 {
+            let tf = f32::from(p.title);
+            s += w.idf_title * tf * (K1 + 1.0)
+                / (tf + norms.base + norms.per_title * title_len as f32);
+        }
+        if p.content > 0 {
+            let tf = f32::from(p.content);
+            s += w.idf_content * tf * (K1 + 1.0)
+                / (tf + norms.base + norms.per_content * content_len as f32);
+        }
+        s
+    }
+
+    /// Adds every live posting of the terms `ids` to its document's score in `scratch`.
+    fn accumulate(&self, ids: &[u32], scratch: &mut Scratch) {
+        let norms = self.norms();
         if scratch.scores.len() < self.keys.len() {
             scratch.scores.resize(self.keys.len(), 0.0);
         }
         let Scratch { scores, touched } = scratch;
-        for term in terms {
-            let Some(&id) = self.term_ids.get(term.as_str()) else {
-                continue;
-            };
-            let list = &self.postings[id as usize];
-            let [df_title, df_content] = if self.dead == 0 {
-                self.df[id as usize]
-            } else {
-                document_frequencies(list.iter().filter(|p| self.alive[p.slot as usize]))
-            };
-            let idf_title = idf(n, df_title);
-            let idf_content = idf(n, df_content);
-            // BM25's length normalisation of each field, per unit of length.
-            let per_title = K1 * B / avg_title;
-            let per_content = K1 * B / avg_content;
-            let base = K1 * (1.0 - B);
-            for p in list {
+        for &id in ids {
+            let w = self.weights(id, &norms);
+            for p in &self.postings[id as usize] {
                 let slot = p.slot as usize;
                 if !self.alive[slot] {
                     continue;
                 }
-                let (title_len, content_len) = self.lens[slot];
-                let mut s = 0.0;
-                if p.title > 0 {
-                    let tf = f32::from(p.title);
-                    s += idf_title * tf * (K1 + 1.0) / (tf + base + per_title * title_len as f32);
-                }
-                if p.content > 0 {
-                    let tf = f32::from(p.content);
-                    s += idf_content * tf * (K1 + 1.0)
-                        / (tf + base + per_content * content_len as f32);
-                }
+                let s = self.part(p, &w, &norms);
                 if scores[slot] == 0.0 {
                     touched.push(p.slot);
                 }
                 scores[slot] += s;
             }
         }
-        // The best `limit`: a heap whose top is the worst kept, so most candidates cost one
-        // comparison with it. An equal score loses to the kept one unless its key comes
-        // first: when most documents tie (a word in every document, documents of one shape)
-        // that comparison, not a push, is what they cost.
-        let mut best: BinaryHeap<Ranked> = BinaryHeap::with_capacity(limit + 1);
-        for slot in touched.drain(..) {
-            let score = std::mem::take(&mut scores[slot as usize]);
-            let Some(key) = &self.keys[slot as usize] else {
-                continue;
-            };
-            let prefix = self.key_prefixes[slot as usize];
-            let loses = |w: &Ranked| {
-                score < w.score || (score == w.score && (prefix, key) > (w.prefix, &w.key))
-            };
-            if best.len() == limit && best.peek().is_some_and(loses) {
-                continue;
-            }
-            if !keep(&self.tags[slot as usize]) {
-                continue;
-            }
-            best.push(Ranked {
-                score,
-                prefix,
-                key: key.clone(),
-            });
-            if best.len() > limit {
-                best.pop();
-            }
-        }
-        best.into_sorted_vec()
-            .into_iter()
-            .map(|r| (r.key, r.score))
-            .collect()
     }
+
+    /// The best `limit` of the documents scored in `scratch` that `keep` accepts, best first;
+    /// leaves `scratch` as [`accumulate`](Self::accumulate) found it (every score zero).
+    fn best_touched(
+        &self,
+        limit: usize,
+        keep: &dyn Fn(&DocTags) -> bool,
+        scratch: &mut Scratch,
+    ) -> Vec<(u32, f32)> {
+        let mut best = Best::new(self, limit, keep);
+        for slot in scratch.touched.drain(..) {
+            let score = std::mem::take(&mut scratch.scores[slot as usize]);
+            best.offer(slot, score);
+        }
+        best.ranked()
+    }
+
+    /// The best `limit` documents for the terms `ids` of which `common` are common words (see
+    /// the `common` module), or `None` when the kept list of the common words cannot tell
+    /// (the filter or the limit asks for more than it holds).
+    fn search_beside_common(
+        &self,
+        ids: &[u32],
+        common: &[u32],
+        limit: usize,
+        keep: &dyn Fn(&DocTags) -> bool,
+        scratch: &mut Scratch,
+    ) -> Option<Vec<(u32, f32)>> {
+        let top = match self.common.get(self.generation, common) {
+            Some(top) => top,
+            None => {
+                self.accumulate(common, scratch);
+                let complete = scratch.touched.len() <= self.common_at.kept;
+                let ranked = self.best_touched(self.common_at.kept, &|_| true, scratch);
+                let top = Arc::new(Top { ranked, complete });
+                self.common.put(self.generation, common, top.clone());
+                top
+            }
+        };
+        // The documents the other words reach, each scored from every word in query order.
+        let mut reached: Vec<u32> = ids
+            .iter()
+            .filter(|id| !common.contains(id))
+            .flat_map(|&id| self.postings[id as usize].iter())
+            .map(|p| p.slot)
+            .filter(|&slot| self.alive[slot as usize])
+            .collect();
+        reached.sort_unstable();
+        reached.dedup();
+        let norms = self.norms();
+        let weights: Vec<Weights> = ids.iter().map(|&id| self.weights(id, &norms)).collect();
+        let mut best = Best::new(self, limit, keep);
+        for &slot in &reached {
+            let mut score = 0.0;
+            for (&id, w) in ids.iter().zip(&weights) {
+                // Posting lists are in slot order: slots are only ever appended, and
+                // compaction keeps their order.
+                let list = &self.postings[id as usize];
+                if let Ok(i) = list.binary_search_by_key(&slot, |p| p.slot) {
+                    score += self.part(&list[i], w, &norms);
+                }
+            }
+            best.offer(slot, score);
+        }
+        // The rest score from the common words alone: the first `limit` of the kept list
+        // that the other words did not reach and `keep` accepts rank above every other.
+        let mut taken = 0;
+        for &(slot, score) in &top.ranked {
+            if taken == limit {
+                break;
+            }
+            if reached.binary_search(&slot).is_ok() || !keep(&self.tags[slot as usize]) {
+                continue;
+            }
+            best.offer(slot, score);
+            taken += 1;
+        }
+        (taken == limit || top.complete).then(|| best.ranked())
+    }
+}
+
+/// The BM25 parts every posting of one search shares.
+struct Norms {
+    /// Live documents.
+    n: f32,
+    /// Each field's length normalisation, per unit of length.
+    per_title: f32,
+    per_content: f32,
+    base: f32,
+}
+
+/// One term's inverse document frequencies.
+struct Weights {
+    idf_title: f32,
+    idf_content: f32,
 }
 
 /// What a search scores into, kept per thread: one score per slot (all zero between
@@ -567,37 +681,95 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
+/// The best `limit` documents offered, among those `keep` accepts: a heap whose top is the
+/// worst kept, so most candidates cost one comparison with it. An equal score loses to the
+/// kept one unless its key comes first: when most documents tie (a word in every document,
+/// documents of one shape) that comparison, not a push, is what they cost.
+struct Best<'a> {
+    index: &'a TextIndex,
+    limit: usize,
+    keep: &'a dyn Fn(&DocTags) -> bool,
+    heap: BinaryHeap<Ranked<'a>>,
+}
+
+impl<'a> Best<'a> {
+    fn new(index: &'a TextIndex, limit: usize, keep: &'a dyn Fn(&DocTags) -> bool) -> Self {
+        Best {
+            index,
+            limit,
+            keep,
+            heap: BinaryHeap::with_capacity(limit + 1),
+        }
+    }
+
+    /// Offers the live `slot` with `score`; a dead slot is passed over.
+    fn offer(&mut self, slot: u32, score: f32) {
+        let Some(key) = &self.index.keys[slot as usize] else {
+            return;
+        };
+        let prefix = self.index.key_prefixes[slot as usize];
+        let loses = |w: &Ranked| {
+            score < w.score || (score == w.score && (prefix, &**key) > (w.prefix, w.key))
+        };
+        if self.heap.len() == self.limit && self.heap.peek().is_some_and(loses) {
+            return;
+        }
+        if !(self.keep)(&self.index.tags[slot as usize]) {
+            return;
+        }
+        self.heap.push(Ranked {
+            score,
+            prefix,
+            key,
+            slot,
+        });
+        if self.heap.len() > self.limit {
+            self.heap.pop();
+        }
+    }
+
+    /// `(slot, score)`, best first.
+    fn ranked(self) -> Vec<(u32, f32)> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|r| (r.slot, r.score))
+            .collect()
+    }
+}
+
 /// A search result in the heap: ordered best first (higher score, then lower key), so the
 /// heap's top is the worst result kept.
-struct Ranked {
+struct Ranked<'a> {
     score: f32,
     /// The key's first bytes (see `TextIndex::key_prefixes`).
     prefix: u64,
-    key: VectorKey,
+    key: &'a str,
+    slot: u32,
 }
 
-impl Ord for Ranked {
+impl Ord for Ranked<'_> {
     fn cmp(&self, other: &Self) -> Ordering {
         other
             .score
             .total_cmp(&self.score)
-            .then_with(|| (self.prefix, &self.key).cmp(&(other.prefix, &other.key)))
+            .then_with(|| (self.prefix, self.key).cmp(&(other.prefix, other.key)))
     }
 }
 
-impl PartialOrd for Ranked {
+impl PartialOrd for Ranked<'_> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for Ranked {
+impl PartialEq for Ranked<'_> {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
     }
 }
 
-impl Eq for Ranked {}
+impl Eq for Ranked<'_> {}
 
 /// The first eight bytes of `key`, big-endian, zero-padded: keys that differ there compare
 /// as these do, and keys that do not are compared whole.
@@ -893,6 +1065,71 @@ mod tests {
                     }
                     assert_eq!(index.search(&query_terms(q), 25, &|_| true), want, "{q}");
                 }
+            }
+        }
+    }
+    /// The kept lists of common words (with thresholds low enough that small indexes have
+    /// common words, kept lists that run out, and writes that make them stale) answer every
+    /// query, limit and filter exactly as the full evaluation does.
+    mod kept_common_words {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            #[test]
+            fn answer_as_the_full_evaluation(
+                seed in any::<u64>(),
+                postings in 1usize..8,
+                kept in 1usize..10,
+            ) {
+                let mut rng = crate::generate::Rng::new(seed);
+                let mut next = move |n: u64| rng.below(n as usize) as u64;
+                // Skewed: the first words are in most documents.
+                let words = ["is", "the", "of", "graph", "kernel", "x1", "x2", "rare"];
+                let word = |next: &mut dyn FnMut(u64) -> u64| words[(next(8) * next(8) / 7) as usize];
+                let mut index = TextIndex::new();
+                let mut common_used = 0;
+                for _ in 0..300 {
+                    let key = format!("k{:02}", next(40));
+                    if next(6) == 0 {
+                        index.remove(&key);
+                    } else if next(50) == 0 {
+                        index.compact();
+                    } else {
+                        let title: Vec<&str> = (0..next(3)).map(|_| word(&mut next)).collect();
+                        let content: Vec<&str> = (0..1 + next(6)).map(|_| word(&mut next)).collect();
+                        let source = if next(2) == 0 { "a" } else { "b" };
+                        let text = Analysed::new(&title.join(" "), &content.join(" "));
+                        index.upsert(&key, &text, tags(source));
+                    }
+                    if next(3) != 0 {
+                        continue;
+                    }
+                    for _ in 0..6 {
+                        let q: Vec<&str> = (0..1 + next(4)).map(|_| word(&mut next)).collect();
+                        let terms = query_terms(&q.join(" "));
+                        let limit = 1 + next(8) as usize;
+                        let only = ["", "a", "b"][next(3) as usize];
+                        let keep = |t: &DocTags| only.is_empty() || &*t.source == only;
+                        index.common_at = Thresholds { postings: usize::MAX, kept };
+                        let want = index.search(&terms, limit, &keep);
+                        index.common_at = Thresholds { postings, kept };
+                        common_used += usize::from(
+                            terms.iter().any(|t| {
+                                index.term_ids.get(t.as_str()).is_some_and(|&id| {
+                                    index.postings[id as usize].len() >= postings
+                                })
+                            }),
+                        );
+                        // Twice: the first may make the kept list, the second reads it.
+                        for _ in 0..2 {
+                            let got = index.search(&terms, limit, &keep);
+                            prop_assert_eq!(&got, &want, "{:?} limit {} only {:?}", terms, limit, only);
+                        }
+                    }
+                }
+                prop_assert!(common_used > 0);
             }
         }
     }
