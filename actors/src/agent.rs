@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use kbq_tools::EntityExtractor;
 use ractor::{Actor, ActorCell, ActorRef};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::backend::{ChatRequest, ChatResponse};
-use crate::chat::{AgentError, AgentReply, AgentRequest};
+use crate::chat::{AgentError, AgentReply, AgentRequest, SessionEvent};
 use crate::health::HealthBoard;
 use crate::pool::{Admission, Slot};
-use crate::session::{ChatSessionActor, SessionArguments, SessionDeps};
+use crate::session::{ChatSessionActor, Events, SessionArguments, SessionDeps};
 use crate::session_supervisor::SessionSupervisorMessage;
 use crate::tools::ToolPool;
 
@@ -94,10 +95,31 @@ impl Agent {
         request: AgentRequest,
         owner: String,
     ) -> Result<AgentReply, AgentError> {
+        self.start(request, owner, None).await?.reply().await
+    }
+
+    /// Starts one chat turn for the key `owner` whose session reports what it does as it
+    /// runs: the turn, and its events. Refused at once (no provider, too many sessions) as
+    /// [`chat`](Self::chat) is; dropping the turn stops the session.
+    pub async fn chat_streamed(
+        &self,
+        request: AgentRequest,
+        owner: String,
+    ) -> Result<(ChatTurn, UnboundedReceiver<SessionEvent>), AgentError> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Ok((self.start(request, owner, Some(tx)).await?, rx))
+    }
+
+    async fn start(
+        &self,
+        request: AgentRequest,
+        owner: String,
+        events: Option<Events>,
+    ) -> Result<ChatTurn, AgentError> {
         if self.deps.router.board.available().is_empty() {
             return Err(AgentError::NoProvider);
         }
-        let _running = Admission::take(&self.running, self.deps.limits.max_sessions.max(1))
+        let running = Admission::take(&self.running, self.deps.limits.max_sessions.max(1))
             .map_err(AgentError::Overloaded)?;
         let supervisor = self
             .supervisor
@@ -110,14 +132,35 @@ impl Agent {
             owner,
             deps: self.deps.clone(),
             reply: tx.into(),
+            events,
         };
         let (session, _) = Actor::spawn_linked(None, ChatSessionActor, args, supervisor.get_cell())
             .await
             .map_err(|e| AgentError::SessionLost(e.to_string()))?;
-        let mut guard = KillOnDrop(Some(session.get_cell()));
-        let grace =
-            self.deps.limits.max_wall + self.deps.limits.provider_timeout + Duration::from_secs(1);
-        let result = match tokio::time::timeout(grace, rx).await {
+        Ok(ChatTurn {
+            reply: rx,
+            session: KillOnDrop(Some(session.get_cell())),
+            _running: running,
+            grace: self.deps.limits.max_wall
+                + self.deps.limits.provider_timeout
+                + Duration::from_secs(1),
+        })
+    }
+}
+
+/// A chat turn that has started: its session runs until it replies or this is dropped.
+pub struct ChatTurn {
+    reply: ractor::concurrency::OneshotReceiver<Result<AgentReply, AgentError>>,
+    session: KillOnDrop,
+    _running: Admission,
+    /// The longest wait for the reply: the session's own limits, and a second.
+    grace: Duration,
+}
+
+impl ChatTurn {
+    /// The turn's outcome. Dropping the future stops the session.
+    pub async fn reply(mut self) -> Result<AgentReply, AgentError> {
+        let result = match tokio::time::timeout(self.grace, &mut self.reply).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(AgentError::SessionLost(
                 "the session ended without a reply".into(),
@@ -126,7 +169,7 @@ impl Agent {
                 "the session overran its time limit".into(),
             )),
         };
-        guard.0 = None;
+        self.session.0 = None;
         result
     }
 }

@@ -1,6 +1,6 @@
 //! What a chat turn takes and gives: [`AgentRequest`], [`AgentReply`] (with its
-//! [`ToolCallRecord`]s and [`StopReason`]), [`AgentError`], and the [`SessionLimits`] that
-//! cap a session. Its own file, below the router, the session actor and the `Agent` handle,
+//! [`ToolCallRecord`]s and [`StopReason`]), the [`SessionEvent`]s of a streamed turn,
+//! [`AgentError`], and the [`SessionLimits`] that cap a session. Its own file, below the router, the session actor and the `Agent` handle,
 //! so that all three use these types without importing one another.
 
 use std::time::Duration;
@@ -34,6 +34,51 @@ pub struct ToolCallRecord {
     pub tool: String,
     pub arguments: Value,
     pub result: Value,
+}
+
+/// What a session reports while it runs, for a streamed chat: each tool call as it starts
+/// and as it ends, and the answer's text. Sent in this order; the reply comes after the last.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SessionEvent {
+    ToolCallStarted(ToolCallStarted),
+    ToolCallCompleted(ToolCallCompleted),
+    /// Text of the answer. A provider that answers whole gives all of it in one.
+    Delta(String),
+}
+
+/// A tool call the model asked for, about to run.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ToolCallStarted {
+    /// The call's position in the answer's `tool_calls`, from 0.
+    pub index: usize,
+    /// The provider call that asked for it, from 1.
+    pub step: u32,
+    /// The model's id for the call.
+    pub id: String,
+    pub tool: String,
+    /// As the answer's `tool_calls` will show them.
+    pub arguments: Value,
+}
+
+/// A tool call that ended: its record as the answer's `tool_calls` will show it, and how long
+/// it ran.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ToolCallCompleted {
+    pub index: usize,
+    pub step: u32,
+    pub id: String,
+    pub tool: String,
+    pub arguments: Value,
+    /// The tool's result; a failed call's holds `error`.
+    pub result: Value,
+    /// The failure's message when the call failed, else absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
+    pub error: Option<String>,
+    /// Milliseconds the call ran.
+    pub duration_ms: f64,
 }
 
 /// Why the loop ended.

@@ -62,11 +62,12 @@ pub mod session;
 pub mod session_supervisor;
 pub mod tools;
 
-pub use agent::Agent;
+pub use agent::{Agent, ChatTurn};
 pub use backend::{Backend, ChatRequest, ChatResponse, RetryPolicy, Usage};
 pub use capacity::{PoolReading, Pools};
 pub use chat::{
-    AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
+    AgentError, AgentReply, AgentRequest, Role, SessionEvent, SessionLimits, StopReason,
+    ToolCallCompleted, ToolCallRecord, ToolCallStarted,
 };
 pub use config::{ProviderConfig, ProviderKind, RuntimeConfig};
 pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::backend::{ChatRequest, Usage};
 use crate::chat::{
-    AgentError, AgentReply, AgentRequest, Role, SessionLimits, StopReason, ToolCallRecord,
+    AgentError, AgentReply, AgentRequest, Role, SessionEvent, SessionLimits, StopReason,
+    ToolCallCompleted, ToolCallRecord, ToolCallStarted,
 };
 use crate::router::ProviderRouter;
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
@@ -38,7 +39,12 @@ pub struct SessionArguments {
     pub(crate) owner: String,
     pub(crate) deps: Arc<SessionDeps>,
     pub(crate) reply: RpcReplyPort<Result<AgentReply, AgentError>>,
+    /// Where a streamed turn's events go; `None` for a turn answered whole.
+    pub(crate) events: Option<Events>,
 }
+
+/// The sending end of a streamed turn's events.
+pub type Events = tokio::sync::mpsc::UnboundedSender<SessionEvent>;
 
 /// The arguments until the loop takes them.
 pub struct SessionState {
@@ -77,7 +83,8 @@ impl Actor for ChatSessionActor {
         match message {
             SessionMessage::Run => {
                 if let Some(args) = state.args.take() {
-                    let result = run(&args.deps, args.request, args.owner).await;
+                    let result =
+                        run(&args.deps, args.request, args.owner, args.events.as_ref()).await;
                     let _ = args.reply.send(result);
                 }
                 myself.stop(None);
@@ -92,7 +99,14 @@ async fn run(
     deps: &SessionDeps,
     request: AgentRequest,
     owner: String,
+    events: Option<&Events>,
 ) -> Result<AgentReply, AgentError> {
+    // A stream whose client left is dropped with the session, so a failed send is ignored.
+    let emit = |event: SessionEvent| {
+        if let Some(events) = events {
+            let _ = events.send(event);
+        }
+    };
     let started = Instant::now();
     let limits = deps.limits;
     let ctx = ToolContext {
@@ -175,19 +189,23 @@ async fn run(
             .cloned()
             .unwrap_or_default();
         if calls.is_empty() {
+            let text = answer.message["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if !text.is_empty() {
+                emit(SessionEvent::Delta(text.clone()));
+            }
             reply.success = true;
             reply.stop_reason = StopReason::Answered;
-            reply.response = Some(
-                answer.message["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
+            reply.response = Some(text);
             return Ok(reply);
         }
         messages.push(answer.message.clone());
         // Every call of one step runs at once; results keep call order.
-        let runs = calls.iter().map(|call| {
+        let step = reply.steps;
+        let first = reply.tool_calls.len();
+        let runs = calls.iter().enumerate().map(|(i, call)| {
             let name = call["function"]["name"]
                 .as_str()
                 .unwrap_or_default()
@@ -199,18 +217,39 @@ async fn run(
             let parsed: Option<Value> = serde_json::from_str::<Value>(&raw)
                 .ok()
                 .filter(Value::is_object);
+            let id = call["id"].as_str().unwrap_or_default().to_string();
             let tools = deps.tools.clone();
             let ctx = ctx.clone();
+            let arguments = parsed.clone().unwrap_or_else(|| raw_arguments(&raw));
+            emit(SessionEvent::ToolCallStarted(ToolCallStarted {
+                index: first + i,
+                step,
+                id: id.clone(),
+                tool: name.clone(),
+                arguments: arguments.clone(),
+            }));
             async move {
-                let (arguments, result) = match parsed {
-                    Some(args) => (args.clone(), tools.call_for_model(&name, &ctx, args).await),
-                    None => (raw_arguments(&raw), malformed_arguments(&raw)),
+                let began = Instant::now();
+                let result = match parsed {
+                    Some(args) => tools.call_for_model(&name, &ctx, args).await,
+                    None => malformed_arguments(&raw),
                 };
-                ToolCallRecord {
+                let record = ToolCallRecord {
                     tool: name,
                     arguments,
                     result,
-                }
+                };
+                emit(SessionEvent::ToolCallCompleted(ToolCallCompleted {
+                    index: first + i,
+                    step,
+                    id,
+                    tool: record.tool.clone(),
+                    arguments: record.arguments.clone(),
+                    result: record.result.clone(),
+                    error: record.result["error"].as_str().map(str::to_string),
+                    duration_ms: began.elapsed().as_secs_f64() * 1000.0,
+                }));
+                record
             }
         });
         let records = futures::future::join_all(runs).await;
