@@ -65,7 +65,15 @@ pub const API_KEY: &str = "api_key";
         crate::metrics::metrics,
         routes::docs::openapi_json,
     ),
-    components(schemas(ErrorBody, ErrorCode)),
+    // The payloads of a streamed agent chat's events, which `ChatEvent` names but, as JSON in
+    // a string, cannot reference.
+    components(schemas(
+        ErrorBody,
+        ErrorCode,
+        routes::agent::ChatDelta,
+        kbq_actors::ToolCallStarted,
+        kbq_actors::ToolCallCompleted,
+    )),
     modifiers(&Layers, &Rules),
     tags(
         (name = "graph", description = "Graph queries under `/data/v1/query/graph` (scope `read`)"),

@@ -3,6 +3,7 @@
 
 mod abuse;
 mod agent;
+mod agent_stream;
 mod auth;
 mod completions;
 mod doc_examples;

@@ -1,9 +1,20 @@
-//! The agent endpoints: `POST /v1/agent/chat` and `GET /v1/agent/health`.
+//! The agent endpoints: `POST /v1/agent/chat` (answered whole, or streamed: see `stream`)
+//! and `GET /v1/agent/health`.
+
+mod stream;
+
+pub use stream::{ChatDelta, ChatEvent};
 
 use actix_web::http::StatusCode;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
-use kbq_actors::{Agent, AgentRequest, Health, HealthReport, Role, StopReason, ToolCallRecord};
+use std::future::Future;
+
+use actix_web::http::header;
+use kbq_actors::{
+    Agent, AgentError, AgentReply, AgentRequest, Health, HealthReport, Role, StopReason,
+    ToolCallRecord,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -48,6 +59,9 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     #[serde(default, deserialize_with = "crate::extract::integer")]
     pub max_tokens: Option<i64>,
+    /// Answer as server-sent events while the turn runs (see the 200 answer's
+    /// `text/event-stream`); absent, null or false: one JSON answer at the end.
+    pub stream: Option<bool>,
 }
 
 /// `temperature`: its least, its most, and the value an absent one takes.
@@ -120,6 +134,44 @@ impl ChatResponse {
     }
 }
 
+impl From<AgentReply> for ChatResponse {
+    fn from(reply: AgentReply) -> Self {
+        ChatResponse {
+            success: reply.success,
+            response: reply.response,
+            tool_calls: reply.tool_calls,
+            error: reply.error,
+            stop_reason: reply.stop_reason,
+            usage: ChatUsage {
+                prompt_tokens: reply.usage.prompt_tokens,
+                completion_tokens: reply.usage.completion_tokens,
+                total_tokens: reply.usage.total_tokens,
+                steps: reply.steps,
+            },
+            provider: reply.provider,
+        }
+    }
+}
+
+/// What a turn comes to: the body of its answer, or the error that answers instead.
+type TurnOutcome = Result<ChatResponse, ApiError>;
+
+/// The answer to a turn's reply, streamed or not.
+async fn outcome(reply: impl Future<Output = Result<AgentReply, AgentError>>) -> TurnOutcome {
+    match reply.await.map_err(ApiError::from) {
+        Ok(reply) => Ok(reply.into()),
+        // The one exception to the common mapping of agent failures: a run that started and
+        // then failed upstream (every provider failed, or the session was lost) is a 200 with
+        // `success: false` here, as the spec allows ("an agent chat that fails may return
+        // success false"), not a 502.
+        Err(e) if e.code == ErrorCode::Upstream => {
+            tracing::error!(error = %e.message, "chat run failed");
+            Ok(ChatResponse::failed(e.message))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Checks a chat request against the spec's rules and the configured bounds.
 fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, ApiError> {
     let max_chars = limits.max_message_chars;
@@ -189,7 +241,11 @@ fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, Api
     tag = "agent",
     request_body = ChatRequest,
     responses(
-        (status = 200, description = "The run's answer, tool calls and usage", body = ChatResponse),
+        (status = 200, description = "The run's answer, tool calls and usage; with `stream: true`, `text/event-stream` events as the run goes, the last `done` (whose data is this JSON answer) or `error` (docs/agent.md)",
+            content(
+                (ChatResponse = "application/json"),
+                (ChatEvent = "text/event-stream"),
+            )),
         (status = 503, description = ErrorCode::ServiceUnavailable.answers("no language-model provider is available, or the client closed the connection"), body = ErrorBody),
     ),
     security(("bearer" = ["agent"]), ("api_key" = ["agent"])),
@@ -200,46 +256,38 @@ async fn chat(
     http: HttpRequest,
     ValidJson(req): ValidJson<ChatRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    let stream = req.stream.unwrap_or(false);
     let request = validate(req, &limits)?;
     let owner = http
         .extensions()
         .get::<KeyIdentity>()
         .map(|k| k.id.to_string())
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidApiKey, "an API key is required"))?;
+    if stream {
+        // Refusals (no provider, too many sessions) still answer before the stream begins.
+        let (turn, events) = agent
+            .chat_streamed(request, owner)
+            .await
+            .map_err(ApiError::from)?;
+        return Ok(HttpResponse::Ok()
+            .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+            .insert_header((header::CACHE_CONTROL, "no-cache"))
+            .insert_header(("X-Accel-Buffering", "no"))
+            .streaming(stream::body(turn, events, http)));
+    }
     // Dropping the chat future kills the session.
-    let result =
-        unless_client_leaves(&http, agent.chat(request, owner), "session cancelled").await?;
-    let reply = match result.map_err(ApiError::from) {
-        Ok(reply) => reply,
-        // The one exception to the common mapping of agent failures: a run that started and
-        // then failed upstream (every provider failed, or the session was lost) is a 200 with
-        // `success: false` here, as the spec allows ("an agent chat that fails may return
-        // success false"), not a 502.
-        Err(e) if e.code == ErrorCode::Upstream => {
-            tracing::error!(error = %e.message, "chat run failed");
-            return Ok(HttpResponse::Ok().json(ChatResponse::failed(e.message)));
-        }
-        Err(e) => return Err(e),
-    };
+    let response = unless_client_leaves(
+        &http,
+        outcome(agent.chat(request, owner)),
+        "session cancelled",
+    )
+    .await??;
     if let Some(m) = http.app_data::<web::Data<crate::metrics::Metrics>>() {
-        for call in &reply.tool_calls {
+        for call in &response.tool_calls {
             m.observe_tool_call(&call.tool, call.result.get("error").is_none());
         }
     }
-    Ok(HttpResponse::Ok().json(ChatResponse {
-        success: reply.success,
-        response: reply.response,
-        tool_calls: reply.tool_calls,
-        error: reply.error,
-        stop_reason: reply.stop_reason,
-        usage: ChatUsage {
-            prompt_tokens: reply.usage.prompt_tokens,
-            completion_tokens: reply.usage.completion_tokens,
-            total_tokens: reply.usage.total_tokens,
-            steps: reply.steps,
-        },
-        provider: reply.provider,
-    }))
+    Ok(HttpResponse::Ok().json(response))
 }
 
 /// The providers' health, from the cached report: never waits on a provider.
