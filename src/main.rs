@@ -297,6 +297,12 @@ fn init_logs(config: &Config) {
 }
 
 async fn serve(config: Config) -> ExitCode {
+    if std::env::var_os("KBQ_API_KEY").is_some() && std::env::var_os("KBQ_API_KEYS").is_none() {
+        tracing::warn!(
+            "KBQ_API_KEY is the clients' key, which the server does not read; \
+             the server's plaintext keys are KBQ_API_KEYS"
+        );
+    }
     let plaintext_keys = std::env::var("KBQ_API_KEYS")
         .map(|v| {
             v.split(',')

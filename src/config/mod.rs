@@ -122,6 +122,12 @@ fn openai_endpoint(
     Ok(())
 }
 
+/// `KBQ_` variables that are not configuration keys: `KBQ_CONFIG` (the file), `KBQ_API_KEYS`
+/// (plaintext keys, read at `serve`), and the client libraries' `KBQ_BASE_URL` and
+/// `KBQ_API_KEY` (docs/clients.md), which a shell that runs both kbq and a client may hold.
+/// Every other `KBQ_` variable is read as a key, and an unknown one stops start-up.
+pub const NOT_CONFIG: [&str; 4] = ["KBQ_CONFIG", "KBQ_API_KEYS", "KBQ_BASE_URL", "KBQ_API_KEY"];
+
 impl Config {
     /// Loads defaults, then `file` (if given), then `KBQ_*` variables, and validates.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
@@ -135,11 +141,11 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
-        figment = figment.merge(
-            Env::prefixed("KBQ_")
-                .split("__")
-                .filter(|k| k != "config" && k != "api_keys"),
-        );
+        figment = figment.merge(Env::prefixed("KBQ_").split("__").filter(|k| {
+            !NOT_CONFIG
+                .iter()
+                .any(|v| v["KBQ_".len()..].eq_ignore_ascii_case(k.as_str()))
+        }));
         let config: Config = figment.extract().map_err(|e| {
             let errors: Vec<String> = e.into_iter().map(|e| e.to_string()).collect();
             ConfigError(errors.join("; "))

@@ -170,3 +170,31 @@ async fn serve_listens_before_it_loads_and_colours_logs_only_when_asked() {
     let logs = serve_logs(&[("KBQ_LOG__COLOR", "always")]).await;
     assert!(logs.contains("\u{1b}["), "no colour when asked:\n{logs}");
 }
+
+/// A shell that holds the client libraries' variables still starts the server, which warns
+/// that `KBQ_API_KEY` is not its key; any other unknown `KBQ_` variable stops start-up,
+/// naming it.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_clients_variables_are_left_alone_and_other_unknown_ones_refused() {
+    let logs = serve_logs(&[
+        ("KBQ_BASE_URL", "http://127.0.0.1:1"),
+        ("KBQ_API_KEY", "the-clients-key"),
+    ])
+    .await;
+    assert!(logs.contains(" ready"), "{logs}");
+    assert!(
+        logs.contains("KBQ_API_KEY is the clients' key"),
+        "no warning:\n{logs}"
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "mem://"])
+        .env_remove("KBQ_CONFIG")
+        .env("KBQ_BASE_URLS", "http://127.0.0.1:1")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("base_urls"), "{stderr}");
+}
