@@ -24,6 +24,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod cors;
 pub mod demo;
 pub mod error;
 pub mod extract;

@@ -178,6 +178,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         config.server.body_timeout_ms,
     ));
     let gate_readiness = readiness.clone();
+    let cors_origins = web::Data::new(crate::cors::CorsOrigins::new(&config.server.cors_origins));
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(keys.clone())
@@ -196,6 +197,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(pools.clone())
             .app_data(document.clone())
             .app_data(gate_readiness.clone())
+            .app_data(cors_origins.clone())
             .configure(routes::configure)
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))
@@ -203,6 +205,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .wrap(from_fn(middleware::body_deadline))
             .wrap(from_fn(middleware::error_bodies))
             .wrap(from_fn(crate::metrics::record))
+            .wrap(from_fn(crate::cors::cors))
             .wrap(from_fn(middleware::request_id))
     })
     .on_connect(crate::peer::on_connect)

@@ -29,6 +29,9 @@ pub struct ServerConfig {
     pub shutdown_delay_ms: u64,
     /// How much lower than the rest the main runtime's threads run (Linux nice, 0 to 19).
     pub main_runtime_nice: u8,
+    /// Browser origins (`scheme://host[:port]`) whose pages may call kbq (CORS); none by
+    /// default (docs/configuration.md).
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +45,7 @@ impl Default for ServerConfig {
             header_timeout_ms: 5_000,
             body_timeout_ms: 30_000,
             main_runtime_nice: 10,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -78,7 +82,16 @@ impl ServerConfig {
             100,
             3_600_000,
         )?;
-        within("server.main_runtime_nice", self.main_runtime_nice, 0, 19)
+        within("server.main_runtime_nice", self.main_runtime_nice, 0, 19)?;
+        for (i, origin) in self.cors_origins.iter().enumerate() {
+            if !crate::cors::is_origin(origin) {
+                return bad(
+                    &format!("server.cors_origins[{i}]"),
+                    "must be an origin as a browser sends it: http:// or https://, a lower-case host, an optional port, nothing after",
+                );
+            }
+        }
+        Ok(())
     }
 }
 

@@ -6,6 +6,7 @@ mod agent;
 mod agent_stream;
 mod auth;
 mod completions;
+mod cors;
 mod doc_examples;
 mod embedder;
 mod errors;
