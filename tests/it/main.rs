@@ -5,6 +5,7 @@ mod abuse;
 mod agent;
 mod agent_stream;
 mod auth;
+mod clients;
 mod completions;
 mod cors;
 mod doc_examples;

@@ -1,0 +1,53 @@
+"""kbq: the Python client of kbq's v1 API (graph, RAG, ingestion, agent chat and health).
+
+    import kbq
+
+    client = kbq.Client(base_url="http://127.0.0.1:8080", api_key="devkey")
+    result = client.graph.traverse("Alan Turing", depth=1)
+    for e in result.entities_found:
+        print(e.name, e.depth)
+
+Version 1.x speaks API v1. Chat completions and embeddings are OpenAI-compatible: use the
+official ``openai`` client with ``base_url=<kbq>/v1`` for them (docs/clients.md).
+"""
+
+from . import types
+from ._client import AsyncClient, Client
+from ._errors import (
+    APIConnectionError,
+    APIError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    GoneError,
+    InternalServerError,
+    KbqError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    ServiceUnavailableError,
+)
+from ._streaming import AsyncChatStream, ChatStream, ChatStreamEvent
+from ._version import __version__
+
+__all__ = [
+    "Client",
+    "AsyncClient",
+    "ChatStream",
+    "AsyncChatStream",
+    "ChatStreamEvent",
+    "types",
+    "KbqError",
+    "APIError",
+    "APIConnectionError",
+    "APITimeoutError",
+    "BadRequestError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "GoneError",
+    "RateLimitError",
+    "InternalServerError",
+    "ServiceUnavailableError",
+    "__version__",
+]

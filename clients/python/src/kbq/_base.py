@@ -1,0 +1,145 @@
+"""What the sync and async clients share: settings, headers, when and how long to wait
+before a retry, deprecation warnings, and turning an answer into a result or an error."""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import random
+import time
+import warnings
+from typing import Any, Mapping, Optional
+
+import httpx
+
+from ._errors import KbqError, from_body
+from ._operations import Call
+from ._version import __version__
+
+#: Where kbq listens when neither ``base_url`` nor ``KBQ_BASE_URL`` says.
+DEFAULT_BASE_URL = "http://127.0.0.1:8080"
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_RETRIES = 2
+#: The longest wait before one retry, whatever ``Retry-After`` asks.
+DEFAULT_MAX_RETRY_WAIT = 30.0
+#: Statuses after which kbq did nothing, so that a retry is safe.
+RETRY_STATUSES = (429, 503)
+
+
+class Settings:
+    """A client's settings, from its arguments, then the environment, then the defaults."""
+
+    def __init__(
+        self,
+        base_url: Optional[str],
+        api_key: Optional[str],
+        timeout: Optional[float],
+        max_retries: Optional[int],
+        max_retry_wait: Optional[float],
+        default_headers: Optional[Mapping[str, str]],
+    ) -> None:
+        base_url = base_url or os.environ.get("KBQ_BASE_URL") or DEFAULT_BASE_URL
+        api_key = api_key if api_key is not None else os.environ.get("KBQ_API_KEY")
+        if not api_key:
+            raise KbqError(
+                "no API key: pass api_key=... or set KBQ_API_KEY (kbq's keys are set on the "
+                "server with KBQ_API_KEYS or [[auth.keys]])"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+        self.max_retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be 0 or more")
+        self.max_retry_wait = (
+            DEFAULT_MAX_RETRY_WAIT if max_retry_wait is None else max_retry_wait
+        )
+        self.headers = {
+            "authorization": f"Bearer {api_key}",
+            "user-agent": f"kbq-python/{__version__}",
+            "accept": "application/json",
+        }
+        self.headers.update(default_headers or {})
+
+
+def retry_after(response: httpx.Response) -> Optional[float]:
+    """Seconds the answer's ``Retry-After`` asks to wait (seconds or an HTTP date)."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def retry_wait(settings: Settings, response: Optional[httpx.Response], attempt: int) -> float:
+    """How long to wait before retry number ``attempt`` (from 0): what ``Retry-After`` asks,
+    else an exponential back-off with jitter; never more than ``max_retry_wait``."""
+    asked = retry_after(response) if response is not None else None
+    if asked is None:
+        asked = min(8.0, 0.5 * 2**attempt) * (0.75 + random.random() / 2)
+    return min(asked, settings.max_retry_wait)
+
+
+def should_retry(settings: Settings, call: Call, response: httpx.Response, attempt: int) -> bool:
+    return (
+        call.idempotent
+        and attempt < settings.max_retries
+        and response.status_code in RETRY_STATUSES
+        and response.status_code not in call.answer_statuses
+    )
+
+
+def warn_if_deprecated(response: httpx.Response) -> None:
+    """A ``DeprecationWarning`` for an answer from a deprecated API version."""
+    headers = response.headers
+    if headers.get("x-api-deprecated", "").lower() != "true" and "deprecation" not in headers:
+        return
+    message = f"kbq: {response.request.method} {response.request.url.path} is deprecated"
+    if "sunset" in headers:
+        message += f"; it will be removed after {headers['sunset']}"
+    if "link" in headers:
+        message += f" (see {headers['link']})"
+    warnings.warn(message, DeprecationWarning, stacklevel=4)
+
+
+def error_for(response: httpx.Response, body: Any) -> Exception:
+    return from_body(
+        response.status_code,
+        body,
+        response.headers.get("x-request-id"),
+        retry_after(response),
+    )
+
+
+def json_of(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def result(call: Call, response: httpx.Response) -> Any:
+    """The call's typed answer, or its error raised."""
+    if response.status_code >= 400 and response.status_code not in call.answer_statuses:
+        raise error_for(response, json_of(response))
+    return call.parse(json_of(response))
+
+
+def request_args(settings: Settings, call: Call) -> dict:
+    headers = dict(settings.headers)
+    headers.update(call.headers)
+    args: dict = {"headers": headers}
+    if call.stream:
+        headers["accept"] = "text/event-stream"
+    if call.content is not None:
+        args["content"] = call.content
+    elif call.json is not None:
+        args["json"] = call.json
+    return args

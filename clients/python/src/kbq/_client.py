@@ -1,0 +1,176 @@
+"""The clients: :class:`Client` (blocking) and :class:`AsyncClient` (asyncio), with the same
+resources and methods."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Mapping, Optional
+
+import httpx
+
+from . import _base
+from ._errors import APIConnectionError, APITimeoutError
+from ._operations import Call
+from ._resources import Agent, Graph, Ingest, Rag
+from ._streaming import AsyncChatStream, ChatStream
+
+
+class _Common:
+    graph: Graph
+    rag: Rag
+    ingest: Ingest
+    agent: Agent
+
+    def _resources(self) -> None:
+        self.graph = Graph(self)
+        self.rag = Rag(self)
+        self.ingest = Ingest(self)
+        self.agent = Agent(self)
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+
+class Client(_Common):
+    """A kbq client.
+
+    ``base_url`` defaults to ``KBQ_BASE_URL``, then ``http://127.0.0.1:8080``; ``api_key`` to
+    ``KBQ_API_KEY`` (sent as ``Authorization: Bearer``). ``timeout`` is seconds per request
+    (60), ``max_retries`` the retries after a 429 or 503 (2; each waits what
+    ``Retry-After`` asks, at most ``max_retry_wait`` seconds), for reads and upserts only
+    unless a call asks. ``http_client`` replaces the ``httpx.Client`` it would make.
+    """
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+        max_retry_wait: Optional[float] = None,
+        default_headers: Optional[Mapping[str, str]] = None,
+        http_client: Optional[httpx.Client] = None,
+    ) -> None:
+        self._settings = _base.Settings(
+            base_url, api_key, timeout, max_retries, max_retry_wait, default_headers
+        )
+        self._http = http_client or httpx.Client(timeout=self._settings.timeout)
+        self._resources()
+
+    def _send_raw(self, call: Call, stream: bool) -> httpx.Response:
+        s = self._settings
+        attempt = 0
+        while True:
+            request = self._http.build_request(
+                call.method, s.base_url + call.path, **_base.request_args(s, call)
+            )
+            try:
+                response = self._http.send(request, stream=stream)
+            except httpx.TimeoutException as e:
+                raise APITimeoutError(f"no answer within the timeout: {e}") from e
+            except httpx.ConnectError as e:
+                if call.idempotent and attempt < s.max_retries:
+                    time.sleep(_base.retry_wait(s, None, attempt))
+                    attempt += 1
+                    continue
+                raise APIConnectionError(f"cannot reach {s.base_url}: {e}") from e
+            except httpx.TransportError as e:
+                raise APIConnectionError(f"the connection failed: {e}") from e
+            if _base.should_retry(s, call, response, attempt):
+                response.close()
+                time.sleep(_base.retry_wait(s, response, attempt))
+                attempt += 1
+                continue
+            _base.warn_if_deprecated(response)
+            return response
+
+    def _send(self, call: Call) -> Any:
+        return _base.result(call, self._send_raw(call, stream=False))
+
+    def _stream(self, call: Call) -> ChatStream:
+        response = self._send_raw(call, stream=True)
+        if response.status_code >= 400:
+            response.read()
+            response.close()
+            raise _base.error_for(response, _base.json_of(response))
+        return ChatStream(response)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncClient(_Common):
+    """:class:`Client` for asyncio: the same arguments and methods, each awaited."""
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+        max_retry_wait: Optional[float] = None,
+        default_headers: Optional[Mapping[str, str]] = None,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self._settings = _base.Settings(
+            base_url, api_key, timeout, max_retries, max_retry_wait, default_headers
+        )
+        self._http = http_client or httpx.AsyncClient(timeout=self._settings.timeout)
+        self._resources()
+
+    async def _send_raw(self, call: Call, stream: bool) -> httpx.Response:
+        s = self._settings
+        attempt = 0
+        while True:
+            request = self._http.build_request(
+                call.method, s.base_url + call.path, **_base.request_args(s, call)
+            )
+            try:
+                response = await self._http.send(request, stream=stream)
+            except httpx.TimeoutException as e:
+                raise APITimeoutError(f"no answer within the timeout: {e}") from e
+            except httpx.ConnectError as e:
+                if call.idempotent and attempt < s.max_retries:
+                    await asyncio.sleep(_base.retry_wait(s, None, attempt))
+                    attempt += 1
+                    continue
+                raise APIConnectionError(f"cannot reach {s.base_url}: {e}") from e
+            except httpx.TransportError as e:
+                raise APIConnectionError(f"the connection failed: {e}") from e
+            if _base.should_retry(s, call, response, attempt):
+                await response.aclose()
+                await asyncio.sleep(_base.retry_wait(s, response, attempt))
+                attempt += 1
+                continue
+            _base.warn_if_deprecated(response)
+            return response
+
+    async def _send(self, call: Call) -> Any:
+        return _base.result(call, await self._send_raw(call, stream=False))
+
+    async def _stream(self, call: Call) -> AsyncChatStream:
+        response = await self._send_raw(call, stream=True)
+        if response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+            raise _base.error_for(response, _base.json_of(response))
+        return AsyncChatStream(response)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

@@ -1,0 +1,228 @@
+"""Each v1 operation once: its method, path, body, whether a retry is safe, and the type of
+its answer. The sync and async clients both send these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from urllib.parse import quote
+
+from . import types as t
+from ._models import build, dump
+
+#: Paths by operation id of /openapi.json, for the operations this library sends.
+PATHS = {
+    "graph_traverse": ("POST", "/data/v1/query/graph"),
+    "graph_search": ("POST", "/data/v1/query/graph/search"),
+    "graph_entity": ("GET", "/data/v1/query/graph/entity/{entity_name}"),
+    "graph_documents": ("POST", "/data/v1/query/graph/documents"),
+    "rag_semantic": ("POST", "/v1/rag/semantic"),
+    "rag_keyword": ("POST", "/v1/rag/keyword"),
+    "rag_hybrid": ("POST", "/v1/rag/hybrid"),
+    "ingest_entities": ("POST", "/data/v1/ingest/entities"),
+    "ingest_relationships": ("POST", "/data/v1/ingest/relationships"),
+    "ingest_documents": ("POST", "/data/v1/ingest/documents"),
+    "ingest_ndjson": ("POST", "/data/v1/ingest/ndjson"),
+    "ingest_delete_entity": ("DELETE", "/data/v1/ingest/entities/{name}"),
+    "ingest_delete_document": ("DELETE", "/data/v1/ingest/documents/{id}"),
+    "agent_chat": ("POST", "/v1/agent/chat"),
+    "agent_health": ("GET", "/v1/agent/health"),
+}
+
+
+@dataclass
+class Call:
+    """One request to send."""
+
+    operation: str
+    json: Any = None
+    #: Raw body (NDJSON), instead of ``json``.
+    content: Optional[bytes] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    path_params: Dict[str, str] = field(default_factory=dict)
+    #: Safe to send again after a 429 or 503 (kbq did nothing): every read and upsert.
+    idempotent: bool = True
+    #: Turns the answer's JSON into the operation's type.
+    parse: Callable[[Any], Any] = lambda body: body
+    #: Statuses whose body is the answer rather than an error (health's 503).
+    answer_statuses: Sequence[int] = ()
+    stream: bool = False
+
+    @property
+    def method(self) -> str:
+        return PATHS[self.operation][0]
+
+    @property
+    def path(self) -> str:
+        path = PATHS[self.operation][1]
+        for name, value in self.path_params.items():
+            path = path.replace("{" + name + "}", quote(value, safe=""))
+        return path
+
+
+def _body(**fields: Any) -> Dict[str, Any]:
+    """The fields given (not ``None``), dataclasses turned into JSON."""
+    return {k: dump(v) for k, v in fields.items() if v is not None}
+
+
+def _parser(tp: Any) -> Callable[[Any], Any]:
+    return lambda body: build(tp, body)
+
+
+def traverse(
+    entity_name: str,
+    relationship_types: Optional[Sequence[str]],
+    direction: str,
+    depth: int,
+    limit: int,
+) -> Call:
+    return Call(
+        "graph_traverse",
+        json=_body(
+            entity_name=entity_name,
+            relationship_types=list(relationship_types) if relationship_types is not None else None,
+            direction=direction,
+            depth=depth,
+            limit=limit,
+        ),
+        parse=_parser(t.TraversalResponse),
+    )
+
+
+def search(query: str, entity_type: Optional[str], limit: int) -> Call:
+    return Call(
+        "graph_search",
+        json=_body(query=query, entity_type=entity_type, limit=limit),
+        parse=_parser(t.SearchResponse),
+    )
+
+
+def entity(name: str) -> Call:
+    return Call("graph_entity", path_params={"entity_name": name}, parse=_parser(t.Entity))
+
+
+def documents(
+    entity_name: str,
+    entity_type: Optional[str],
+    relationship_types: Optional[Sequence[str]],
+    max_depth: Optional[int],
+    limit: Optional[int],
+    resolve_documents: Optional[bool],
+) -> Call:
+    return Call(
+        "graph_documents",
+        json=_body(
+            entity_name=entity_name,
+            entity_type=entity_type,
+            relationship_types=list(relationship_types) if relationship_types is not None else None,
+            max_depth=max_depth,
+            limit=limit,
+            resolve_documents=resolve_documents,
+        ),
+        parse=_parser(t.DocumentsResponse),
+    )
+
+
+Filters = Union[t.Filters, Mapping[str, Any]]
+
+
+def rag(
+    method: str,
+    query: str,
+    limit: Optional[int],
+    filters: Optional[Filters],
+    graph_depth: Optional[int] = None,
+) -> Call:
+    return Call(
+        f"rag_{method}",
+        json=_body(
+            query=query,
+            limit=limit,
+            filters=dict(filters) if isinstance(filters, Mapping) else filters,
+            graph_depth=graph_depth,
+        ),
+        parse=_parser(t.RagAnswer),
+    )
+
+
+Records = Iterable[Union[Any, Mapping[str, Any]]]
+
+
+def ingest(kind: str, records: Records) -> Call:
+    return Call(
+        f"ingest_{kind}",
+        json=[dump(r) if not isinstance(r, Mapping) else dict(r) for r in records],
+        parse=_parser(t.BatchReport),
+    )
+
+
+def ingest_ndjson(records: Union[bytes, str, Records]) -> Call:
+    if isinstance(records, str):
+        content = records.encode()
+    elif isinstance(records, (bytes, bytearray)):
+        content = bytes(records)
+    else:
+        import json
+
+        content = "".join(
+            json.dumps(dump(r) if not isinstance(r, Mapping) else dict(r)) + "\n"
+            for r in records
+        ).encode()
+    return Call(
+        "ingest_ndjson",
+        content=content,
+        headers={"content-type": "application/x-ndjson"},
+        parse=_parser(t.NdjsonReport),
+    )
+
+
+def delete_entity(name: str) -> Call:
+    return Call(
+        "ingest_delete_entity", path_params={"name": name}, parse=_parser(t.EntityDeletion)
+    )
+
+
+def delete_document(id: str) -> Call:
+    return Call(
+        "ingest_delete_document", path_params={"id": id}, parse=_parser(t.DocumentDeletion)
+    )
+
+
+History = Sequence[Union[t.HistoryEntry, Mapping[str, Any]]]
+
+
+def chat(
+    message: str,
+    system_prompt: Optional[str],
+    history: Optional[History],
+    temperature: Optional[float],
+    max_tokens: Optional[int],
+    stream: bool,
+    retry: bool,
+) -> Call:
+    return Call(
+        "agent_chat",
+        json=_body(
+            message=message,
+            system_prompt=system_prompt,
+            history=[h if isinstance(h, Mapping) else dump(h) for h in history]
+            if history is not None
+            else None,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            stream=True if stream else None,
+        ),
+        idempotent=retry,
+        parse=_parser(t.ChatResponse),
+        stream=stream,
+    )
+
+
+def health() -> Call:
+    # 503 is an unhealthy report, not an error; it is not retried either.
+    return Call(
+        "agent_health",
+        parse=_parser(t.HealthReport),
+        answer_statuses=(503,),
+        idempotent=False,
+    )

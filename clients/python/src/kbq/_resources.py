@@ -1,0 +1,158 @@
+"""The resources of a client (``client.graph``, ``client.rag``, ``client.ingest``,
+``client.agent``), written once for both clients: each method builds its call and hands it
+to the client, whose ``_send`` returns the answer (:class:`~kbq.Client`) or a coroutine of it
+(:class:`~kbq.AsyncClient`)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from . import _operations as ops
+from . import types as t
+
+
+class _Resource:
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+
+class Graph(_Resource):
+    """The graph queries (scope ``read``)."""
+
+    def traverse(
+        self,
+        entity_name: str,
+        relationship_types: Optional[Sequence[str]] = None,
+        direction: str = "both",
+        depth: int = 2,
+        limit: int = 50,
+    ) -> t.TraversalResponse:
+        """Walks the graph from ``entity_name``: ``direction`` ``in``, ``out`` or ``both``,
+        ``depth`` 1 to 5 hops, at most ``limit`` entities (1 to 500)."""
+        return self._client._send(
+            ops.traverse(entity_name, relationship_types, direction, depth, limit)
+        )
+
+    def search(
+        self, query: str, entity_type: Optional[str] = None, limit: int = 20
+    ) -> t.SearchResponse:
+        """Entities whose names contain ``query`` (case-folded): exact, then prefix, then
+        substring matches, then by name."""
+        return self._client._send(ops.search(query, entity_type, limit))
+
+    def entity(self, name: str) -> Optional[t.Entity]:
+        """The entity named exactly ``name``, or ``None`` when there is none."""
+        return self._client._send(ops.entity(name))
+
+    def documents(
+        self,
+        entity_name: str,
+        entity_type: Optional[str] = None,
+        relationship_types: Optional[Sequence[str]] = None,
+        max_depth: Optional[int] = None,
+        limit: Optional[int] = None,
+        resolve_documents: Optional[bool] = None,
+    ) -> t.DocumentsResponse:
+        """Walks from ``entity_name`` and returns the documents of the entities reached,
+        scored; ``None`` leaves a field to the server's default."""
+        return self._client._send(
+            ops.documents(
+                entity_name, entity_type, relationship_types, max_depth, limit, resolve_documents
+            )
+        )
+
+
+class Rag(_Resource):
+    """Document retrieval (scope ``read``); ``filters`` is a :class:`~kbq.types.Filters` or
+    a dict of ``source``, ``content_type``, ``entity_name``."""
+
+    def semantic(
+        self, query: str, limit: Optional[int] = None, filters: Optional[ops.Filters] = None
+    ) -> t.RagAnswer:
+        return self._client._send(ops.rag("semantic", query, limit, filters))
+
+    def keyword(
+        self, query: str, limit: Optional[int] = None, filters: Optional[ops.Filters] = None
+    ) -> t.RagAnswer:
+        return self._client._send(ops.rag("keyword", query, limit, filters))
+
+    def hybrid(
+        self,
+        query: str,
+        limit: Optional[int] = None,
+        filters: Optional[ops.Filters] = None,
+        graph_depth: Optional[int] = None,
+    ) -> t.RagAnswer:
+        return self._client._send(ops.rag("hybrid", query, limit, filters, graph_depth))
+
+
+class Ingest(_Resource):
+    """Upserts and deletes (scope ``write``). Records are the :mod:`kbq.types` dataclasses
+    (``NewEntity``, ``NewRelationship``, ``NewDocument``) or dicts of the same fields. Upserts
+    are idempotent, so they are retried after a 429 or 503 like the queries."""
+
+    def entities(self, records: Sequence[Union[t.NewEntity, Mapping[str, Any]]]) -> t.BatchReport:
+        return self._client._send(ops.ingest("entities", records))
+
+    def relationships(
+        self, records: Sequence[Union[t.NewRelationship, Mapping[str, Any]]]
+    ) -> t.BatchReport:
+        return self._client._send(ops.ingest("relationships", records))
+
+    def documents(
+        self, records: Sequence[Union[t.NewDocument, Mapping[str, Any]]]
+    ) -> t.BatchReport:
+        return self._client._send(ops.ingest("documents", records))
+
+    def ndjson(self, records: Union[bytes, str, Sequence[Mapping[str, Any]]]) -> t.NdjsonReport:
+        """Imports NDJSON: bytes or text as they are, or records (dicts with ``kind``), one
+        per line."""
+        return self._client._send(ops.ingest_ndjson(records))
+
+    def delete_entity(self, name: str) -> t.EntityDeletion:
+        return self._client._send(ops.delete_entity(name))
+
+    def delete_document(self, id: str) -> t.DocumentDeletion:
+        return self._client._send(ops.delete_document(id))
+
+
+class Agent(_Resource):
+    """The tool-using agent."""
+
+    def chat(
+        self,
+        message: str,
+        system_prompt: Optional[str] = None,
+        history: Optional[ops.History] = None,
+        temperature: Optional[float] = None,
+        max_tokens: Optional[int] = None,
+        *,
+        retry: bool = False,
+    ) -> t.ChatResponse:
+        """Answers ``message``; the answer lists every tool call. Not retried after a 429 or
+        503 unless ``retry=True`` (a chat may store memories)."""
+        return self._client._send(
+            ops.chat(message, system_prompt, history, temperature, max_tokens, False, retry)
+        )
+
+    def chat_stream(
+        self,
+        message: str,
+        system_prompt: Optional[str] = None,
+        history: Optional[ops.History] = None,
+        temperature: Optional[float] = None,
+        max_tokens: Optional[int] = None,
+        *,
+        retry: bool = False,
+    ) -> Any:
+        """:meth:`chat`, streamed: a :class:`~kbq.ChatStream` (an
+        :class:`~kbq.AsyncChatStream` from the async client) of the turn's events as they
+        happen, ending with ``done``, whose data is the answer :meth:`chat` returns."""
+        return self._client._stream(
+            ops.chat(message, system_prompt, history, temperature, max_tokens, True, retry)
+        )
+
+    def health(self) -> t.HealthReport:
+        """The providers' health: ``healthy``, ``degraded`` or ``unhealthy`` (an unhealthy
+        report is returned, not raised)."""
+        return self._client._send(ops.health())

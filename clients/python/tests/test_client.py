@@ -1,0 +1,212 @@
+"""The client against a running kbq: every resource, typed answers, streaming, errors,
+retries, deprecation and the environment."""
+
+import dataclasses
+import time
+import warnings
+
+import pytest
+
+import kbq
+from kbq import types as t
+
+
+def test_graph_answers_are_typed(client):
+    walk = client.graph.traverse("Alan Turing", depth=1)
+    assert isinstance(walk, t.TraversalResponse)
+    assert walk.entity_name == "Alan Turing"
+    assert isinstance(walk.entities_found[0], t.EntityAtDepth)
+    assert (walk.entities_found[0].name, walk.entities_found[0].depth) == ("Alan Turing", 0)
+    assert all(e.depth == 1 for e in walk.entities_found[1:])
+    assert walk.total_entities == len(walk.entities_found)
+    assert all(isinstance(r, t.Relationship) for r in walk.relationships)
+    out = client.graph.traverse("Alan Turing", relationship_types=["influenced"], direction="in", depth=1, limit=3)
+    assert len(out.entities_found) <= 3
+    assert all(r.relationship_type == "influenced" for r in out.relationships)
+
+    found = client.graph.search("turing", limit=5)
+    assert isinstance(found, t.SearchResponse)
+    names = [e.name for e in found.results]
+    # A prefix match ranks before a match inside a name.
+    assert names.index("Turing machine") < names.index("Alan Turing")
+
+    entity = client.graph.entity("Alan Turing")
+    assert isinstance(entity, t.Entity)
+    assert entity.properties["born"] == 1912
+    assert client.graph.entity("Nobody at all") is None
+    # Names with a slash or a percent sign reach the server whole.
+    assert client.graph.entity("a/b %2F c") is None
+
+    docs = client.graph.documents("Alan Turing", max_depth=1, limit=3)
+    assert isinstance(docs, t.DocumentsResponse)
+    assert 0 < len(docs.results) <= 3
+
+
+def test_rag_methods(client):
+    for method in (client.rag.semantic, client.rag.keyword, client.rag.hybrid):
+        answer = method("Enigma codebreakers", limit=2)
+        assert isinstance(answer, t.RagAnswer)
+        assert answer.total == len(answer.results) <= 2
+        assert all(isinstance(r, t.RagResult) for r in answer.results)
+    answer = client.rag.keyword("Enigma", filters={"source": "no-such-source"})
+    assert answer.results == []
+    answer = client.rag.hybrid("Who influenced Alan Turing?", graph_depth=0)
+    assert answer.method == "hybrid"
+
+
+def test_ingest_and_delete(client):
+    report = client.ingest.entities(
+        [t.NewEntity(name="Py Client Test", entity_type="test", properties={"n": 1})]
+    )
+    assert (report.received, report.written, report.failures) == (1, 1, [])
+    report = client.ingest.relationships(
+        [{"source_name": "Py Client Test", "target_name": "Alan Turing", "relationship_type": "tests"}]
+    )
+    assert report.written == 1
+    report = client.ingest.documents(
+        [
+            t.NewDocument(
+                title="Py client", content="written by the Python client", source="py",
+                source_id="py-1", content_type="text/plain", entity_name="Py Client Test",
+            )
+        ]
+    )
+    assert report.written == 1
+    nd = client.ingest.ndjson([{"kind": "entity", "name": "Py Ndjson", "entity_type": "test"}])
+    assert isinstance(nd, t.NdjsonReport)
+    assert (nd.records, nd.entities) == (1, 1)
+    assert client.graph.entity("Py Client Test").properties == {"n": 1}
+    found = client.rag.keyword("written by the Python client", limit=1)
+    doc_id = found.results[0].id
+    assert client.ingest.delete_document(doc_id).deleted is True
+    assert client.ingest.delete_entity("Py Client Test").deleted is True
+    assert client.ingest.delete_entity("Py Ndjson").deleted is True
+    assert client.graph.entity("Py Client Test") is None
+
+
+def test_chat_and_its_stream_end_in_the_same_answer(client):
+    reply = client.agent.chat("Who influenced Alan Turing?")
+    assert isinstance(reply, t.ChatResponse)
+    assert reply.success and reply.stop_reason == "answered"
+    assert [c.tool for c in reply.tool_calls] == ["KnowledgeGraphTool", "HybridSearchTool"]
+    assert isinstance(reply.tool_calls[0], t.ToolCallRecord)
+
+    with client.agent.chat_stream("Who influenced Alan Turing?") as stream:
+        events = list(stream)
+    names = [e.event for e in events]
+    assert names == [
+        "tool_call.started", "tool_call.started",
+        "tool_call.completed", "tool_call.completed",
+        "delta", "done",
+    ], names
+    started = [e.data for e in events if e.event == "tool_call.started"]
+    assert all(isinstance(s, t.ToolCallStarted) for s in started)
+    completed = [e.data for e in events if e.event == "tool_call.completed"]
+    assert all(isinstance(c, t.ToolCallCompleted) and c.duration_ms >= 0 for c in completed)
+    assert isinstance(events[-2].data, t.ChatDelta)
+    assert events[-2].data.text == reply.response
+    assert stream.final == events[-1].data == reply
+    assert stream.request_id
+
+    again = client.agent.chat_stream("Who influenced Alan Turing?").until_done()
+    assert again == reply
+
+
+def test_health(client):
+    report = client.agent.health()
+    assert isinstance(report, t.HealthReport)
+    assert report.status == "healthy"
+    assert report.providers[0].name == "builtin"
+
+
+async def test_the_async_client(aclient):
+    walk = await aclient.graph.traverse("Alan Turing", depth=1)
+    assert walk.entities_found[0].name == "Alan Turing"
+    assert await aclient.graph.entity("Nobody at all") is None
+    reply = await aclient.agent.chat("Who influenced Alan Turing?")
+    stream = await aclient.agent.chat_stream("Who influenced Alan Turing?")
+    names = [e.event async for e in stream]
+    assert names[-1] == "done"
+    assert stream.final == reply
+    with pytest.raises(kbq.BadRequestError):
+        await aclient.graph.search("")
+
+
+def test_errors_name_the_status_the_code_and_the_field(url, key, read_key, client):
+    with pytest.raises(kbq.BadRequestError) as e:
+        client.graph.traverse("Alan Turing", depth=99)
+    assert (e.value.status_code, e.value.code, e.value.field) == (400, "invalid_request", "depth")
+    assert e.value.request_id
+    assert "depth" in str(e.value)
+
+    with kbq.Client(base_url=url, api_key="not-a-key") as bad:
+        with pytest.raises(kbq.AuthenticationError) as e:
+            bad.graph.entity("Alan Turing")
+    assert (e.value.status_code, e.value.code) == (401, "INVALID_API_KEY")
+
+    with kbq.Client(base_url=url, api_key=read_key) as reader:
+        assert reader.graph.entity("Alan Turing") is not None
+        with pytest.raises(kbq.PermissionDeniedError) as e:
+            reader.ingest.delete_entity("Alan Turing")
+    assert (e.value.status_code, e.value.code) == (403, "insufficient_scope")
+
+    with kbq.Client(base_url=url.rsplit(":", 1)[0] + ":1", api_key=key, max_retries=0) as gone:
+        with pytest.raises(kbq.APIConnectionError) as e:
+            gone.graph.entity("Alan Turing")
+    assert e.value.status_code is None
+
+    with kbq.Client(base_url=url, api_key=key, timeout=0.000001) as hurried:
+        with pytest.raises(kbq.APITimeoutError):
+            hurried.agent.chat("Who influenced Alan Turing?")
+    assert issubclass(kbq.APITimeoutError, kbq.APIConnectionError)
+    assert issubclass(kbq.RateLimitError, kbq.APIError)
+
+
+def test_reads_are_retried_after_429_as_retry_after_asks(limited_url, key):
+    with kbq.Client(base_url=limited_url, api_key=key, max_retries=0) as once:
+        once.graph.entity("Ada")
+        with pytest.raises(kbq.RateLimitError) as e:
+            once.graph.entity("Ada")
+    assert e.value.retry_after is not None and e.value.retry_after >= 1
+    time.sleep(e.value.retry_after)
+
+    with kbq.Client(base_url=limited_url, api_key=key, max_retries=3) as patient:
+        began = time.monotonic()
+        for _ in range(3):
+            assert patient.graph.entity("Ada").name == "Ada"
+        # One request a second: the second and third each waited for their turn.
+        assert time.monotonic() - began >= 1.5
+
+
+def test_chats_are_not_retried_unless_asked(limited_url, key):
+    with kbq.Client(base_url=limited_url, api_key=key, max_retries=3) as c:
+        c.agent.chat("hello")
+        with pytest.raises(kbq.RateLimitError):
+            c.agent.chat("hello")
+        assert c.agent.chat("hello", retry=True).success
+
+
+def test_deprecation_headers_warn(deprecated_url, key):
+    with kbq.Client(base_url=deprecated_url, api_key=key) as c:
+        with pytest.warns(DeprecationWarning, match="removed after"):
+            assert c.graph.entity("Ada").name == "Ada"
+
+
+def test_environment_variables(monkeypatch, url, key):
+    monkeypatch.setenv("KBQ_BASE_URL", url)
+    monkeypatch.setenv("KBQ_API_KEY", key)
+    with kbq.Client() as c:
+        assert c.base_url == url.rstrip("/")
+        assert c.graph.entity("Alan Turing").name == "Alan Turing"
+    monkeypatch.delenv("KBQ_API_KEY")
+    with pytest.raises(kbq.KbqError, match="KBQ_API_KEY"):
+        kbq.Client()
+
+
+def test_models_ignore_fields_a_newer_server_adds():
+    from kbq._models import build
+
+    entity = build(t.Entity, {"id": "e", "name": "n", "entity_type": "x", "properties": {}, "new": 1})
+    assert entity == t.Entity(id="e", name="n", entity_type="x", properties={})
+    assert dataclasses.is_dataclass(entity)
+    warnings.simplefilter("default")
