@@ -1,0 +1,142 @@
+// Types of @kbq/client, over schema.d.ts (generated from kbq's OpenAPI document by
+// openapi-typescript: `npm run generate`; the tests regenerate it and fail on a difference).
+
+import type { components } from "./schema.js";
+
+export type Schemas = components["schemas"];
+export type Entity = Schemas["Entity"];
+export type TraversalRequest = Schemas["TraversalRequest"];
+export type TraversalResponse = Schemas["TraversalResponse"];
+export type SearchRequest = Schemas["SearchRequest"];
+export type SearchResponse = Schemas["SearchResponse"];
+export type DocumentsRequest = Schemas["DocumentsRequest"];
+export type DocumentsResponse = Schemas["DocumentsResponse"];
+export type RagRequest = Schemas["RagRequest"];
+export type HybridRequest = Schemas["HybridRequest"];
+export type RagAnswer = Schemas["RagAnswer"];
+export type NewEntity = Schemas["NewEntity"];
+export type NewRelationship = Schemas["NewRelationship"];
+export type NewDocument = Schemas["NewDocument"];
+export type ImportRecord = Schemas["ImportRecord"];
+export type BatchReport = Schemas["BatchReport"];
+export type NdjsonReport = Schemas["NdjsonReport"];
+export type EntityDeletion = Schemas["EntityDeletion"];
+export type DocumentDeletion = Schemas["DocumentDeletion"];
+export type ChatRequest = Schemas["ChatRequest"];
+export type ChatResponse = Schemas["ChatResponse"];
+export type HealthReport = Schemas["HealthReport"];
+export type ToolCallStarted = Schemas["ToolCallStarted"];
+export type ToolCallCompleted = Schemas["ToolCallCompleted"];
+export type ChatDelta = Schemas["ChatDelta"];
+export type ErrorBody = Schemas["ErrorBody"];
+
+export declare const VERSION: string;
+export declare const DEFAULT_BASE_URL: string;
+/** Method and path by operation id of /openapi.json, for the operations this library sends. */
+export declare const OPERATIONS: Record<string, [string, string]>;
+
+export interface ClientOptions {
+  /** Default: KBQ_BASE_URL (Node), then http://127.0.0.1:8080. */
+  baseUrl?: string;
+  /** Default: KBQ_API_KEY (Node). Sent as `Authorization: Bearer`. */
+  apiKey?: string;
+  /** Milliseconds per request (60000). */
+  timeout?: number;
+  /** Retries after a 429 or 503 (2). */
+  maxRetries?: number;
+  /** The longest wait before one retry, in milliseconds (30000). */
+  maxRetryWait?: number;
+  defaultHeaders?: Record<string, string>;
+  fetch?: typeof fetch;
+  /** Called for answers from a deprecated API version. */
+  onDeprecation?: (message: string) => void;
+}
+
+export interface RequestOptions {
+  /** Aborts the request (and a stream's turn). */
+  signal?: AbortSignal;
+}
+
+export type ChatStreamEvent =
+  | { event: "tool_call.started"; data: ToolCallStarted }
+  | { event: "tool_call.completed"; data: ToolCallCompleted }
+  | { event: "delta"; data: ChatDelta }
+  | { event: "done"; data: ChatResponse };
+
+export declare class ChatStream implements AsyncIterable<ChatStreamEvent> {
+  readonly response: Response;
+  readonly requestId: string | null;
+  /** The answer, once the `done` event has come. */
+  final: ChatResponse | null;
+  [Symbol.asyncIterator](): AsyncIterator<ChatStreamEvent>;
+  untilDone(): Promise<ChatResponse>;
+  close(): Promise<void>;
+}
+
+type ChatArgs = Omit<ChatRequest, "stream"> & { retry?: boolean };
+
+export declare class Client {
+  constructor(options?: ClientOptions);
+  readonly baseUrl: string;
+  readonly graph: {
+    traverse(args: TraversalRequest, options?: RequestOptions): Promise<TraversalResponse>;
+    search(args: SearchRequest, options?: RequestOptions): Promise<SearchResponse>;
+    entity(name: string, options?: RequestOptions): Promise<Entity | null>;
+    documents(args: DocumentsRequest, options?: RequestOptions): Promise<DocumentsResponse>;
+  };
+  readonly rag: {
+    semantic(args: RagRequest, options?: RequestOptions): Promise<RagAnswer>;
+    keyword(args: RagRequest, options?: RequestOptions): Promise<RagAnswer>;
+    hybrid(args: HybridRequest, options?: RequestOptions): Promise<RagAnswer>;
+  };
+  readonly ingest: {
+    entities(records: NewEntity[], options?: RequestOptions): Promise<BatchReport>;
+    relationships(records: NewRelationship[], options?: RequestOptions): Promise<BatchReport>;
+    documents(records: NewDocument[], options?: RequestOptions): Promise<BatchReport>;
+    ndjson(records: string | ImportRecord[], options?: RequestOptions): Promise<NdjsonReport>;
+    deleteEntity(name: string, options?: RequestOptions): Promise<EntityDeletion>;
+    deleteDocument(id: string, options?: RequestOptions): Promise<DocumentDeletion>;
+  };
+  readonly agent: {
+    chat(args: ChatArgs, options?: RequestOptions): Promise<ChatResponse>;
+    chatStream(args: ChatArgs, options?: RequestOptions): Promise<ChatStream>;
+    health(options?: RequestOptions): Promise<HealthReport>;
+  };
+}
+export default Client;
+
+export interface APIErrorFields {
+  status?: number | null;
+  code?: string | null;
+  field?: string | null;
+  requestId?: string | null;
+  retryAfter?: number | null;
+  body?: unknown;
+}
+
+export declare class KbqError extends Error {}
+export declare class APIError extends KbqError {
+  constructor(message: string, fields?: APIErrorFields);
+  /** The HTTP status; null when nothing was answered. */
+  readonly status: number | null;
+  readonly statusCode: number | null;
+  /** kbq's error code (docs/errors.md). */
+  readonly code: string | null;
+  /** The request field at fault, when there is one. */
+  readonly field: string | null;
+  readonly requestId: string | null;
+  /** Milliseconds the answer's Retry-After asked to wait. */
+  readonly retryAfter: number | null;
+  readonly body: unknown;
+}
+export declare class APIConnectionError extends APIError {}
+export declare class APITimeoutError extends APIConnectionError {}
+export declare class APIUserAbortError extends APIConnectionError {}
+export declare class BadRequestError extends APIError {}
+export declare class AuthenticationError extends APIError {}
+export declare class PermissionDeniedError extends APIError {}
+export declare class NotFoundError extends APIError {}
+export declare class GoneError extends APIError {}
+export declare class RateLimitError extends APIError {}
+export declare class InternalServerError extends APIError {}
+export declare class ServiceUnavailableError extends APIError {}

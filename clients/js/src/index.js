@@ -1,0 +1,483 @@
+// @kbq/client: the JavaScript client of kbq's v1 API (graph queries, RAG search, ingestion,
+// the agent with its streamed chat). fetch-based, no runtime dependency: Node 18+ and
+// browsers. Types: index.d.ts, over schema.d.ts generated from kbq's OpenAPI document.
+
+export const VERSION = "1.0.0";
+
+/** Where kbq listens when neither `baseUrl` nor `KBQ_BASE_URL` says. */
+export const DEFAULT_BASE_URL = "http://127.0.0.1:8080";
+const DEFAULT_TIMEOUT_MS = 60_000;
+const DEFAULT_MAX_RETRIES = 2;
+const DEFAULT_MAX_RETRY_WAIT_MS = 30_000;
+/** Statuses after which kbq did nothing, so that a retry is safe. */
+const RETRY_STATUSES = [429, 503];
+
+// ---------------------------------------------------------------------------------------
+// Errors
+
+/** Every error this library throws. */
+export class KbqError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/**
+ * kbq answered with an error, or (APIConnectionError, APITimeoutError) did not answer.
+ * `status` (also `statusCode`), `code`, `message`, `field`, `requestId`, `retryAfter` (ms), `body`.
+ */
+export class APIError extends KbqError {
+  constructor(message, { status = null, code = null, field = null, requestId = null, retryAfter = null, body = null } = {}) {
+    super(message);
+    this.status = status;
+    this.statusCode = status;
+    this.code = code;
+    this.field = field;
+    this.requestId = requestId;
+    this.retryAfter = retryAfter;
+    this.body = body;
+  }
+}
+export class APIConnectionError extends APIError {}
+export class APITimeoutError extends APIConnectionError {}
+export class APIUserAbortError extends APIConnectionError {}
+export class BadRequestError extends APIError {}
+export class AuthenticationError extends APIError {}
+export class PermissionDeniedError extends APIError {}
+export class NotFoundError extends APIError {}
+export class GoneError extends APIError {}
+export class RateLimitError extends APIError {}
+export class InternalServerError extends APIError {}
+export class ServiceUnavailableError extends APIError {}
+
+const BY_STATUS = {
+  400: BadRequestError,
+  401: AuthenticationError,
+  403: PermissionDeniedError,
+  404: NotFoundError,
+  410: GoneError,
+  429: RateLimitError,
+  500: InternalServerError,
+  502: InternalServerError,
+  503: ServiceUnavailableError,
+};
+
+/** The status each error code answers with (kbq's ErrorCode table), for stream errors. */
+const STATUS_OF_CODE = {
+  invalid_request: 400,
+  INVALID_API_KEY: 401,
+  insufficient_scope: 403,
+  not_found: 404,
+  method_not_allowed: 405,
+  request_timeout: 408,
+  version_sunset: 410,
+  payload_too_large: 413,
+  RATE_LIMIT_EXCEEDED: 429,
+  internal_error: 500,
+  upstream_error: 502,
+  service_unavailable: 503,
+};
+
+function errorFrom(status, body, requestId, retryAfter) {
+  const detail = body && typeof body === "object" ? body.error : null;
+  const Cls = BY_STATUS[status] ?? APIError;
+  const message = detail && typeof detail === "object" ? String(detail.message ?? "") : `HTTP ${status}`;
+  return new Cls(message, {
+    status,
+    code: detail?.code ?? null,
+    field: detail?.field ?? null,
+    requestId,
+    retryAfter,
+    body,
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Settings and sending
+
+function env(name) {
+  return typeof process !== "undefined" && process.env ? process.env[name] : undefined;
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    }, { once: true });
+  });
+}
+
+/** Milliseconds the answer's Retry-After asks to wait (seconds or an HTTP date). */
+function retryAfterMs(response) {
+  const value = response.headers.get("retry-after");
+  if (value == null) return null;
+  const secs = Number(value);
+  if (Number.isFinite(secs)) return Math.max(0, secs * 1000);
+  const when = Date.parse(value);
+  return Number.isNaN(when) ? null : Math.max(0, when - Date.now());
+}
+
+function defaultOnDeprecation(message) {
+  if (typeof process !== "undefined" && typeof process.emitWarning === "function") {
+    process.emitWarning(message, "DeprecationWarning");
+  } else {
+    console.warn(message);
+  }
+}
+
+/** The fields given (not undefined or null). */
+function body(fields) {
+  return Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined && v !== null));
+}
+
+/** One request to send: the operation, its body, and whether a retry is safe. */
+function call(operation, method, path, options = {}) {
+  return { operation, method, path, idempotent: true, answerStatuses: [], ...options };
+}
+
+/** Paths by operation id of /openapi.json, for the operations this library sends. */
+export const OPERATIONS = {
+  graph_traverse: ["POST", "/data/v1/query/graph"],
+  graph_search: ["POST", "/data/v1/query/graph/search"],
+  graph_entity: ["GET", "/data/v1/query/graph/entity/{entity_name}"],
+  graph_documents: ["POST", "/data/v1/query/graph/documents"],
+  rag_semantic: ["POST", "/v1/rag/semantic"],
+  rag_keyword: ["POST", "/v1/rag/keyword"],
+  rag_hybrid: ["POST", "/v1/rag/hybrid"],
+  ingest_entities: ["POST", "/data/v1/ingest/entities"],
+  ingest_relationships: ["POST", "/data/v1/ingest/relationships"],
+  ingest_documents: ["POST", "/data/v1/ingest/documents"],
+  ingest_ndjson: ["POST", "/data/v1/ingest/ndjson"],
+  ingest_delete_entity: ["DELETE", "/data/v1/ingest/entities/{name}"],
+  ingest_delete_document: ["DELETE", "/data/v1/ingest/documents/{id}"],
+  agent_chat: ["POST", "/v1/agent/chat"],
+  agent_health: ["GET", "/v1/agent/health"],
+};
+
+function op(operation, params = {}, options = {}) {
+  const [method, template] = OPERATIONS[operation];
+  const path = template.replace(/\{(\w+)\}/g, (_, name) => encodeURIComponent(params[name]));
+  return call(operation, method, path, options);
+}
+
+/**
+ * A kbq client.
+ *
+ * `baseUrl` defaults to `KBQ_BASE_URL` (in Node), then http://127.0.0.1:8080; `apiKey` to
+ * `KBQ_API_KEY`. `timeout` (ms, 60000) bounds each request; `maxRetries` (2) retries after a
+ * 429 or 503, each after what Retry-After asks (at most `maxRetryWait` ms, 30000), for reads
+ * and upserts only unless a call passes `retry: true`. `fetch` replaces the global fetch;
+ * `onDeprecation(message)` is called for answers from a deprecated API version (default: a
+ * DeprecationWarning in Node, console.warn elsewhere).
+ */
+export class Client {
+  constructor({
+    baseUrl,
+    apiKey,
+    timeout = DEFAULT_TIMEOUT_MS,
+    maxRetries = DEFAULT_MAX_RETRIES,
+    maxRetryWait = DEFAULT_MAX_RETRY_WAIT_MS,
+    defaultHeaders = {},
+    fetch: fetchImpl,
+    onDeprecation = defaultOnDeprecation,
+  } = {}) {
+    apiKey = apiKey ?? env("KBQ_API_KEY");
+    if (!apiKey) {
+      throw new KbqError(
+        "no API key: pass apiKey or set KBQ_API_KEY (kbq's keys are set on the server with KBQ_API_KEYS or [[auth.keys]])",
+      );
+    }
+    if (!(Number.isInteger(maxRetries) && maxRetries >= 0)) throw new KbqError("maxRetries must be an integer, 0 or more");
+    this.baseUrl = (baseUrl ?? env("KBQ_BASE_URL") ?? DEFAULT_BASE_URL).replace(/\/+$/, "");
+    this.timeout = timeout;
+    this.maxRetries = maxRetries;
+    this.maxRetryWait = maxRetryWait;
+    this.onDeprecation = onDeprecation;
+    this._fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+    this._headers = { authorization: `Bearer ${apiKey}`, accept: "application/json", ...defaultHeaders };
+    this.graph = new Graph(this);
+    this.rag = new Rag(this);
+    this.ingest = new Ingest(this);
+    this.agent = new Agent(this);
+  }
+
+  /** The answer of `c`, after any retries: a Response, not yet read. */
+  async _response(c, { signal, stream = false } = {}) {
+    const headers = { ...this._headers, ...(c.headers ?? {}) };
+    let payload;
+    if (c.content !== undefined) payload = c.content;
+    else if (c.json !== undefined) {
+      payload = JSON.stringify(c.json);
+      headers["content-type"] = "application/json";
+    }
+    if (stream) headers.accept = "text/event-stream";
+    for (let attempt = 0; ; attempt++) {
+      // The request's own signal: the caller's, and the timeout (not for a stream's body).
+      const controller = new AbortController();
+      const onAbort = () => controller.abort(signal.reason);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (signal?.aborted) controller.abort(signal.reason);
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        controller.abort();
+      }, this.timeout);
+      let response;
+      try {
+        response = await this._fetch(this.baseUrl + c.path, { method: c.method, headers, body: payload, signal: controller.signal });
+      } catch (e) {
+        if (signal?.aborted) throw new APIUserAbortError("the request was aborted", {});
+        if (timedOut) throw new APITimeoutError(`no answer within ${this.timeout} ms`, {});
+        if (c.idempotent && attempt < this.maxRetries) {
+          await sleep(this._backoff(null, attempt), signal);
+          continue;
+        }
+        throw new APIConnectionError(`cannot reach ${this.baseUrl}: ${e?.cause?.message ?? e?.message ?? e}`, {});
+      } finally {
+        clearTimeout(timer);
+        if (!stream) signal?.removeEventListener("abort", onAbort);
+      }
+      if (c.idempotent && attempt < this.maxRetries && RETRY_STATUSES.includes(response.status) && !c.answerStatuses.includes(response.status)) {
+        await response.body?.cancel();
+        await sleep(this._backoff(response, attempt), signal);
+        continue;
+      }
+      this._warnIfDeprecated(c, response);
+      return response;
+    }
+  }
+
+  _backoff(response, attempt) {
+    let ms = response ? retryAfterMs(response) : null;
+    if (ms == null) ms = Math.min(8000, 500 * 2 ** attempt) * (0.75 + Math.random() / 2);
+    return Math.min(ms, this.maxRetryWait);
+  }
+
+  _warnIfDeprecated(c, response) {
+    const h = response.headers;
+    if (h.get("x-api-deprecated")?.toLowerCase() !== "true" && !h.has("deprecation")) return;
+    let message = `kbq: ${c.method} ${c.path} is deprecated`;
+    if (h.has("sunset")) message += `; it will be removed after ${h.get("sunset")}`;
+    if (h.has("link")) message += ` (see ${h.get("link")})`;
+    this.onDeprecation(message);
+  }
+
+  async _error(response) {
+    let parsed = null;
+    try {
+      parsed = await response.json();
+    } catch {
+      // not JSON
+    }
+    return errorFrom(response.status, parsed, response.headers.get("x-request-id"), retryAfterMs(response));
+  }
+
+  /** Sends `c`; its JSON answer, or its error thrown. */
+  async _send(c, options = {}) {
+    const response = await this._response(c, options);
+    if (response.status >= 400 && !c.answerStatuses.includes(response.status)) throw await this._error(response);
+    return response.json();
+  }
+
+  /** Sends `c` for a stream of events. */
+  async _stream(c, options = {}) {
+    const response = await this._response(c, { ...options, stream: true });
+    if (response.status >= 400) throw await this._error(response);
+    return new ChatStream(response);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Resources
+
+class Resource {
+  constructor(client) {
+    this._client = client;
+  }
+}
+
+/** The graph queries (scope `read`). */
+class Graph extends Resource {
+  /** Walks the graph from `entity_name` (direction "both", depth 2, limit 50 unless given). */
+  traverse({ entity_name, relationship_types, direction = "both", depth = 2, limit = 50 }, options) {
+    return this._client._send(op("graph_traverse", {}, { json: body({ entity_name, relationship_types, direction, depth, limit }) }), options);
+  }
+
+  /** Entities whose names contain `query`: exact, then prefix, then substring, then by name. */
+  search({ query, entity_type, limit = 20 }, options) {
+    return this._client._send(op("graph_search", {}, { json: body({ query, entity_type, limit }) }), options);
+  }
+
+  /** The entity named exactly `name`, or null. */
+  entity(name, options) {
+    return this._client._send(op("graph_entity", { entity_name: name }), options);
+  }
+
+  /** Walks from `entity_name` and returns the reached entities' documents, scored. */
+  documents({ entity_name, entity_type, relationship_types, max_depth, limit, resolve_documents }, options) {
+    return this._client._send(
+      op("graph_documents", {}, { json: body({ entity_name, entity_type, relationship_types, max_depth, limit, resolve_documents }) }),
+      options,
+    );
+  }
+}
+
+/** Document retrieval (scope `read`). */
+class Rag extends Resource {
+  semantic({ query, limit, filters }, options) {
+    return this._client._send(op("rag_semantic", {}, { json: body({ query, limit, filters }) }), options);
+  }
+
+  keyword({ query, limit, filters }, options) {
+    return this._client._send(op("rag_keyword", {}, { json: body({ query, limit, filters }) }), options);
+  }
+
+  hybrid({ query, limit, filters, graph_depth }, options) {
+    return this._client._send(op("rag_hybrid", {}, { json: body({ query, limit, filters, graph_depth }) }), options);
+  }
+}
+
+/** Upserts and deletes (scope `write`); upserts are retried like reads. */
+class Ingest extends Resource {
+  entities(records, options) {
+    return this._client._send(op("ingest_entities", {}, { json: records }), options);
+  }
+
+  relationships(records, options) {
+    return this._client._send(op("ingest_relationships", {}, { json: records }), options);
+  }
+
+  documents(records, options) {
+    return this._client._send(op("ingest_documents", {}, { json: records }), options);
+  }
+
+  /** NDJSON: a string as it is, or records (objects with `kind`), one per line. */
+  ndjson(records, options) {
+    const content = typeof records === "string" ? records : records.map((r) => JSON.stringify(r) + "\n").join("");
+    return this._client._send(op("ingest_ndjson", {}, { content, headers: { "content-type": "application/x-ndjson" } }), options);
+  }
+
+  deleteEntity(name, options) {
+    return this._client._send(op("ingest_delete_entity", { name }), options);
+  }
+
+  deleteDocument(id, options) {
+    return this._client._send(op("ingest_delete_document", { id }), options);
+  }
+}
+
+/** The tool-using agent. */
+class Agent extends Resource {
+  /** Answers `message`; not retried after a 429 or 503 unless `retry: true`. */
+  chat({ message, system_prompt, history, temperature, max_tokens, retry = false }, options) {
+    return this._client._send(
+      op("agent_chat", {}, { json: body({ message, system_prompt, history, temperature, max_tokens }), idempotent: retry }),
+      options,
+    );
+  }
+
+  /** `chat`, streamed: resolves to a ChatStream, an async iterable of the turn's events. */
+  chatStream({ message, system_prompt, history, temperature, max_tokens, retry = false }, options) {
+    return this._client._stream(
+      op("agent_chat", {}, { json: body({ message, system_prompt, history, temperature, max_tokens, stream: true }), idempotent: retry }),
+      options,
+    );
+  }
+
+  /** The providers' health; an unhealthy report (503) is returned, not thrown. */
+  health(options) {
+    return this._client._send(op("agent_health", {}, { answerStatuses: [503], idempotent: false }), options);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Streamed chat
+
+/**
+ * The events of a streamed chat as they come: `{ event, data }` with `event`
+ * `tool_call.started`, `tool_call.completed`, `delta` or `done` (whose data is the answer
+ * `chat` returns, also kept as `final`). An `error` event is thrown as the APIError of its
+ * code. Iterate it once with `for await`; `untilDone()` reads the rest and returns the
+ * answer; `close()` (or breaking out of the loop) ends the request, and kbq cancels the turn.
+ */
+export class ChatStream {
+  constructor(response) {
+    this.response = response;
+    this.requestId = response.headers.get("x-request-id");
+    this.final = null;
+  }
+
+  async *[Symbol.asyncIterator]() {
+    const reader = this.response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let name = null;
+    let data = [];
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let newline;
+        while ((newline = buffer.indexOf("\n")) >= 0) {
+          let line = buffer.slice(0, newline);
+          buffer = buffer.slice(newline + 1);
+          if (line.endsWith("\r")) line = line.slice(0, -1);
+          if (line === "") {
+            if (data.length) {
+              const event = parseEvent(name ?? "message", data.join("\n"));
+              if (event.event === "done") this.final = event.data;
+              name = null;
+              data = [];
+              yield event;
+            }
+            name = null;
+            continue;
+          }
+          if (line.startsWith(":")) continue;
+          const colon = line.indexOf(":");
+          const key = colon < 0 ? line : line.slice(0, colon);
+          let value = colon < 0 ? "" : line.slice(colon + 1);
+          if (value.startsWith(" ")) value = value.slice(1);
+          if (key === "event") name = value;
+          else if (key === "data") data.push(value);
+        }
+      }
+    } finally {
+      await reader.cancel().catch(() => {});
+    }
+  }
+
+  async untilDone() {
+    for await (const _ of this) {
+      // read to the end
+    }
+    if (this.final === null) throw new APIError("the stream ended without a `done` event");
+    return this.final;
+  }
+
+  async close() {
+    await this.response.body?.cancel().catch(() => {});
+  }
+}
+
+function parseEvent(name, data) {
+  const payload = JSON.parse(data);
+  if (name === "error") {
+    const detail = payload?.error ?? {};
+    const status = STATUS_OF_CODE[detail.code] ?? null;
+    const Cls = BY_STATUS[status] ?? APIError;
+    throw new Cls(String(detail.message ?? "the stream ended with an error"), {
+      status,
+      code: detail.code ?? null,
+      field: detail.field ?? null,
+      body: payload,
+    });
+  }
+  return { event: name, data: payload };
+}
+
+export default Client;

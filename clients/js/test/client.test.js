@@ -1,0 +1,181 @@
+// The client against real kbq servers (test/servers.js): every resource, streaming, errors,
+// retries, cancellation, deprecation and the environment.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import * as kbq from "../src/index.js";
+import { KEY, READ_KEY, startKbq } from "./support/servers.js";
+
+let main;
+let limited;
+let deprecated;
+let client;
+
+before(async () => {
+  [main, limited, deprecated] = await Promise.all([startKbq(), startKbq({ limited: true }), startKbq({ deprecated: true })]);
+  client = new kbq.Client({ baseUrl: main.url, apiKey: KEY });
+});
+
+after(async () => {
+  await Promise.all([main, limited, deprecated].filter(Boolean).map((s) => s.stop()));
+});
+
+describe("graph", () => {
+  test("traverse, search, entity and documents answer as the API does", async () => {
+    const walk = await client.graph.traverse({ entity_name: "Alan Turing", depth: 1 });
+    assert.equal(walk.entity_name, "Alan Turing");
+    assert.deepEqual([walk.entities_found[0].name, walk.entities_found[0].depth], ["Alan Turing", 0]);
+    assert.ok(walk.entities_found.slice(1).every((e) => e.depth === 1));
+    assert.equal(walk.total_entities, walk.entities_found.length);
+    const some = await client.graph.traverse({ entity_name: "Alan Turing", relationship_types: ["influenced"], direction: "in", depth: 1, limit: 3 });
+    assert.ok(some.entities_found.length <= 3);
+    assert.ok(some.relationships.every((r) => r.relationship_type === "influenced"));
+
+    const found = await client.graph.search({ query: "turing", limit: 5 });
+    const names = found.results.map((e) => e.name);
+    assert.ok(names.indexOf("Turing machine") < names.indexOf("Alan Turing"), names.join());
+
+    const turing = await client.graph.entity("Alan Turing");
+    assert.equal(turing.properties.born, 1912);
+    assert.equal(await client.graph.entity("Nobody at all"), null);
+    assert.equal(await client.graph.entity("a/b %2F c"), null);
+
+    const docs = await client.graph.documents({ entity_name: "Alan Turing", max_depth: 1, limit: 3 });
+    assert.ok(docs.results.length > 0 && docs.results.length <= 3);
+  });
+});
+
+test("rag methods", async () => {
+  for (const method of ["semantic", "keyword", "hybrid"]) {
+    const answer = await client.rag[method]({ query: "Enigma codebreakers", limit: 2 });
+    assert.equal(answer.method, method);
+    assert.ok(answer.results.length <= 2 && answer.total === answer.results.length);
+  }
+  const none = await client.rag.keyword({ query: "Enigma", filters: { source: "no-such-source" } });
+  assert.deepEqual(none.results, []);
+});
+
+test("ingest and delete", async () => {
+  let report = await client.ingest.entities([{ name: "JS Client Test", entity_type: "test", properties: { n: 1 } }]);
+  assert.deepEqual(report, { received: 1, written: 1, failures: [] });
+  report = await client.ingest.relationships([{ source_name: "JS Client Test", target_name: "Alan Turing", relationship_type: "tests" }]);
+  assert.equal(report.written, 1);
+  report = await client.ingest.documents([
+    { title: "JS client", content: "written by the JavaScript client", source: "js", source_id: "js-1", content_type: "text/plain", entity_name: "JS Client Test" },
+  ]);
+  assert.equal(report.written, 1);
+  const nd = await client.ingest.ndjson([{ kind: "entity", name: "JS Ndjson", entity_type: "test" }]);
+  assert.deepEqual([nd.records, nd.entities], [1, 1]);
+  const hit = await client.rag.keyword({ query: "written by the JavaScript client", limit: 1 });
+  assert.equal((await client.ingest.deleteDocument(hit.results[0].id)).deleted, true);
+  assert.equal((await client.ingest.deleteEntity("JS Client Test")).deleted, true);
+  assert.equal((await client.ingest.deleteEntity("JS Ndjson")).deleted, true);
+  assert.equal(await client.graph.entity("JS Client Test"), null);
+});
+
+test("a streamed chat reports each call and ends with the answer chat returns", async () => {
+  const reply = await client.agent.chat({ message: "Who influenced Alan Turing?" });
+  assert.equal(reply.success, true);
+  assert.deepEqual(reply.tool_calls.map((c) => c.tool), ["KnowledgeGraphTool", "HybridSearchTool"]);
+
+  const stream = await client.agent.chatStream({ message: "Who influenced Alan Turing?" });
+  assert.ok(stream.requestId);
+  const events = [];
+  for await (const e of stream) events.push(e);
+  assert.deepEqual(
+    events.map((e) => e.event),
+    ["tool_call.started", "tool_call.started", "tool_call.completed", "tool_call.completed", "delta", "done"],
+  );
+  assert.equal(events[0].data.index, 0);
+  assert.ok(events.filter((e) => e.event === "tool_call.completed").every((e) => e.data.duration_ms >= 0));
+  assert.equal(events[4].data.text, reply.response);
+  assert.deepEqual(stream.final, reply);
+  assert.deepEqual(events[5].data, reply);
+
+  const again = await (await client.agent.chatStream({ message: "Who influenced Alan Turing?" })).untilDone();
+  assert.deepEqual(again, reply);
+});
+
+test("an abort signal cancels a request and a stream", async () => {
+  const controller = new AbortController();
+  controller.abort();
+  await assert.rejects(client.graph.entity("Alan Turing", { signal: controller.signal }), kbq.APIUserAbortError);
+  const streaming = new AbortController();
+  const stream = await client.agent.chatStream({ message: "Who influenced Alan Turing?" }, { signal: streaming.signal });
+  streaming.abort();
+  await assert.rejects(async () => {
+    for await (const _ of stream) {
+      // the body is aborted
+    }
+  });
+});
+
+test("health", async () => {
+  const report = await client.agent.health();
+  assert.equal(report.status, "healthy");
+  assert.equal(report.providers[0].name, "builtin");
+});
+
+test("errors name the status, the code and the field", async () => {
+  let e = await client.graph.traverse({ entity_name: "Alan Turing", depth: 99 }).catch((x) => x);
+  assert.ok(e instanceof kbq.BadRequestError && e instanceof kbq.APIError);
+  assert.deepEqual([e.status, e.code, e.field], [400, "invalid_request", "depth"]);
+  assert.ok(e.requestId);
+
+  e = await new kbq.Client({ baseUrl: main.url, apiKey: "not-a-key" }).graph.entity("Alan Turing").catch((x) => x);
+  assert.ok(e instanceof kbq.AuthenticationError);
+  assert.deepEqual([e.status, e.code], [401, "INVALID_API_KEY"]);
+
+  const reader = new kbq.Client({ baseUrl: main.url, apiKey: READ_KEY });
+  assert.ok(await reader.graph.entity("Alan Turing"));
+  e = await reader.ingest.deleteEntity("Alan Turing").catch((x) => x);
+  assert.ok(e instanceof kbq.PermissionDeniedError);
+  assert.equal(e.code, "insufficient_scope");
+
+  e = await new kbq.Client({ baseUrl: "http://127.0.0.1:1", apiKey: KEY, maxRetries: 0 }).graph.entity("x").catch((x) => x);
+  assert.ok(e instanceof kbq.APIConnectionError);
+  assert.equal(e.status, null);
+
+  e = await new kbq.Client({ baseUrl: main.url, apiKey: KEY, timeout: 1 }).agent.chat({ message: "Who influenced Alan Turing?" }).catch((x) => x);
+  assert.ok(e instanceof kbq.APITimeoutError, String(e));
+});
+
+test("reads are retried after a 429 as Retry-After asks; chats only when asked", async () => {
+  const once = new kbq.Client({ baseUrl: limited.url, apiKey: KEY, maxRetries: 0 });
+  await once.graph.entity("Alan Turing");
+  const e = await once.graph.entity("Alan Turing").catch((x) => x);
+  assert.ok(e instanceof kbq.RateLimitError);
+  assert.ok(e.retryAfter >= 1000, String(e.retryAfter));
+  await new Promise((r) => setTimeout(r, e.retryAfter));
+
+  const patient = new kbq.Client({ baseUrl: limited.url, apiKey: KEY, maxRetries: 3 });
+  const began = Date.now();
+  for (let i = 0; i < 3; i++) assert.equal((await patient.graph.entity("Alan Turing")).name, "Alan Turing");
+  assert.ok(Date.now() - began >= 1500);
+
+  await patient.agent.chat({ message: "hello" });
+  await assert.rejects(patient.agent.chat({ message: "hello" }), kbq.RateLimitError);
+  assert.equal((await patient.agent.chat({ message: "hello", retry: true })).success, true);
+});
+
+test("answers from a deprecated version are reported", async () => {
+  const seen = [];
+  const c = new kbq.Client({ baseUrl: deprecated.url, apiKey: KEY, onDeprecation: (m) => seen.push(m) });
+  assert.equal((await c.graph.entity("Alan Turing")).name, "Alan Turing");
+  assert.equal(seen.length, 1);
+  assert.match(seen[0], /deprecated; it will be removed after/);
+});
+
+test("the environment gives the base URL and the key", () => {
+  const saved = { ...process.env };
+  try {
+    process.env.KBQ_BASE_URL = main.url + "/";
+    process.env.KBQ_API_KEY = KEY;
+    assert.equal(new kbq.Client().baseUrl, main.url);
+    delete process.env.KBQ_API_KEY;
+    assert.throws(() => new kbq.Client(), /KBQ_API_KEY/);
+  } finally {
+    process.env = saved;
+  }
+});
