@@ -242,13 +242,23 @@ async fn search(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<SearchRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    search_answer(&graph, req, |r| HttpResponse::Ok().json(r)).await
+}
+
+/// Checks a search and runs it; `respond` makes the answer of the response (the HTTP route
+/// writes it, the MCP tool keeps it as JSON).
+pub async fn search_answer<R>(
+    graph: &GraphPool,
+    req: SearchRequest,
+    respond: impl FnOnce(SearchResponse<'_>) -> R,
+) -> Result<R, ApiError> {
     name("query", &req.query)?;
     let entity_type = entity_type(req.entity_type)?;
     let limit = SearchRequest::LIMIT.check(req.limit)? as usize;
     let hits = graph
         .search(req.query.clone(), entity_type.clone(), limit)
         .await?;
-    Ok(HttpResponse::Ok().json(SearchResponse {
+    Ok(respond(SearchResponse {
         query: &req.query,
         entity_type: entity_type.as_deref(),
         results: hits.iter().map(|e| &**e).collect(),
@@ -348,6 +358,15 @@ async fn documents(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<DocumentsRequest>,
 ) -> Result<HttpResponse, ApiError> {
+    documents_answer(&graph, req, |r| HttpResponse::Ok().json(r)).await
+}
+
+/// Checks a graph-documents request and runs it; `respond` as for [`search_answer`].
+pub async fn documents_answer<R>(
+    graph: &GraphPool,
+    req: DocumentsRequest,
+    respond: impl FnOnce(DocumentsResponse<'_>) -> R,
+) -> Result<R, ApiError> {
     name("entity_name", &req.entity_name)?;
     let query = DocumentsQuery {
         entity_type: entity_type(req.entity_type)?,
@@ -374,7 +393,7 @@ async fn documents(
             related_entity: r.related_entity.as_deref(),
         })
         .collect();
-    Ok(HttpResponse::Ok().json(DocumentsResponse {
+    Ok(respond(DocumentsResponse {
         entity_name: &query.start,
         entity_type: query.entity_type.as_deref(),
         total: results.len(),

@@ -71,7 +71,7 @@ impl Rules for HybridRequest {
 
 /// A search's body as the fields the three share, and the hops of graph expansion (0 for
 /// the two that do not expand).
-trait SearchBody {
+pub trait SearchBody {
     fn into_parts(self) -> Result<(RagRequest, u32), ApiError>;
 }
 
@@ -168,25 +168,33 @@ impl RagService {
         }
     }
 
-    /// Checks the request, then searches by `method` on the main runtime within the limit.
-    async fn search(
+    /// Checks the request, then searches by `method` on the main runtime within the limit:
+    /// the answer of the HTTP routes and of the MCP tools alike.
+    pub async fn answer(
         &self,
         method: Method,
         body: impl SearchBody,
-    ) -> Result<HttpResponse, ApiError> {
+    ) -> Result<RagAnswer, ApiError> {
         let (req, graph_depth) = body.into_parts()?;
         let q = query(req, graph_depth)?;
         let (kb, extractor, limit) = (self.kb.clone(), self.extractor.clone(), self.timeout);
-        let answer = self
-            .offload
+        self.offload
             .run(async move {
                 tokio::time::timeout(limit, rag::search(&kb, &extractor, method, &q)).await
             })
             .await?
             .map_err(|_| {
                 ApiError::unavailable(format!("the search did not finish within {limit:?}"))
-            })??;
-        Ok(HttpResponse::Ok().json(answer))
+            })?
+            .map_err(ApiError::from)
+    }
+
+    async fn search(
+        &self,
+        method: Method,
+        body: impl SearchBody,
+    ) -> Result<HttpResponse, ApiError> {
+        Ok(HttpResponse::Ok().json(self.answer(method, body).await?))
     }
 }
 

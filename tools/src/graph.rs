@@ -13,6 +13,9 @@ impl Tool for KnowledgeGraphTool {
     fn name(&self) -> &'static str {
         "KnowledgeGraphTool"
     }
+    fn output_schema(&self) -> Value {
+        crate::outputs::knowledge_graph()
+    }
     fn description(&self) -> &'static str {
         "Entity relationship queries in the graph store: the entities connected to a named entity and how they are related."
     }

@@ -6,6 +6,7 @@
 //! - [`search`]: SemanticSearchTool and HybridSearchTool.
 //! - [`graph`]: the KnowledgeGraphTool.
 //! - [`memory`]: MemorySearchTool, MemoryStoreTool, MemoryStatsTool.
+//! - [`outputs`]: the JSON Schema of each tool's result.
 //! - [`extract`]: the entity extractor (Aho-Corasick over entity names).
 //! - [`fusion`]: reciprocal rank fusion.
 //! - [`rag`]: semantic, keyword and hybrid document search for the RAG endpoints.
@@ -14,6 +15,7 @@ pub mod extract;
 pub mod fusion;
 pub mod graph;
 pub mod memory;
+pub mod outputs;
 pub mod rag;
 pub mod search;
 pub mod tool;

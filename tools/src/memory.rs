@@ -29,6 +29,9 @@ impl Tool for MemorySearchTool {
     fn name(&self) -> &'static str {
         "MemorySearchTool"
     }
+    fn output_schema(&self) -> Value {
+        crate::outputs::memory_search()
+    }
     fn description(&self) -> &'static str {
         "Search companion memory: facts stored earlier by this user (by vector, keyword and mentioned entities) together with the knowledge base, fused by rank."
     }
@@ -116,6 +119,12 @@ impl Tool for MemoryStoreTool {
     fn name(&self) -> &'static str {
         "MemoryStoreTool"
     }
+    fn output_schema(&self) -> Value {
+        crate::outputs::memory_store()
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
     fn description(&self) -> &'static str {
         "Store an important fact for future recall by this user."
     }
@@ -152,6 +161,9 @@ pub struct MemoryStatsTool;
 impl Tool for MemoryStatsTool {
     fn name(&self) -> &'static str {
         "MemoryStatsTool"
+    }
+    fn output_schema(&self) -> Value {
+        crate::outputs::memory_stats()
     }
     fn description(&self) -> &'static str {
         "Check memory system health and population: how many facts this user has stored, and the size of the knowledge base."

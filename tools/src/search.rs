@@ -43,6 +43,9 @@ impl Tool for SemanticSearchTool {
     fn name(&self) -> &'static str {
         "SemanticSearchTool"
     }
+    fn output_schema(&self) -> Value {
+        crate::outputs::semantic_search()
+    }
     fn description(&self) -> &'static str {
         "Vector similarity search across the knowledge base's documents. Use for open questions about a topic."
     }
@@ -67,6 +70,9 @@ pub struct HybridSearchTool;
 impl Tool for HybridSearchTool {
     fn name(&self) -> &'static str {
         "HybridSearchTool"
+    }
+    fn output_schema(&self) -> Value {
+        crate::outputs::hybrid_search()
     }
     fn description(&self) -> &'static str {
         "Combined semantic and graph search: finds entity names in the query, gathers documents of those entities and their neighbours, and fuses them with semantic matches by reciprocal rank fusion."

@@ -59,6 +59,12 @@ pub trait Tool: Send + Sync + 'static {
     fn description(&self) -> &'static str;
     /// JSON Schema of the arguments (an object schema).
     fn parameters(&self) -> Value;
+    /// JSON Schema of a successful call's result (an object schema; see [`crate::outputs`]).
+    fn output_schema(&self) -> Value;
+    /// Whether the call only reads (every tool but MemoryStoreTool).
+    fn read_only(&self) -> bool {
+        true
+    }
     async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError>;
 }
 
