@@ -30,6 +30,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod load;
+pub mod mcp;
 pub mod metrics;
 pub mod middleware;
 pub mod models;

@@ -173,6 +173,22 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         .document()
         .context("serializing the OpenAPI document")?,
     ));
+    let mcp = {
+        let document: serde_json::Value =
+            serde_json::from_str(document.json()).context("reading back the OpenAPI document")?;
+        let deps = Arc::new(crate::mcp::McpDeps {
+            kb: kb.clone(),
+            extractor: runtime.agent.extractor().clone(),
+            tools: runtime.agent.tools().clone(),
+            graph: runtime.graph.clone(),
+            rag: rag.clone(),
+            metrics: Some(metrics.clone()),
+        });
+        let catalogue = Arc::new(crate::mcp::catalogue(&document));
+        web::Data::from(crate::mcp::http::service(crate::mcp::KbqMcp::new(
+            deps, catalogue, None,
+        )))
+    };
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let body_timeout = middleware::BodyTimeout(std::time::Duration::from_millis(
         config.server.body_timeout_ms,
@@ -199,6 +215,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(gate_readiness.clone())
             .app_data(cors_origins.clone())
             .configure(routes::configure)
+            .app_data(mcp.clone())
+            .service(routes::mcp_scope())
             .default_service(web::to(routes::not_found))
             .wrap(from_fn(versions::apply_version_policy))
             .wrap(from_fn(startup::gate))

@@ -32,6 +32,11 @@ impl ApiDocument {
     pub fn new(json: String) -> Self {
         ApiDocument(json)
     }
+
+    /// The document as served.
+    pub fn json(&self) -> &str {
+        &self.0
+    }
 }
 
 /// The OpenAPI 3.1 document of this API.

@@ -59,6 +59,25 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
+/// MCP at `/mcp` (crate::mcp): a key with the `read` scope, and the key's graph budget per
+/// HTTP request, as for the graph queries the tools make.
+pub fn mcp_scope() -> actix_web::Scope<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    web::scope("/mcp")
+        .wrap(from_fn(|req, next| require_scope(Scope::Read, req, next)))
+        .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
+        .wrap(from_fn(require_key))
+        .route("", web::route().to(crate::mcp::http::handle))
+        .route("/", web::route().to(crate::mcp::http::handle))
+}
+
 /// Anything no route matched.
 pub async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::new(

@@ -17,6 +17,7 @@ mod ingest;
 mod lanes;
 mod limits;
 mod load;
+mod mcp;
 mod metrics;
 mod openai;
 mod openapi;

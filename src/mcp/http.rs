@@ -1,0 +1,70 @@
+//! MCP's Streamable HTTP at `/mcp`: actix-web requests handed to rmcp's own Streamable HTTP
+//! service (sessions kept in this process) and its answers streamed back.
+//!
+//! rmcp-actix-web does this too, but it turns on serde_json's `preserve_order`, which would
+//! change the key order of every JSON object kbq writes from a `serde_json::Value` (tool
+//! results, chat completions): answers clients have read byte for byte. This bridge is its
+//! few steps: the request's head and body (at most `server.max_body_bytes`, as everywhere)
+//! into an `http` request carrying the caller, rmcp's response out as a stream.
+
+use std::sync::Arc;
+
+use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
+use futures::StreamExt;
+use http_body_util::{BodyDataStream, Full};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::{Caller, KbqMcp};
+use crate::auth::KeyIdentity;
+use crate::error::ApiError;
+
+/// The service behind `/mcp`.
+pub type McpService = StreamableHttpService<KbqMcp, LocalSessionManager>;
+
+pub fn service(server: KbqMcp) -> Arc<McpService> {
+    // kbq checks keys, not `Host`: a node behind a load balancer is reached by any name.
+    let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    Arc::new(StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    ))
+}
+
+/// One request to `/mcp` (POST a message, GET the session's stream, DELETE the session).
+pub async fn handle(
+    req: HttpRequest,
+    body: web::Bytes,
+    service: web::Data<McpService>,
+) -> Result<HttpResponse, ApiError> {
+    let invalid = |what: &str| ApiError::invalid("request", format!("{what} is not one MCP takes"));
+    let mut builder = http::Request::builder()
+        .method(
+            http::Method::from_bytes(req.method().as_str().as_bytes())
+                .map_err(|_| invalid("the method"))?,
+        )
+        .uri(http::Uri::try_from(req.uri().to_string()).map_err(|_| invalid("the URI"))?);
+    for (name, value) in req.headers() {
+        builder = builder.header(name.as_str(), value.as_bytes());
+    }
+    let mut request = builder
+        .body(Full::new(body))
+        .map_err(|_| invalid("a header"))?;
+    // The key `require_key` found: the caller of every tool call in this request.
+    if let Some(k) = req.extensions().get::<KeyIdentity>() {
+        request.extensions_mut().insert(Caller {
+            owner: k.id.to_string(),
+            scopes: k.scopes,
+        });
+    }
+    let response = service.handle(request).await;
+    let (parts, body) = response.into_parts();
+    let status = actix_web::http::StatusCode::from_u16(parts.status.as_u16())
+        .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let mut out = HttpResponse::build(status);
+    for (name, value) in &parts.headers {
+        out.append_header((name.as_str(), value.as_bytes()));
+    }
+    Ok(out.streaming(BodyDataStream::new(body).map(|chunk| chunk.map_err(|never| match never {}))))
+}

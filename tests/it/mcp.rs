@@ -1,0 +1,108 @@
+//! MCP at `/mcp` with the official MCP Python SDK as the client (tests/mcp/setup.sh installs
+//! it; tests/mcp/mcp_client.py drives it), and the HTTP layers in front of it: keys, scopes,
+//! the rate budget, and the tool calls in /metrics.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kbq::versions::SystemClock;
+use serde_json::json;
+
+use crate::support::{KEY, TestServer, key_entry, test_config};
+
+const OTHER: &str = "mcp-other-key";
+const READER: &str = "mcp-reader-key";
+const WRITER: &str = "mcp-writer-key";
+
+fn initialize() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "kbq-test", "version": "1"}
+    }})
+}
+
+async fn post_mcp(t: &TestServer, key: Option<&str>) -> reqwest::Response {
+    let mut req = t
+        .http
+        .post(t.url("/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .json(&initialize());
+    if let Some(key) = key {
+        req = req.bearer_auth(key);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let setup = tokio::process::Command::new("bash")
+        .arg(root.join("tests/mcp/setup.sh"))
+        .arg(&venv)
+        .status()
+        .await
+        .expect("bash runs");
+    assert!(
+        setup.success(),
+        "tests/mcp/setup.sh failed: it needs python3 with venv and a reachable PyPI"
+    );
+    let mut config = test_config();
+    config.store.load_demo = true;
+    config.auth.keys.extend([
+        key_entry("other", OTHER, None),
+        key_entry("reader", READER, Some(&["read"])),
+        key_entry("writer", WRITER, Some(&["write"])),
+    ]);
+    let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let out = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(root.join("tests/mcp/mcp_client.py"))
+        .args([&t.url("/mcp"), KEY, OTHER, READER, WRITER])
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "the MCP client's checks failed:\n{stdout}\n{stderr}"
+    );
+    // Every call was counted, good and bad.
+    let metrics = t.metrics_text().await;
+    for line in [
+        "kbq_tool_calls_total{tool=\"EntityLookupTool\",outcome=\"ok\"}",
+        "kbq_tool_calls_total{tool=\"KeywordSearchTool\",outcome=\"error\"}",
+        "kbq_tool_calls_total{tool=\"MemoryStoreTool\",outcome=\"ok\"}",
+    ] {
+        assert!(metrics.contains(line), "no {line} in /metrics");
+    }
+    t.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_is_behind_the_keys_scopes_and_budgets_of_the_api() {
+    let mut config = test_config();
+    config
+        .auth
+        .keys
+        .push(key_entry("writer", WRITER, Some(&["write"])));
+    config.limits.graph_per_minute = 60;
+    config.limits.graph_burst = 2;
+    let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let res = post_mcp(&t, None).await;
+    assert_eq!(res.status(), 401);
+    let res = post_mcp(&t, Some("not-a-key")).await;
+    assert_eq!(res.status(), 401);
+    let res = post_mcp(&t, Some(WRITER)).await;
+    assert_eq!(res.status(), 403);
+    // The key's graph budget: two, then 429 with Retry-After.
+    for _ in 0..2 {
+        let res = post_mcp(&t, Some(KEY)).await;
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().contains_key("mcp-session-id"));
+    }
+    let res = post_mcp(&t, Some(KEY)).await;
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"));
+    t.stop().await;
+}

@@ -1,0 +1,159 @@
+"""Drives kbq's MCP server with the official MCP Python SDK over Streamable HTTP: the tool
+list, a call of every tool (the SDK checks each structured result against the tool's output
+schema), bad arguments, scopes, memory isolation between keys, and refused keys.
+
+    python mcp_client.py MCP_URL KEY OTHER_KEY READ_KEY WRITE_ONLY_KEY
+
+MCP_URL is kbq's `/mcp`; kbq must serve the demo knowledge base. KEY and OTHER_KEY have
+every scope, READ_KEY only `read`, WRITE_ONLY_KEY only `write`. Prints one line per check
+and exits non-zero on the first failure.
+"""
+
+import asyncio
+import sys
+
+from mcp import ClientSession
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+AGENT_TOOLS = [
+    "SemanticSearchTool",
+    "KnowledgeGraphTool",
+    "HybridSearchTool",
+    "MemorySearchTool",
+    "MemoryStoreTool",
+    "MemoryStatsTool",
+]
+OTHER_TOOLS = ["EntitySearchTool", "EntityLookupTool", "GraphDocumentsTool", "KeywordSearchTool"]
+
+#: A good call of each tool, and one whose arguments break the tool's rules.
+CALLS = {
+    "SemanticSearchTool": ({"query": "codebreaking at Bletchley Park", "limit": 3}, {"query": "x", "limit": 99}),
+    "KnowledgeGraphTool": ({"entity": "Alan Turing", "depth": 1}, {"entity": "Alan Turing", "depth": 9}),
+    "HybridSearchTool": ({"query": "Who influenced Alan Turing?", "limit": 3}, {"limit": 3}),
+    "MemorySearchTool": ({"query": "Enigma"}, {"query": 5}),
+    "MemoryStoreTool": ({"content": "The meeting about Enigma is on Tuesday", "tags": ["mcp"]}, {"content": ""}),
+    "MemoryStatsTool": ({}, {"unexpected": True}),
+    "EntitySearchTool": ({"query": "turing", "limit": 5}, {"query": "turing", "limit": 0}),
+    "EntityLookupTool": ({"name": "Alan Turing"}, {"name": ""}),
+    "GraphDocumentsTool": ({"entity_name": "Alan Turing", "max_depth": 1, "limit": 3}, {"entity_name": "Alan Turing", "max_depth": 99}),
+    "KeywordSearchTool": ({"query": "Enigma", "limit": 2}, {"query": "Enigma", "filters": {"nope": 1}}),
+}
+
+
+def check(name, condition, detail=""):
+    if not condition:
+        print(f"FAIL {name}: {detail}")
+        sys.exit(1)
+    print(f"ok   {name}")
+
+
+class Session:
+    """An initialized MCP session with kbq under one key."""
+
+    def __init__(self, url, key):
+        self.url, self.key = url, key
+
+    async def __aenter__(self):
+        self._http = create_mcp_http_client(headers={"Authorization": f"Bearer {self.key}"})
+        http = await self._http.__aenter__()
+        self._streams = streamable_http_client(self.url, http_client=http)
+        read, write = (await self._streams.__aenter__())[:2]
+        self._session = ClientSession(read, write)
+        session = await self._session.__aenter__()
+        self.info = await session.initialize()
+        return session
+
+    async def __aexit__(self, *exc):
+        await self._session.__aexit__(*exc)
+        await self._streams.__aexit__(*exc)
+        await self._http.__aexit__(*exc)
+
+
+async def refused(url, key):
+    """Why a session with `key` cannot even start, or None when it can."""
+    try:
+        async with Session(url, key):
+            return None
+    except BaseException as e:  # the SDK raises from a task group
+        return repr(e)
+
+
+async def main():
+    url, key, other, read_key, write_key = sys.argv[1:6]
+
+    async with Session(url, key) as s:
+        tools = (await s.list_tools()).tools
+        names = [t.name for t in tools]
+        check("the tool list", names == AGENT_TOOLS + OTHER_TOOLS, names)
+        for t in tools:
+            check(f"{t.name} has an input schema", t.input_schema.get("type") == "object", t.input_schema)
+            check(f"{t.name} has an output schema", (t.output_schema or {}).get("type") == "object", t.output_schema)
+            read_only = t.name != "MemoryStoreTool"
+            check(
+                f"{t.name}'s annotations",
+                t.annotations is not None
+                and t.annotations.read_only_hint is read_only
+                and t.annotations.idempotent_hint is read_only
+                and t.annotations.destructive_hint is False,
+                t.annotations,
+            )
+        for name, (good, bad) in CALLS.items():
+            r = await s.call_tool(name, good)
+            check(f"{name} answers", not r.is_error and isinstance(r.structured_content, dict), r)
+            check(f"{name} answers in text too", r.content and r.content[0].text.startswith("{"), r.content)
+            r = await s.call_tool(name, bad)
+            check(
+                f"{name} refuses bad arguments as a tool error",
+                r.is_error and r.structured_content["error_type"] == "invalid_arguments",
+                r,
+            )
+        r = await s.call_tool("EntityLookupTool", {"name": "Alan Turing"})
+        check("an exact lookup", r.structured_content["entity"]["properties"]["born"] == 1912, r.structured_content)
+        r = await s.call_tool("EntityLookupTool", {"name": "Nobody at all"})
+        check("a lookup of no one", r.structured_content == {"entity": None}, r.structured_content)
+        r = await s.call_tool("EntitySearchTool", {"query": "turing"})
+        found = [e["name"] for e in r.structured_content["results"]]
+        check("entity search ranks a prefix before a substring", found.index("Turing machine") < found.index("Alan Turing"), found)
+        r = await s.call_tool("GraphDocumentsTool", {"entity_name": "Alan Turing", "max_depth": 99})
+        check("a refusal names the field", r.structured_content.get("field") == "max_depth", r.structured_content)
+        r = await s.call_tool("NoSuchTool", {})
+        check("an unknown tool is a tool error", r.is_error and r.structured_content["error_type"] == "unknown_tool", r)
+        r = await s.call_tool("MemoryStoreTool", {"content": "kbq-mcp-secret-42 is the vault code"})
+        check("a memory stored", r.structured_content.get("stored") is True, r)
+        r = await s.call_tool("MemorySearchTool", {"query": "kbq-mcp-secret-42 vault code"})
+        check(
+            "the key that stored it recalls it",
+            any("kbq-mcp-secret-42" in x.get("content", "") for x in r.structured_content["results"]),
+            r.structured_content,
+        )
+
+    async with Session(url, other) as s:
+        r = await s.call_tool("MemorySearchTool", {"query": "kbq-mcp-secret-42 vault code"})
+        check(
+            "another key does not",
+            all("kbq-mcp-secret-42" not in str(x) for x in r.structured_content["results"]),
+            r.structured_content,
+        )
+        r = await s.call_tool("MemoryStatsTool", {})
+        check("another key's memory stats", r.structured_content["memories"] == 0, r.structured_content)
+
+    async with Session(url, read_key) as s:
+        r = await s.call_tool("EntityLookupTool", {"name": "Alan Turing"})
+        check("a read key queries", not r.is_error, r)
+        r = await s.call_tool("MemoryStoreTool", {"content": "not allowed"})
+        check(
+            "a read key cannot store a memory",
+            r.is_error and r.structured_content["error_type"] == "insufficient_scope",
+            r,
+        )
+
+    # The SDK reports an HTTP refusal in more than one way; tests/it/mcp.rs checks the
+    # statuses (401, 403) themselves.
+    e = await refused(url, "not-a-key")
+    check("an unknown key is refused", e is not None, e)
+    e = await refused(url, write_key)
+    check("a key without the read scope is refused", e is not None, e)
+    print("all checks passed")
+
+
+asyncio.run(main())
