@@ -39,6 +39,17 @@ enum Command {
         #[arg(long)]
         no_demo: bool,
     },
+    /// Serve kbq's MCP tools on standard input and output, for an MCP host that starts kbq as
+    /// a local process (docs/mcp.md). Calls are made as the key in KBQ_API_KEY when it is
+    /// set, else as the local user, with every scope.
+    Mcp {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        /// Do not load the demo knowledge base into an empty store.
+        #[arg(long)]
+        no_demo: bool,
+    },
     /// Import an NDJSON file (`-` for standard input) into the store.
     Import {
         /// Store URL (overrides store.url).
@@ -260,6 +271,10 @@ fn main() -> ExitCode {
         Command::Import { store, .. } | Command::Reindex { store } => {
             config.store.url = store.clone().unwrap_or(config.store.url);
         }
+        Command::Mcp { store, no_demo } => {
+            config.store.url = store.clone().unwrap_or(config.store.url);
+            config.store.load_demo &= !no_demo;
+        }
         Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
             unreachable!("handled above")
         }
@@ -273,6 +288,7 @@ fn main() -> ExitCode {
         Command::Serve { .. } => runtime.block_on(serve(config)),
         Command::Import { file, .. } => runtime.block_on(import_file(config, file)),
         Command::Reindex { .. } => runtime.block_on(reindex(config)),
+        Command::Mcp { .. } => runtime.block_on(mcp(config)),
         Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
             unreachable!("handled above")
         }
@@ -296,14 +312,37 @@ fn init_logs(config: &Config) {
     }
 }
 
-async fn serve(config: Config) -> ExitCode {
-    if std::env::var_os("KBQ_API_KEY").is_some() && std::env::var_os("KBQ_API_KEYS").is_none() {
-        tracing::warn!(
-            "KBQ_API_KEY is the clients' key, which the server does not read; \
-             the server's plaintext keys are KBQ_API_KEYS"
-        );
+async fn mcp(config: Config) -> ExitCode {
+    let caller = match std::env::var("KBQ_API_KEY") {
+        Ok(key) => {
+            let keys = kbq::auth::Keys::new(&config.auth.keys, &plaintext_keys());
+            match keys.verify(&key) {
+                Some(k) => kbq::mcp::Caller {
+                    owner: k.id.to_string(),
+                    scopes: k.scopes,
+                },
+                None => {
+                    eprintln!(
+                        "kbq: KBQ_API_KEY is not one of this configuration's keys ([[auth.keys]] or KBQ_API_KEYS)"
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        Err(_) => kbq::mcp::Caller::local(),
+    };
+    match kbq::server::mcp_stdio(config, caller).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "kbq mcp failed");
+            ExitCode::FAILURE
+        }
     }
-    let plaintext_keys = std::env::var("KBQ_API_KEYS")
+}
+
+/// Plaintext development keys (`KBQ_API_KEYS`), comma-separated.
+fn plaintext_keys() -> Vec<String> {
+    std::env::var("KBQ_API_KEYS")
         .map(|v| {
             v.split(',')
                 .map(str::trim)
@@ -311,7 +350,17 @@ async fn serve(config: Config) -> ExitCode {
                 .map(str::to_owned)
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+async fn serve(config: Config) -> ExitCode {
+    if std::env::var_os("KBQ_API_KEY").is_some() && std::env::var_os("KBQ_API_KEYS").is_none() {
+        tracing::warn!(
+            "KBQ_API_KEY is the clients' key, which the server does not read; \
+             the server's plaintext keys are KBQ_API_KEYS"
+        );
+    }
+    let plaintext_keys = plaintext_keys();
     let server = match server::start(
         config,
         Options {

@@ -160,19 +160,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let ingest = web::Data::new(IngestService::new(kb.clone(), offload));
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
-    let document = web::Data::new(ApiDocument::new(
-        Live {
-            agent: &config.agent,
-            models: &models,
-            embedder: (
-                kb.embedder().name(),
-                kb.embedder().dimension(),
-                kb.embedder().can_shorten(),
-            ),
-        }
-        .document()
-        .context("serializing the OpenAPI document")?,
-    ));
+    let document = web::Data::new(ApiDocument::new(api_document(&config, &kb, &models)?));
     let mcp = {
         let document: serde_json::Value =
             serde_json::from_str(document.json()).context("reading back the OpenAPI document")?;
@@ -281,6 +269,76 @@ const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// empty store, then declares kbq ready. It runs on a task of the main runtime: an embedded
 /// store starts SurrealDB's storage threads here, and they should share the main runtime's
 /// lowered priority (crate::priority), like all the other slow work.
+/// The OpenAPI document this configuration serves.
+fn api_document(
+    config: &Config,
+    kb: &KnowledgeBase,
+    models: &crate::models::Models,
+) -> anyhow::Result<String> {
+    Live {
+        agent: &config.agent,
+        models,
+        embedder: (
+            kb.embedder().name(),
+            kb.embedder().dimension(),
+            kb.embedder().can_shorten(),
+        ),
+    }
+    .document()
+    .context("serializing the OpenAPI document")
+}
+
+/// `kbq mcp`: the MCP tools of `/mcp` over standard input and output, for a host that starts
+/// kbq as a local process (docs/mcp.md). The store is opened, indexed and, when empty and
+/// asked, given the demo as `serve` does; then the same handler as `/mcp` answers until the
+/// host closes standard input. Calls are made as `caller`.
+pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+
+    let kb = KnowledgeBase::new(config.store_config(), config.embedder());
+    let runtime = Runtime::start(kb.clone(), config.runtime_config())
+        .await
+        .context("starting the actor runtime")?;
+    let follower: Option<Follower> = (config.store.follow_changes && kb.config().is_server())
+        .then(|| Arc::new(parking_lot::Mutex::new(None)));
+    start_up(
+        kb.clone(),
+        Arc::new(Readiness::new(false)),
+        config.store.load_demo,
+        follower.clone(),
+    )
+    .await;
+    let models = crate::models::Models::new(&runtime.agent.providers(), &config.chat.aliases);
+    let document: serde_json::Value = serde_json::from_str(&api_document(&config, &kb, &models)?)
+        .context("reading back the OpenAPI document")?;
+    let deps = Arc::new(crate::mcp::McpDeps {
+        kb: kb.clone(),
+        extractor: runtime.agent.extractor().clone(),
+        tools: runtime.agent.tools().clone(),
+        graph: runtime.graph.clone(),
+        rag: web::Data::new(RagService::new(
+            kb.clone(),
+            runtime.agent.extractor().clone(),
+            Offload::current(),
+            std::time::Duration::from_millis(config.graph.call_timeout_ms),
+        )),
+        metrics: None,
+    });
+    let catalogue = Arc::new(crate::mcp::catalogue(&document));
+    tracing::info!(owner = %caller.owner, "serving MCP on standard input and output");
+    let running = crate::mcp::KbqMcp::new(deps, catalogue, Some(caller))
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("starting MCP on standard input and output")?;
+    let ended = running.waiting().await;
+    if let Some(f) = follower.and_then(|f| f.lock().take()) {
+        f.abort();
+    }
+    runtime.stop().await;
+    ended.context("the MCP session failed")?;
+    Ok(())
+}
+
 async fn start_up(
     kb: Arc<KnowledgeBase>,
     readiness: Arc<Readiness>,

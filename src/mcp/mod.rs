@@ -51,6 +51,16 @@ pub struct Caller {
     pub scopes: Scopes,
 }
 
+impl Caller {
+    /// The local user of `kbq mcp` without a key: every scope, memories of its own.
+    pub fn local() -> Caller {
+        Caller {
+            owner: "local".into(),
+            scopes: Scopes::ALL,
+        }
+    }
+}
+
 /// What the tools are answered with.
 pub struct McpDeps {
     pub kb: Arc<KnowledgeBase>,

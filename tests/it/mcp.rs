@@ -79,6 +79,35 @@ async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes
     t.stop().await;
 }
 
+/// `kbq mcp`, started by the SDK as a host starts a local server.
+#[tokio::test]
+async fn the_official_python_sdk_calls_every_tool_over_stdio() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
+    let setup = tokio::process::Command::new("bash")
+        .arg(root.join("tests/mcp/setup.sh"))
+        .arg(&venv)
+        .status()
+        .await
+        .expect("bash runs");
+    assert!(setup.success(), "tests/mcp/setup.sh failed");
+    let data = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(root.join("tests/mcp/mcp_client.py"))
+        .arg("--stdio")
+        .arg(env!("CARGO_BIN_EXE_kbq"))
+        .arg(data.path())
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "the MCP client's checks over stdio failed:\n{stdout}\n{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn mcp_is_behind_the_keys_scopes_and_budgets_of_the_api() {
     let mut config = test_config();
@@ -105,4 +134,22 @@ async fn mcp_is_behind_the_keys_scopes_and_budgets_of_the_api() {
     assert_eq!(res.status(), 429);
     assert!(res.headers().contains_key("retry-after"));
     t.stop().await;
+}
+
+/// `kbq mcp` with a key that is not one of its configuration's refuses to start.
+#[tokio::test]
+async fn kbq_mcp_refuses_an_unknown_key() {
+    let data = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["mcp", "--store", "mem://"])
+        .env_remove("KBQ_CONFIG")
+        .env_remove("KBQ_API_KEYS")
+        .env("KBQ_DATA_DIR", data.path())
+        .env("KBQ_API_KEY", "not-a-key")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("KBQ_API_KEY is not one of"));
 }

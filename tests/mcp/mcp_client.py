@@ -1,11 +1,14 @@
 """Drives kbq's MCP server with the official MCP Python SDK over Streamable HTTP: the tool
 list, a call of every tool (the SDK checks each structured result against the tool's output
-schema), bad arguments, scopes, memory isolation between keys, and refused keys.
+schema), bad arguments, scopes, memory isolation between keys, and refused keys; or over
+standard input and output, with `kbq mcp` started as a host starts it.
 
     python mcp_client.py MCP_URL KEY OTHER_KEY READ_KEY WRITE_ONLY_KEY
+    python mcp_client.py --stdio KBQ_BINARY DATA_DIR
 
 MCP_URL is kbq's `/mcp`; kbq must serve the demo knowledge base. KEY and OTHER_KEY have
-every scope, READ_KEY only `read`, WRITE_ONLY_KEY only `write`. Prints one line per check
+every scope, READ_KEY only `read`, WRITE_ONLY_KEY only `write`. With --stdio, kbq runs on
+an in-memory store with the demo, its data directory DATA_DIR. Prints one line per check
 and exits non-zero on the first failure.
 """
 
@@ -13,6 +16,7 @@ import asyncio
 import sys
 
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 AGENT_TOOLS = [
@@ -78,7 +82,41 @@ async def refused(url, key):
         return repr(e)
 
 
+async def every_tool(s, label):
+    """The tool list and a good and a bad call of every tool."""
+    tools = (await s.list_tools()).tools
+    names = [t.name for t in tools]
+    check(f"{label}: the tool list", names == AGENT_TOOLS + OTHER_TOOLS, names)
+    for name, (good, bad) in CALLS.items():
+        r = await s.call_tool(name, good)
+        check(f"{label}: {name} answers", not r.is_error and isinstance(r.structured_content, dict), r)
+        r = await s.call_tool(name, bad)
+        check(f"{label}: {name} refuses bad arguments", r.is_error, r)
+
+
+async def stdio(binary, data_dir):
+    env = {"KBQ_DATA_DIR": data_dir, "RUST_LOG": "warn", "NO_COLOR": "1"}
+    params = StdioServerParameters(command=binary, args=["mcp", "--store", "mem://"], env=env)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            await every_tool(s, "stdio")
+            r = await s.call_tool("EntityLookupTool", {"name": "Alan Turing"})
+            check("stdio: an exact lookup", r.structured_content["entity"]["name"] == "Alan Turing", r)
+            r = await s.call_tool("MemoryStoreTool", {"content": "stdio remembers the lighthouse"})
+            check("stdio: the local user stores a memory", r.structured_content.get("stored") is True, r)
+            r = await s.call_tool("MemorySearchTool", {"query": "lighthouse"})
+            check(
+                "stdio: and recalls it",
+                any("lighthouse" in x.get("content", "") for x in r.structured_content["results"]),
+                r.structured_content,
+            )
+    print("all checks passed")
+
+
 async def main():
+    if sys.argv[1] == "--stdio":
+        return await stdio(sys.argv[2], sys.argv[3])
     url, key, other, read_key, write_key = sys.argv[1:6]
 
     async with Session(url, key) as s:
