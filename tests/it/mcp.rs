@@ -153,3 +153,69 @@ async fn kbq_mcp_refuses_an_unknown_key() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("KBQ_API_KEY is not one of"));
 }
+
+/// The current stable protocol version (2026-07-28: no handshake, the version and the method
+/// in every request) and the one before it (2025-11-25, with `initialize`); an older host is
+/// offered 2025-11-25.
+#[tokio::test]
+async fn both_protocol_versions_are_served() {
+    let t = TestServer::start_with(test_config(), Arc::new(SystemClock), true).await;
+    // 2026-07-28 names the version, the method and the tool in headers as well.
+    let send = |version: &'static str, method: &'static str, body: serde_json::Value| {
+        t.http
+            .post(t.url("/mcp"))
+            .bearer_auth(KEY)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", version)
+            .header("mcp-method", method)
+            .header("mcp-name", "EntityLookupTool")
+            .json(&body)
+            .send()
+    };
+    // SSE events of one data line each: the JSON-RPC answer is the last.
+    let answer = |text: String| -> serde_json::Value {
+        let data = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .rfind(|d| !d.trim().is_empty())
+            .unwrap_or_else(|| panic!("no data in {text:?}"));
+        serde_json::from_str(data).unwrap()
+    };
+    let res = send(
+        "2026-07-28",
+        "tools/call",
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "EntityLookupTool", "arguments": {"name": "Ada"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    let body = answer(res.text().await.unwrap());
+    assert_eq!(
+        body["result"]["structuredContent"]["entity"]["name"], "Ada",
+        "{body}"
+    );
+    for (asked, given) in [("2025-11-25", "2025-11-25"), ("2025-03-26", "2025-11-25")] {
+        let mut init = initialize();
+        init["params"]["protocolVersion"] = json!(asked);
+        // A handshake names its version in the body only.
+        let res = t
+            .http
+            .post(t.url("/mcp"))
+            .bearer_auth(KEY)
+            .header("accept", "application/json, text/event-stream")
+            .json(&init)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let body = answer(res.text().await.unwrap());
+        assert_eq!(body["result"]["protocolVersion"], given, "{body}");
+    }
+    t.stop().await;
+}
