@@ -16,17 +16,8 @@ const READ_KEY: &str = "reader-key";
 #[tokio::test]
 async fn the_python_client_passes_its_tests_against_kbq() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-client-venv");
-    let setup = tokio::process::Command::new("bash")
-        .arg(root.join("tests/clients/setup-python.sh"))
-        .arg(&venv)
-        .status()
-        .await
-        .expect("bash runs");
-    assert!(
-        setup.success(),
-        "tests/clients/setup-python.sh failed: it needs python3 with venv and a reachable PyPI"
-    );
+    let venv =
+        crate::support::python_venv("tests/clients/setup-python.sh", "python-client-venv").await;
 
     // The demo knowledge base, the built-in provider, a full key and a read-only one.
     let mut config = test_config();

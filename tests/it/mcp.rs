@@ -36,17 +36,7 @@ async fn post_mcp(t: &TestServer, key: Option<&str>) -> reqwest::Response {
 #[tokio::test]
 async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
-    let setup = tokio::process::Command::new("bash")
-        .arg(root.join("tests/mcp/setup.sh"))
-        .arg(&venv)
-        .status()
-        .await
-        .expect("bash runs");
-    assert!(
-        setup.success(),
-        "tests/mcp/setup.sh failed: it needs python3 with venv and a reachable PyPI"
-    );
+    let venv = crate::support::python_venv("tests/mcp/setup.sh", "mcp-venv").await;
     let mut config = test_config();
     config.store.load_demo = true;
     config.auth.keys.extend([
@@ -83,14 +73,7 @@ async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes
 #[tokio::test]
 async fn the_official_python_sdk_calls_every_tool_over_stdio() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-venv");
-    let setup = tokio::process::Command::new("bash")
-        .arg(root.join("tests/mcp/setup.sh"))
-        .arg(&venv)
-        .status()
-        .await
-        .expect("bash runs");
-    assert!(setup.success(), "tests/mcp/setup.sh failed");
+    let venv = crate::support::python_venv("tests/mcp/setup.sh", "mcp-venv").await;
     let data = tempfile::tempdir().unwrap();
     let out = tokio::process::Command::new(venv.join("bin/python"))
         .arg(root.join("tests/mcp/mcp_client.py"))

@@ -12,17 +12,7 @@ use crate::support::{KEY, TestServer, test_config};
 #[tokio::test]
 async fn the_official_python_client_works_against_kbq() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compat-venv");
-    let setup = tokio::process::Command::new("bash")
-        .arg(root.join("tests/compat/setup.sh"))
-        .arg(&venv)
-        .status()
-        .await
-        .expect("bash runs");
-    assert!(
-        setup.success(),
-        "tests/compat/setup.sh failed: it needs python3 with venv and a reachable PyPI"
-    );
+    let venv = crate::support::python_venv("tests/compat/setup.sh", "compat-venv").await;
 
     let mut config = test_config();
     config.store.load_demo = true;

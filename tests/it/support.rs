@@ -359,3 +359,22 @@ pub async fn assert_not_ready(t: &TestServer, message: &str) {
     assert_eq!(body["error"]["message"], message);
     assert_eq!(headers["retry-after"], "1");
 }
+
+/// Runs `script` (a path under the repository, e.g. `tests/compat/setup.sh`) to make the
+/// Python virtual environment `name` under the tests' temporary directory, and returns it.
+/// The scripts install pinned packages, from PyPI the first time.
+pub async fn python_venv(script: &str, name: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let setup = tokio::process::Command::new("bash")
+        .arg(root.join(script))
+        .arg(&venv)
+        .status()
+        .await
+        .expect("bash runs");
+    assert!(
+        setup.success(),
+        "{script} failed: it needs python3 with venv and a reachable PyPI"
+    );
+    venv
+}
