@@ -317,10 +317,7 @@ async fn mcp(config: Config) -> ExitCode {
         Ok(key) => {
             let keys = kbq::auth::Keys::new(&config.auth.keys, &plaintext_keys());
             match keys.verify(&key) {
-                Some(k) => kbq::mcp::Caller {
-                    owner: k.id.to_string(),
-                    scopes: k.scopes,
-                },
+                Some(k) => kbq::mcp::Caller::from(&k),
                 None => {
                     eprintln!(
                         "kbq: KBQ_API_KEY is not one of this configuration's keys ([[auth.keys]] or KBQ_API_KEYS)"

@@ -53,10 +53,7 @@ pub async fn handle(
         .map_err(|_| invalid("a header"))?;
     // The key `require_key` found: the caller of every tool call in this request.
     if let Some(k) = req.extensions().get::<KeyIdentity>() {
-        request.extensions_mut().insert(Caller {
-            owner: k.id.to_string(),
-            scopes: k.scopes,
-        });
+        request.extensions_mut().insert(Caller::from(k));
     }
     let response = service.handle(request).await;
     let (parts, body) = response.into_parts();

@@ -51,6 +51,15 @@ pub struct Caller {
     pub scopes: Scopes,
 }
 
+impl From<&crate::auth::KeyIdentity> for Caller {
+    fn from(k: &crate::auth::KeyIdentity) -> Self {
+        Caller {
+            owner: k.id.to_string(),
+            scopes: k.scopes,
+        }
+    }
+}
+
 impl Caller {
     /// The local user of `kbq mcp` without a key: every scope, memories of its own.
     pub fn local() -> Caller {
@@ -202,10 +211,15 @@ impl KbqMcp {
             .as_ref()
             .and_then(|a| a.read_only_hint)
             .unwrap_or(false);
-        let needed = if read_only { Scope::Read } else { Scope::Write };
-        if !caller.scopes.allows(needed) {
+        // Every tool needs `read`, as `/mcp` itself does over HTTP; one that writes, `write` too.
+        let needed: &[Scope] = if read_only {
+            &[Scope::Read]
+        } else {
+            &[Scope::Read, Scope::Write]
+        };
+        if let Some(missing) = needed.iter().find(|s| !caller.scopes.allows(**s)) {
             return Err(json!({
-                "error": format!("the key lacks the `{}` scope this tool needs", needed.as_str()),
+                "error": format!("the key lacks the `{}` scope this tool needs", missing.as_str()),
                 "error_type": "insufficient_scope",
             }));
         }
@@ -213,6 +227,14 @@ impl KbqMcp {
         // The API's rules, checked as the endpoints check them; a failure names the field.
         let refused = |e: ApiError| json!({"error": e.message, "error_type": "invalid_arguments", "field": e.field});
         let failed = |e: ApiError| json!({"error": e.message, "error_type": "failed"});
+        // An endpoint's error: the arguments' fault when it names a field.
+        let answered = |e: ApiError| {
+            if e.field.is_some() {
+                refused(e)
+            } else {
+                failed(e)
+            }
+        };
         let parse = |args: &Value| serde_json::to_vec(args).unwrap_or_default();
         match name {
             ENTITY_SEARCH => {
@@ -221,13 +243,7 @@ impl KbqMcp {
                     serde_json::to_value(&r).unwrap_or(Value::Null)
                 })
                 .await
-                .map_err(|e| {
-                    if e.field.is_some() {
-                        refused(e)
-                    } else {
-                        failed(e)
-                    }
-                })
+                .map_err(answered)
             }
             ENTITY_LOOKUP => {
                 #[derive(serde::Deserialize)]
@@ -251,13 +267,7 @@ impl KbqMcp {
                     serde_json::to_value(&r).unwrap_or(Value::Null)
                 })
                 .await
-                .map_err(|e| {
-                    if e.field.is_some() {
-                        refused(e)
-                    } else {
-                        failed(e)
-                    }
-                })
+                .map_err(answered)
             }
             KEYWORD_SEARCH => {
                 let req: RagRequest = crate::extract::parse(&parse(&args)).map_err(refused)?;
@@ -265,13 +275,7 @@ impl KbqMcp {
                     .answer(kbq_tools::rag::Method::Keyword, req)
                     .await
                     .map(|a| serde_json::to_value(&a).unwrap_or(Value::Null))
-                    .map_err(|e| {
-                        if e.field.is_some() {
-                            refused(e)
-                        } else {
-                            failed(e)
-                        }
-                    })
+                    .map_err(answered)
             }
             _ => {
                 let ctx = ToolContext {
@@ -339,7 +343,10 @@ impl ServerHandler for KbqMcp {
         let outcome = self.run(&name, &caller, args).await;
         let ok = outcome.is_ok();
         if let Some(m) = &self.deps.metrics {
-            m.observe_tool_call(&name, ok);
+            // Only the catalogue's names: any other would be a series of its own, made by
+            // whoever calls.
+            let known = self.catalogue.iter().any(|t| t.name == name);
+            m.observe_tool_call(if known { &name } else { "unknown" }, ok);
         }
         tracing::info!(
             tool = %name,
@@ -354,12 +361,9 @@ impl ServerHandler for KbqMcp {
                 r.structured_content = Some(v);
                 r
             }
-            Err(e) => {
-                let text = e["error"].as_str().unwrap_or("the call failed").to_string();
-                let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
-                r.structured_content = Some(e);
-                r
-            }
+            // No structured content: a host checks it against the tool's output schema, which
+            // describes a success. The error object is the text.
+            Err(e) => CallToolResult::error(vec![ContentBlock::text(e.to_string())]),
         };
         Ok(result.into())
     }

@@ -13,6 +13,7 @@ and exits non-zero on the first failure.
 """
 
 import asyncio
+import json
 import sys
 
 from mcp import ClientSession
@@ -42,6 +43,13 @@ CALLS = {
     "GraphDocumentsTool": ({"entity_name": "Alan Turing", "max_depth": 1, "limit": 3}, {"entity_name": "Alan Turing", "max_depth": 99}),
     "KeywordSearchTool": ({"query": "Enigma", "limit": 2}, {"query": "Enigma", "filters": {"nope": 1}}),
 }
+
+
+def error_of(result):
+    """A failed call's error object: kbq sends it as the text (no structured content, which
+    a host would check against the tool's output schema)."""
+    assert result.structured_content is None, result
+    return json.loads(result.content[0].text)
 
 
 def check(name, condition, detail=""):
@@ -142,7 +150,7 @@ async def main():
             r = await s.call_tool(name, bad)
             check(
                 f"{name} refuses bad arguments as a tool error",
-                r.is_error and r.structured_content["error_type"] == "invalid_arguments",
+                r.is_error and error_of(r)["error_type"] == "invalid_arguments",
                 r,
             )
         r = await s.call_tool("EntityLookupTool", {"name": "Alan Turing"})
@@ -153,9 +161,9 @@ async def main():
         found = [e["name"] for e in r.structured_content["results"]]
         check("entity search ranks a prefix before a substring", found.index("Turing machine") < found.index("Alan Turing"), found)
         r = await s.call_tool("GraphDocumentsTool", {"entity_name": "Alan Turing", "max_depth": 99})
-        check("a refusal names the field", r.structured_content.get("field") == "max_depth", r.structured_content)
+        check("a refusal names the field", error_of(r).get("field") == "max_depth", r)
         r = await s.call_tool("NoSuchTool", {})
-        check("an unknown tool is a tool error", r.is_error and r.structured_content["error_type"] == "unknown_tool", r)
+        check("an unknown tool is a tool error", r.is_error and error_of(r)["error_type"] == "unknown_tool", r)
         r = await s.call_tool("MemoryStoreTool", {"content": "kbq-mcp-secret-42 is the vault code"})
         check("a memory stored", r.structured_content.get("stored") is True, r)
         r = await s.call_tool("MemorySearchTool", {"query": "kbq-mcp-secret-42 vault code"})
@@ -181,7 +189,7 @@ async def main():
         r = await s.call_tool("MemoryStoreTool", {"content": "not allowed"})
         check(
             "a read key cannot store a memory",
-            r.is_error and r.structured_content["error_type"] == "insufficient_scope",
+            r.is_error and error_of(r)["error_type"] == "insufficient_scope",
             r,
         )
 

@@ -1,7 +1,7 @@
 //! The JSON Schema of each tool's result, for hosts that check results (MCP's
 //! `outputSchema`). Each states the fields every successful result has; a failed call's
 //! result is `{error, error_type}` instead (see [`ToolError`](crate::ToolError)), which MCP
-//! sends as an error result, not checked against these.
+//! sends as an error result's text, with no structured content to check.
 
 use serde_json::{Value, json};
 
