@@ -42,15 +42,15 @@ impl CorsOrigins {
 /// Methods a preflight may ask for.
 pub const METHODS: &str = "GET, POST, DELETE, OPTIONS";
 /// Request headers a preflight may ask for.
-pub const ALLOW_HEADERS: &str = "authorization, x-api-key, content-type, x-request-id";
+pub const ALLOW_HEADERS: &str = "authorization, x-api-key, content-type, x-request-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name, last-event-id";
 /// Response headers a page may read.
-pub const EXPOSE_HEADERS: &str = "x-request-id, retry-after, ratelimit-limit, ratelimit-remaining, ratelimit-reset, ratelimit-policy, x-api-deprecated, deprecation, sunset, link, x-kbq-provider";
+pub const EXPOSE_HEADERS: &str = "x-request-id, retry-after, ratelimit-limit, ratelimit-remaining, ratelimit-reset, ratelimit-policy, x-api-deprecated, deprecation, sunset, link, x-kbq-provider, mcp-session-id";
 /// How long a browser may keep a preflight's answer, in seconds.
 pub const MAX_AGE: &str = "600";
 
 /// Whether `s` is an origin as a browser serializes it: `http://` or `https://`, a
-/// lower-case host (a name, an IPv4 address or a bracketed IPv6 one), an optional port, and
-/// nothing after.
+/// lower-case host (a name, an IPv4 address or a bracketed IPv6 one), an optional port other
+/// than the scheme's default, and nothing after.
 pub fn is_origin(s: &str) -> bool {
     let Some(rest) = s
         .strip_prefix("http://")
@@ -82,7 +82,9 @@ pub fn is_origin(s: &str) -> bool {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
         (ok, port)
     };
-    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
+    // A browser leaves the scheme's default port out, so an origin that names it never matches.
+    let default = if s.starts_with("https://") { 443 } else { 80 };
+    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0 && n != default))
 }
 
 /// Middleware: answers listed origins' preflights and marks responses to them.
@@ -90,16 +92,21 @@ pub async fn cors(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let origin = req
-        .app_data::<web::Data<CorsOrigins>>()
+    let origins = req.app_data::<web::Data<CorsOrigins>>();
+    // With origins listed, every answer depends on `Origin`: a shared cache must not hand
+    // one without CORS headers to a listed origin.
+    let listing = origins.is_some_and(|o| !o.0.is_empty());
+    let origin = origins
         .zip(req.headers().get(header::ORIGIN))
         .filter(|(origins, origin)| origins.allows(origin))
         .map(|(_, origin)| origin.clone());
     let Some(origin) = origin else {
-        return next
-            .call(req)
-            .await
-            .map(ServiceResponse::map_into_boxed_body);
+        let mut res = next.call(req).await?.map_into_boxed_body();
+        if listing {
+            res.headers_mut()
+                .append(header::VARY, HeaderValue::from_static("Origin"));
+        }
+        return Ok(res);
     };
     let preflight = req.method() == Method::OPTIONS
         && req
@@ -189,6 +196,8 @@ mod tests {
             "http://",
             "http://[::1",
             "http://exa mple.com",
+            "http://localhost:80",
+            "https://example.com:443",
         ] {
             assert!(!is_origin(bad), "{bad}");
         }
