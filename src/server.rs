@@ -263,12 +263,6 @@ const FIRST_SYNC: std::time::Duration = std::time::Duration::from_secs(120);
 /// How long start-up waits between attempts to reach a store that does not answer.
 const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Connects the knowledge base (retrying until it answers) and builds its indexes, starts
-/// following other nodes' writes into `follower` (given for a shared server that follows
-/// them), loads the demo into an
-/// empty store, then declares kbq ready. It runs on a task of the main runtime: an embedded
-/// store starts SurrealDB's storage threads here, and they should share the main runtime's
-/// lowered priority (crate::priority), like all the other slow work.
 /// The OpenAPI document this configuration serves.
 fn api_document(
     config: &Config,
@@ -339,6 +333,12 @@ pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Re
     Ok(())
 }
 
+/// Connects the knowledge base (retrying until it answers) and builds its indexes, starts
+/// following other nodes' writes into `follower` (given for a shared server that follows
+/// them), loads the demo into an
+/// empty store, then declares kbq ready. It runs on a task of the main runtime: an embedded
+/// store starts SurrealDB's storage threads here, and they should share the main runtime's
+/// lowered priority (crate::priority), like all the other slow work.
 async fn start_up(
     kb: Arc<KnowledgeBase>,
     readiness: Arc<Readiness>,

@@ -102,9 +102,10 @@ async fn run(
     events: Option<&Events>,
 ) -> Result<AgentReply, AgentError> {
     // A stream whose client left is dropped with the session, so a failed send is ignored.
-    let emit = |event: SessionEvent| {
+    // Built only for a streamed turn: a call's events copy its arguments and result.
+    let emit = |event: &dyn Fn() -> SessionEvent| {
         if let Some(events) = events {
-            let _ = events.send(event);
+            let _ = events.send(event());
         }
     };
     let started = Instant::now();
@@ -194,7 +195,7 @@ async fn run(
                 .unwrap_or_default()
                 .to_string();
             if !text.is_empty() {
-                emit(SessionEvent::Delta(text.clone()));
+                emit(&|| SessionEvent::Delta(text.clone()));
             }
             reply.success = true;
             reply.stop_reason = StopReason::Answered;
@@ -221,13 +222,15 @@ async fn run(
             let tools = deps.tools.clone();
             let ctx = ctx.clone();
             let arguments = parsed.clone().unwrap_or_else(|| raw_arguments(&raw));
-            emit(SessionEvent::ToolCallStarted(ToolCallStarted {
-                index: first + i,
-                step,
-                id: id.clone(),
-                tool: name.clone(),
-                arguments: arguments.clone(),
-            }));
+            emit(&|| {
+                SessionEvent::ToolCallStarted(ToolCallStarted {
+                    index: first + i,
+                    step,
+                    id: id.clone(),
+                    tool: name.clone(),
+                    arguments: arguments.clone(),
+                })
+            });
             async move {
                 let began = Instant::now();
                 let result = match parsed {
@@ -239,16 +242,18 @@ async fn run(
                     arguments,
                     result,
                 };
-                emit(SessionEvent::ToolCallCompleted(ToolCallCompleted {
-                    index: first + i,
-                    step,
-                    id,
-                    tool: record.tool.clone(),
-                    arguments: record.arguments.clone(),
-                    result: record.result.clone(),
-                    error: record.result["error"].as_str().map(str::to_string),
-                    duration_ms: began.elapsed().as_secs_f64() * 1000.0,
-                }));
+                emit(&|| {
+                    SessionEvent::ToolCallCompleted(ToolCallCompleted {
+                        index: first + i,
+                        step,
+                        id: id.clone(),
+                        tool: record.tool.clone(),
+                        arguments: record.arguments.clone(),
+                        result: record.result.clone(),
+                        error: record.result["error"].as_str().map(str::to_string),
+                        duration_ms: began.elapsed().as_secs_f64() * 1000.0,
+                    })
+                });
                 record
             }
         });
