@@ -7,7 +7,7 @@
 //! with the same common words (in the same order, as floats are summed in query order). So the
 //! best documents by the common words alone are kept per set of them until the next write, and
 //! a search scores only the documents its other words reach, each exactly as the full
-//! evaluation would, then takes the rest from the kept list (see `TextIndex::score_into`).
+//! evaluation would, then takes the rest from the kept list (`TextIndex::search_beside_common`).
 //!
 //! Kept lists are bounded ([`KEPT`] documents each, [`SETS`] sets, all dropped when full), so a
 //! query whose filter or limit needs more than a kept list holds is evaluated in full, as is
