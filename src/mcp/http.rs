@@ -7,6 +7,7 @@
 //! few steps: the request's head and body (at most `server.max_body_bytes`, as everywhere)
 //! into an `http` request carrying the caller, rmcp's response out as a stream.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
@@ -19,18 +20,28 @@ use super::{Caller, KbqMcp};
 use crate::auth::KeyIdentity;
 use crate::error::ApiError;
 
-/// The service behind `/mcp`.
-pub type McpService = StreamableHttpService<KbqMcp, LocalSessionManager>;
+/// The service behind `/mcp`, and which key opened each of its sessions: a request naming a
+/// session another key opened is answered as if there were no such session (404), so a
+/// session id that leaks does not let another key read or end the session.
+pub struct McpService {
+    rmcp: StreamableHttpService<KbqMcp, LocalSessionManager>,
+    owners: parking_lot::Mutex<HashMap<String, String>>,
+}
 
 pub fn service(server: KbqMcp) -> Arc<McpService> {
     // kbq checks keys, not `Host`: a node behind a load balancer is reached by any name.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
-    Arc::new(StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    ))
+    Arc::new(McpService {
+        rmcp: StreamableHttpService::new(
+            move || Ok(server.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        ),
+        owners: parking_lot::Mutex::default(),
+    })
 }
+
+const SESSION: &str = "mcp-session-id";
 
 /// One request to `/mcp` (POST a message, GET the session's stream, DELETE the session).
 pub async fn handle(
@@ -52,11 +63,43 @@ pub async fn handle(
         .body(Full::new(body))
         .map_err(|_| invalid("a header"))?;
     // The key `require_key` found: the caller of every tool call in this request.
-    if let Some(k) = req.extensions().get::<KeyIdentity>() {
-        request.extensions_mut().insert(Caller::from(k));
+    let caller = req.extensions().get::<KeyIdentity>().map(Caller::from);
+    let owner = caller.as_ref().map(|c| c.owner.clone()).unwrap_or_default();
+    let session = req
+        .headers()
+        .get(SESSION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(id) = &session
+        && service.owners.lock().get(id).is_some_and(|o| *o != owner)
+    {
+        return Err(ApiError::new(
+            crate::error::ErrorCode::NotFound,
+            "no such MCP session for this key",
+        ));
     }
-    let response = service.handle(request).await;
+    if let Some(caller) = caller {
+        request.extensions_mut().insert(caller);
+    }
+    let response = service.rmcp.handle(request).await;
     let (parts, body) = response.into_parts();
+    match (&session, parts.headers.get(SESSION)) {
+        // A session begins: it is this key's.
+        (None, Some(id)) => {
+            if let Ok(id) = id.to_str() {
+                service.owners.lock().insert(id.to_owned(), owner);
+            }
+        }
+        // It ends, or rmcp no longer knows it.
+        (Some(id), _)
+            if parts.status == http::StatusCode::NOT_FOUND
+                || (req.method() == actix_web::http::Method::DELETE
+                    && parts.status.is_success()) =>
+        {
+            service.owners.lock().remove(id);
+        }
+        _ => {}
+    }
     let status = actix_web::http::StatusCode::from_u16(parts.status.as_u16())
         .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
     let mut out = HttpResponse::build(status);

@@ -202,3 +202,42 @@ async fn both_protocol_versions_are_served() {
     }
     t.stop().await;
 }
+
+/// A session belongs to the key that opened it: another key naming it is answered as if
+/// there were no such session, and cannot end it.
+#[tokio::test]
+async fn a_session_is_the_key_s_that_opened_it() {
+    let mut config = test_config();
+    config.auth.keys.push(key_entry("other", OTHER, None));
+    let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let res = post_mcp(&t, Some(KEY)).await;
+    assert_eq!(res.status(), 200);
+    let session = res.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let end = |key: &'static str| {
+        t.http
+            .delete(t.url("/mcp"))
+            .bearer_auth(key)
+            .header("mcp-session-id", &session)
+            .send()
+    };
+    let res = end(OTHER).await.unwrap();
+    assert_eq!(res.status(), 404);
+    let res = end(KEY).await.unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    // Ended: a message to it finds no session.
+    let res = t
+        .http
+        .post(t.url("/mcp"))
+        .bearer_auth(KEY)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    t.stop().await;
+}
