@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use futures::StreamExt;
-use http_body_util::{BodyDataStream, Full};
+use http_body_util::{BodyDataStream, BodyExt, Full};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::{Caller, KbqMcp};
 use crate::auth::KeyIdentity;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
 
 /// The service behind `/mcp`, and which key opened each of its sessions: a request naming a
 /// session another key opened is answered as if there were no such session (404), so a
@@ -73,10 +73,7 @@ pub async fn handle(
     if let Some(id) = &session
         && service.owners.lock().get(id).is_some_and(|o| *o != owner)
     {
-        return Err(ApiError::new(
-            crate::error::ErrorCode::NotFound,
-            "no such MCP session for this key",
-        ));
+        return Err(no_session());
     }
     if let Some(caller) = caller {
         request.extensions_mut().insert(caller);
@@ -102,9 +99,46 @@ pub async fn handle(
     }
     let status = actix_web::http::StatusCode::from_u16(parts.status.as_u16())
         .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    // rmcp's refusals are plain text: they leave as kbq's error body, with rmcp's words. An
+    // unknown session reads as one another key opened (above), so that neither tells.
+    let is_json = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if status.as_u16() >= 400 && !is_json {
+        if status == actix_web::http::StatusCode::NOT_FOUND && session.is_some() {
+            return Err(no_session());
+        }
+        let text = body
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
+            .unwrap_or_default();
+        // rmcp's status stands (406 for a client that does not accept event streams, ...).
+        let mut out = HttpResponse::build(status);
+        for (name, value) in &parts.headers {
+            if name != http::header::CONTENT_TYPE && name != http::header::CONTENT_LENGTH {
+                out.append_header((name.as_str(), value.as_bytes()));
+            }
+        }
+        return Ok(out.json(ErrorBody {
+            error: ErrorDetail {
+                code: ErrorCode::for_status(status),
+                message: &format!("MCP: {text}"),
+                field: None,
+            },
+        }));
+    }
     let mut out = HttpResponse::build(status);
     for (name, value) in &parts.headers {
         out.append_header((name.as_str(), value.as_bytes()));
     }
     Ok(out.streaming(BodyDataStream::new(body).map(|chunk| chunk.map_err(|never| match never {}))))
+}
+
+fn no_session() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no such MCP session: it ended, or another key or node opened it",
+    )
 }

@@ -107,8 +107,26 @@ async fn mcp_is_behind_the_keys_scopes_and_budgets_of_the_api() {
     assert_eq!(res.status(), 401);
     let res = post_mcp(&t, Some(WRITER)).await;
     assert_eq!(res.status(), 403);
-    // The key's graph budget: two, then 429 with Retry-After.
-    for _ in 0..2 {
+    // rmcp's own refusals keep their status, in kbq's error body.
+    let res = t
+        .http
+        .post(t.url("/mcp"))
+        .bearer_auth(KEY)
+        .json(&initialize())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 406);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("MCP: ")
+    );
+    // The key's graph budget (the 406 spent one): one more, then 429 with Retry-After.
+    for _ in 0..1 {
         let res = post_mcp(&t, Some(KEY)).await;
         assert_eq!(res.status(), 200);
         assert!(res.headers().contains_key("mcp-session-id"));
@@ -225,6 +243,7 @@ async fn a_session_is_the_key_s_that_opened_it() {
     };
     let res = end(OTHER).await.unwrap();
     assert_eq!(res.status(), 404);
+    let refused: serde_json::Value = res.json().await.unwrap();
     let res = end(KEY).await.unwrap();
     assert!(res.status().is_success(), "{}", res.status());
     // Ended: a message to it finds no session.
@@ -239,5 +258,9 @@ async fn a_session_is_the_key_s_that_opened_it() {
         .await
         .unwrap();
     assert_eq!(res.status(), 404);
+    // The same answer as to another key: neither tells whether the session exists.
+    let gone: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(gone, refused);
+    assert_eq!(gone["error"]["code"], "not_found");
     t.stop().await;
 }
