@@ -151,32 +151,19 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let kb_data = web::Data::from(kb.clone());
     // RAG search and ingestion call the knowledge base on this runtime (crate::offload).
     let offload = Offload::current();
-    let rag = web::Data::new(RagService::new(
-        kb.clone(),
-        runtime.agent.extractor().clone(),
-        offload.clone(),
-        std::time::Duration::from_millis(config.graph.call_timeout_ms),
-    ));
+    let rag = rag_service(&config, &kb, &runtime, offload.clone());
     let ingest = web::Data::new(IngestService::new(kb.clone(), offload));
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
     let document = web::Data::new(ApiDocument::new(api_document(&config, &kb, &models)?));
-    let mcp = {
-        let document: serde_json::Value =
-            serde_json::from_str(document.json()).context("reading back the OpenAPI document")?;
-        let deps = Arc::new(crate::mcp::McpDeps {
-            kb: kb.clone(),
-            extractor: runtime.agent.extractor().clone(),
-            tools: runtime.agent.tools().clone(),
-            graph: runtime.graph.clone(),
-            rag: rag.clone(),
-            metrics: Some(metrics.clone()),
-        });
-        let catalogue = Arc::new(crate::mcp::catalogue(&document));
-        web::Data::from(crate::mcp::http::service(crate::mcp::KbqMcp::new(
-            deps, catalogue, None,
-        )))
-    };
+    let mcp = web::Data::from(crate::mcp::http::service(mcp_server(
+        &kb,
+        &runtime,
+        rag.clone(),
+        document.json(),
+        Some(metrics.clone()),
+        None,
+    )?));
     let payload = web::PayloadConfig::new(config.server.max_body_bytes);
     let body_timeout = middleware::BodyTimeout(std::time::Duration::from_millis(
         config.server.body_timeout_ms,
@@ -263,6 +250,47 @@ const FIRST_SYNC: std::time::Duration = std::time::Duration::from_secs(120);
 /// How long start-up waits between attempts to reach a store that does not answer.
 const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// RAG search over `kb` with the runtime's entity extractor, on `offload`, within
+/// `graph.call_timeout_ms`: for the RAG routes and the MCP tools.
+fn rag_service(
+    config: &Config,
+    kb: &Arc<KnowledgeBase>,
+    runtime: &Runtime,
+    offload: Offload,
+) -> web::Data<RagService> {
+    web::Data::new(RagService::new(
+        kb.clone(),
+        runtime.agent.extractor().clone(),
+        offload,
+        std::time::Duration::from_millis(config.graph.call_timeout_ms),
+    ))
+}
+
+/// The MCP handler of `/mcp` and of `kbq mcp`: the runtime's pools, `rag`, the tool
+/// catalogue from the served OpenAPI `document`, and `local` as the caller when no HTTP
+/// request names one.
+fn mcp_server(
+    kb: &Arc<KnowledgeBase>,
+    runtime: &Runtime,
+    rag: web::Data<RagService>,
+    document: &str,
+    metrics: Option<web::Data<crate::metrics::Metrics>>,
+    local: Option<crate::mcp::Caller>,
+) -> anyhow::Result<crate::mcp::KbqMcp> {
+    let document: serde_json::Value =
+        serde_json::from_str(document).context("reading back the OpenAPI document")?;
+    let deps = Arc::new(crate::mcp::McpDeps {
+        kb: kb.clone(),
+        extractor: runtime.agent.extractor().clone(),
+        tools: runtime.agent.tools().clone(),
+        graph: runtime.graph.clone(),
+        rag,
+        metrics,
+    });
+    let catalogue = Arc::new(crate::mcp::catalogue(&document));
+    Ok(crate::mcp::KbqMcp::new(deps, catalogue, local))
+}
+
 /// The OpenAPI document this configuration serves.
 fn api_document(
     config: &Config,
@@ -303,24 +331,17 @@ pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Re
     )
     .await;
     let models = crate::models::Models::new(&runtime.agent.providers(), &config.chat.aliases);
-    let document: serde_json::Value = serde_json::from_str(&api_document(&config, &kb, &models)?)
-        .context("reading back the OpenAPI document")?;
-    let deps = Arc::new(crate::mcp::McpDeps {
-        kb: kb.clone(),
-        extractor: runtime.agent.extractor().clone(),
-        tools: runtime.agent.tools().clone(),
-        graph: runtime.graph.clone(),
-        rag: web::Data::new(RagService::new(
-            kb.clone(),
-            runtime.agent.extractor().clone(),
-            Offload::current(),
-            std::time::Duration::from_millis(config.graph.call_timeout_ms),
-        )),
-        metrics: None,
-    });
-    let catalogue = Arc::new(crate::mcp::catalogue(&document));
-    tracing::info!(owner = %caller.owner, "serving MCP on standard input and output");
-    let running = crate::mcp::KbqMcp::new(deps, catalogue, Some(caller))
+    let owner = caller.owner.clone();
+    let server = mcp_server(
+        &kb,
+        &runtime,
+        rag_service(&config, &kb, &runtime, Offload::current()),
+        &api_document(&config, &kb, &models)?,
+        None,
+        Some(caller),
+    )?;
+    tracing::info!(%owner, "serving MCP on standard input and output");
+    let running = server
         .serve(rmcp::transport::stdio())
         .await
         .context("starting MCP on standard input and output")?;
