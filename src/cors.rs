@@ -23,7 +23,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderMap, HeaderValue};
 use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
-use actix_web::{HttpResponse, ResponseError, web};
+use actix_web::{HttpResponse, web};
 
 /// The origins allowed, as browsers send them.
 #[derive(Debug, Clone, Default)]
@@ -129,7 +129,10 @@ pub async fn cors(
             Ok(res)
         }
         // An error that got this far is answered above; it carries the headers too.
-        Err(inner) => Err(WithCors { inner, origin }.into()),
+        Err(inner) => Err(crate::middleware::WithHeaders::error(
+            inner,
+            move |headers| mark(headers, origin.clone()),
+        )),
     }
 }
 
@@ -141,31 +144,6 @@ fn mark(headers: &mut HeaderMap, origin: HeaderValue) {
         HeaderValue::from_static(EXPOSE_HEADERS),
     );
     headers.append(header::VARY, HeaderValue::from_static("Origin"));
-}
-
-/// An error on its way out to an allowed origin.
-#[derive(Debug)]
-struct WithCors {
-    inner: actix_web::Error,
-    origin: HeaderValue,
-}
-
-impl std::fmt::Display for WithCors {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.inner.fmt(f)
-    }
-}
-
-impl ResponseError for WithCors {
-    fn status_code(&self) -> StatusCode {
-        self.inner.as_response_error().status_code()
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        let mut res = self.inner.error_response();
-        mark(res.headers_mut(), self.origin.clone());
-        res
-    }
 }
 
 #[cfg(test)]

@@ -220,6 +220,17 @@ impl ApiError {
         }
     }
 
+    /// The error body of this error.
+    pub fn body(&self) -> ErrorBody<'_> {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: &self.message,
+                field: self.field.as_deref(),
+            },
+        }
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Self {
         ApiError {
             retry_after: Some(1),
@@ -247,13 +258,7 @@ impl ResponseError for ApiError {
         if self.code == ErrorCode::InvalidApiKey {
             res.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
         }
-        res.json(ErrorBody {
-            error: ErrorDetail {
-                code: self.code,
-                message: &self.message,
-                field: self.field.as_deref(),
-            },
-        })
+        res.json(self.body())
     }
 }
 

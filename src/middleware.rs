@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, ResponseError};
 use tracing::Instrument;
@@ -56,7 +56,11 @@ pub async fn request_id(
                     "request failed"
                 )
             });
-            return Err(WithRequestId { inner: e, id }.into());
+            return Err(WithHeaders::error(e, move |headers| {
+                if let Ok(v) = HeaderValue::from_str(&id) {
+                    headers.insert(REQUEST_ID, v);
+                }
+            }));
         }
     };
     let status = res.status().as_u16();
@@ -73,28 +77,45 @@ pub async fn request_id(
     Ok(res)
 }
 
-/// An error that leaves with its request's id.
-#[derive(Debug)]
-struct WithRequestId {
+/// An error on its way out, with headers that a layer adds to the response it becomes (the
+/// request id here, CORS headers in `crate::cors`).
+pub(crate) struct WithHeaders {
     inner: actix_web::Error,
-    id: String,
+    add: Box<dyn Fn(&mut HeaderMap)>,
 }
 
-impl std::fmt::Display for WithRequestId {
+impl WithHeaders {
+    pub(crate) fn error(
+        inner: actix_web::Error,
+        add: impl Fn(&mut HeaderMap) + 'static,
+    ) -> actix_web::Error {
+        WithHeaders {
+            inner,
+            add: Box::new(add),
+        }
+        .into()
+    }
+}
+
+impl std::fmt::Debug for WithHeaders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.inner.fmt(f)
     }
 }
 
-impl ResponseError for WithRequestId {
+impl std::fmt::Display for WithHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl ResponseError for WithHeaders {
     fn status_code(&self) -> actix_web::http::StatusCode {
         self.inner.as_response_error().status_code()
     }
     fn error_response(&self) -> actix_web::HttpResponse {
         let mut res = self.inner.error_response();
-        if let Ok(v) = HeaderValue::from_str(&self.id) {
-            res.headers_mut().insert(REQUEST_ID, v);
-        }
+        (self.add)(res.headers_mut());
         res
     }
 }

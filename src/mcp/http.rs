@@ -18,7 +18,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::{Caller, KbqMcp};
 use crate::auth::KeyIdentity;
-use crate::error::{ApiError, ErrorBody, ErrorCode, ErrorDetail};
+use crate::error::{ApiError, ErrorCode};
 
 /// The service behind `/mcp`, and which key opened each of its sessions: a request naming a
 /// session another key opened is answered as if there were no such session (404), so a
@@ -121,13 +121,8 @@ pub async fn handle(
                 out.append_header((name.as_str(), value.as_bytes()));
             }
         }
-        return Ok(out.json(ErrorBody {
-            error: ErrorDetail {
-                code: ErrorCode::for_status(status),
-                message: &format!("MCP: {text}"),
-                field: None,
-            },
-        }));
+        let error = ApiError::new(ErrorCode::for_status(status), format!("MCP: {text}"));
+        return Ok(out.json(error.body()));
     }
     let mut out = HttpResponse::build(status);
     for (name, value) in &parts.headers {

@@ -78,6 +78,14 @@ pub fn mcp_scope() -> actix_web::Scope<
         .route("/", web::route().to(crate::mcp::http::handle))
 }
 
+/// A 200 of server-sent events: their content type, and not to be cached.
+pub fn event_stream() -> actix_web::HttpResponseBuilder {
+    let mut res = actix_web::HttpResponse::Ok();
+    res.insert_header((actix_web::http::header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-cache"));
+    res
+}
+
 /// Anything no route matched.
 pub async fn not_found(req: actix_web::HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
     Err(ApiError::new(

@@ -10,7 +10,6 @@ use actix_web::middleware::from_fn;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use std::future::Future;
 
-use actix_web::http::header;
 use kbq_actors::{
     Agent, AgentError, AgentReply, AgentRequest, Health, HealthReport, Role, StopReason,
     ToolCallRecord,
@@ -269,9 +268,7 @@ async fn chat(
             .chat_streamed(request, owner)
             .await
             .map_err(ApiError::from)?;
-        return Ok(HttpResponse::Ok()
-            .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-            .insert_header((header::CACHE_CONTROL, "no-cache"))
+        return Ok(super::event_stream()
             .insert_header(("X-Accel-Buffering", "no"))
             .streaming(stream::body(turn, events, http)));
     }

@@ -33,7 +33,9 @@ use utoipa::ToSchema;
 
 #[cfg(doc)]
 use super::ChatResponse;
-use crate::error::{ApiError, ErrorBody, ErrorDetail};
+use crate::error::ApiError;
+#[cfg(doc)]
+use crate::error::ErrorBody;
 use crate::metrics::Metrics;
 use crate::peer::PeerWatch;
 
@@ -89,16 +91,7 @@ fn session_event(e: SessionEvent, metrics: Option<&Data<Metrics>>) -> Bytes {
 }
 
 fn error_event(e: &ApiError) -> Bytes {
-    event(
-        ERROR,
-        &ErrorBody {
-            error: ErrorDetail {
-                code: e.code,
-                message: &e.message,
-                field: e.field.as_deref(),
-            },
-        },
-    )
+    event(ERROR, &e.body())
 }
 
 /// Where the stream is.

@@ -15,7 +15,6 @@ use stream::ChunkEvent;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use actix_web::http::header;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::{Agent, ChatResponse, Usage};
@@ -208,9 +207,7 @@ pub(crate) async fn completions(
     }
     let events = stream::events(&id, created, &answer, v.include_usage);
     let body = futures::stream::iter(events.into_iter().map(Ok::<_, std::convert::Infallible>));
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
+    Ok(super::event_stream()
         .insert_header(("X-Kbq-Provider", answer.provider.clone()))
         .streaming(body))
 }
