@@ -13,20 +13,8 @@ official ``openai`` client with ``base_url=<kbq>/v1`` for them (docs/clients.md)
 
 from . import types
 from ._client import AsyncClient, Client
-from ._errors import (
-    APIConnectionError,
-    APIError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    GoneError,
-    InternalServerError,
-    KbqError,
-    NotFoundError,
-    PermissionDeniedError,
-    RateLimitError,
-    ServiceUnavailableError,
-)
+from . import _errors
+from ._errors import *  # noqa: F403 (the error classes, listed in _errors.__all__)
 from ._streaming import AsyncChatStream, ChatStream, ChatStreamEvent
 from ._version import __version__
 
@@ -37,17 +25,6 @@ __all__ = [
     "AsyncChatStream",
     "ChatStreamEvent",
     "types",
-    "KbqError",
-    "APIError",
-    "APIConnectionError",
-    "APITimeoutError",
-    "BadRequestError",
-    "AuthenticationError",
-    "PermissionDeniedError",
-    "NotFoundError",
-    "GoneError",
-    "RateLimitError",
-    "InternalServerError",
-    "ServiceUnavailableError",
     "__version__",
+    *_errors.__all__,
 ]

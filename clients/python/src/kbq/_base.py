@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 
 import httpx
 
-from ._errors import KbqError, from_body
+from ._errors import APIConnectionError, APITimeoutError, KbqError, from_body
 from ._operations import Call
 from ._version import __version__
 
@@ -94,6 +94,30 @@ def should_retry(settings: Settings, call: Call, response: httpx.Response, attem
         and response.status_code in RETRY_STATUSES
         and response.status_code not in call.answer_statuses
     )
+
+
+def wait_after_failure(
+    settings: Settings, call: Call, error: httpx.TransportError, attempt: int
+) -> float:
+    """Seconds to wait before sending again after no answer came; raises the error to report
+    instead when the call is not tried again. Only a failure to connect (nothing was sent) of
+    a call that may be repeated is; a timeout never is, as kbq may still be working."""
+    if isinstance(error, httpx.TimeoutException):
+        raise APITimeoutError(f"no answer within the timeout: {error}") from error
+    if isinstance(error, httpx.ConnectError):
+        if call.idempotent and attempt < settings.max_retries:
+            return retry_wait(settings, None, attempt)
+        raise APIConnectionError(f"cannot reach {settings.base_url}: {error}") from error
+    raise APIConnectionError(f"the connection failed: {error}") from error
+
+
+def wait_after(settings: Settings, call: Call, response: httpx.Response, attempt: int) -> Optional[float]:
+    """Seconds to wait before sending again after `response`, or None when it is the answer
+    (then warned of, if it came from a deprecated version)."""
+    if should_retry(settings, call, response, attempt):
+        return retry_wait(settings, response, attempt)
+    warn_if_deprecated(response)
+    return None
 
 
 def warn_if_deprecated(response: httpx.Response) -> None:

@@ -10,7 +10,6 @@ from typing import Any, Mapping, Optional
 import httpx
 
 from . import _base
-from ._errors import APIConnectionError, APITimeoutError
 from ._operations import Call
 from ._resources import Agent, Graph, Ingest, Rag
 from ._streaming import AsyncChatStream, ChatStream
@@ -69,23 +68,15 @@ class Client(_Common):
             )
             try:
                 response = self._http.send(request, stream=stream)
-            except httpx.TimeoutException as e:
-                raise APITimeoutError(f"no answer within the timeout: {e}") from e
-            except httpx.ConnectError as e:
-                if call.idempotent and attempt < s.max_retries:
-                    time.sleep(_base.retry_wait(s, None, attempt))
-                    attempt += 1
-                    continue
-                raise APIConnectionError(f"cannot reach {s.base_url}: {e}") from e
             except httpx.TransportError as e:
-                raise APIConnectionError(f"the connection failed: {e}") from e
-            if _base.should_retry(s, call, response, attempt):
+                wait = _base.wait_after_failure(s, call, e, attempt)
+            else:
+                wait = _base.wait_after(s, call, response, attempt)
+                if wait is None:
+                    return response
                 response.close()
-                time.sleep(_base.retry_wait(s, response, attempt))
-                attempt += 1
-                continue
-            _base.warn_if_deprecated(response)
-            return response
+            time.sleep(wait)
+            attempt += 1
 
     def _send(self, call: Call) -> Any:
         return _base.result(call, self._send_raw(call, stream=False))
@@ -137,23 +128,15 @@ class AsyncClient(_Common):
             )
             try:
                 response = await self._http.send(request, stream=stream)
-            except httpx.TimeoutException as e:
-                raise APITimeoutError(f"no answer within the timeout: {e}") from e
-            except httpx.ConnectError as e:
-                if call.idempotent and attempt < s.max_retries:
-                    await asyncio.sleep(_base.retry_wait(s, None, attempt))
-                    attempt += 1
-                    continue
-                raise APIConnectionError(f"cannot reach {s.base_url}: {e}") from e
             except httpx.TransportError as e:
-                raise APIConnectionError(f"the connection failed: {e}") from e
-            if _base.should_retry(s, call, response, attempt):
+                wait = _base.wait_after_failure(s, call, e, attempt)
+            else:
+                wait = _base.wait_after(s, call, response, attempt)
+                if wait is None:
+                    return response
                 await response.aclose()
-                await asyncio.sleep(_base.retry_wait(s, response, attempt))
-                attempt += 1
-                continue
-            _base.warn_if_deprecated(response)
-            return response
+            await asyncio.sleep(wait)
+            attempt += 1
 
     async def _send(self, call: Call) -> Any:
         return _base.result(call, await self._send_raw(call, stream=False))
