@@ -2,7 +2,6 @@
 //! it; tests/mcp/mcp_client.py drives it), and the HTTP layers in front of it: keys, scopes,
 //! the rate budget, and the tool calls in /metrics.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use kbq::versions::SystemClock;
@@ -35,7 +34,6 @@ async fn post_mcp(t: &TestServer, key: Option<&str>) -> reqwest::Response {
 
 #[tokio::test]
 async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = crate::support::python_venv("tests/mcp/setup.sh", "mcp-venv").await;
     let mut config = test_config();
     config.store.load_demo = true;
@@ -45,18 +43,12 @@ async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes
         key_entry("writer", WRITER, Some(&["write"])),
     ]);
     let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
-    let out = tokio::process::Command::new(venv.join("bin/python"))
-        .arg(root.join("tests/mcp/mcp_client.py"))
-        .args([&t.url("/mcp"), KEY, OTHER, READER, WRITER])
-        .output()
-        .await
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "the MCP client's checks failed:\n{stdout}\n{stderr}"
-    );
+    crate::support::python_checks(
+        &venv,
+        "tests/mcp/mcp_client.py",
+        [t.url("/mcp").as_str(), KEY, OTHER, READER, WRITER],
+    )
+    .await;
     // Every call was counted, good and bad.
     let metrics = t.metrics_text().await;
     for line in [
@@ -72,23 +64,14 @@ async fn the_official_python_sdk_lists_and_calls_every_tool_with_keys_and_scopes
 /// `kbq mcp`, started by the SDK as a host starts a local server.
 #[tokio::test]
 async fn the_official_python_sdk_calls_every_tool_over_stdio() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = crate::support::python_venv("tests/mcp/setup.sh", "mcp-venv").await;
     let data = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(venv.join("bin/python"))
-        .arg(root.join("tests/mcp/mcp_client.py"))
-        .arg("--stdio")
-        .arg(env!("CARGO_BIN_EXE_kbq"))
-        .arg(data.path())
-        .output()
-        .await
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("all checks passed"),
-        "the MCP client's checks over stdio failed:\n{stdout}\n{stderr}"
-    );
+    let args = [
+        std::ffi::OsStr::new("--stdio"),
+        std::ffi::OsStr::new(env!("CARGO_BIN_EXE_kbq")),
+        data.path().as_os_str(),
+    ];
+    crate::support::python_checks(&venv, "tests/mcp/mcp_client.py", args).await;
 }
 
 #[tokio::test]

@@ -378,3 +378,25 @@ pub async fn python_venv(script: &str, name: &str) -> std::path::PathBuf {
     );
     venv
 }
+
+/// Runs the check script `script` (a path under the repository) with the Python of `venv` and
+/// `args`; fails the test unless it exits 0 having printed "all checks passed".
+pub async fn python_checks<S: AsRef<std::ffi::OsStr>>(
+    venv: &std::path::Path,
+    script: &str,
+    args: impl IntoIterator<Item = S>,
+) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(root.join(script))
+        .args(args)
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("all checks passed"),
+        "{script} failed:\n{stdout}\n{stderr}"
+    );
+}
