@@ -571,9 +571,44 @@ impl GraphIndex {
 
     /// Walks the graph from `query.start`.
     pub fn traverse(&self, query: &TraversalQuery) -> Traversal {
-        let Some(&start) = self.ids.get(query.start.as_str()) else {
+        let Some(walk) = self.walk(query) else {
             return Traversal::default();
         };
+        let nodes = walk.slots.iter().map(|(n, ..)| &self.nodes[*n as usize]);
+        let edges = walk.edges.iter().map(|e| &self.edges[*e as usize]);
+        Traversal {
+            entities: self.reached(&walk),
+            relationships: edges.clone().map(|e| e.rel.clone()).collect(),
+            truncated: walk.truncated,
+            json: Some(TraversalJson {
+                entities: nodes.map(|n| json_of(&n.json, &*n.entity)).collect(),
+                relationships: edges.map(|e| json_of(&e.json, &*e.rel)).collect(),
+            }),
+        }
+    }
+
+    /// The entities of [`traverse`](Self::traverse)'s answer alone: for a graph-documents
+    /// request, which returns no relationships and no traversal JSON.
+    pub fn reach(&self, query: &TraversalQuery) -> Vec<Reached> {
+        self.walk(query)
+            .map(|walk| self.reached(&walk))
+            .unwrap_or_default()
+    }
+
+    fn reached(&self, walk: &Walk<u32, u32>) -> Vec<Reached> {
+        walk.slots
+            .iter()
+            .map(|(n, depth, via)| Reached {
+                entity: self.nodes[*n as usize].entity.clone(),
+                depth: *depth,
+                via: via.map(|e| self.types[self.edges[e as usize].ty as usize].clone()),
+            })
+            .collect()
+    }
+
+    /// The breadth-first walk from `query.start`; `None` for an unknown start.
+    fn walk(&self, query: &TraversalQuery) -> Option<Walk<u32, u32>> {
+        let &start = self.ids.get(query.start.as_str())?;
         let allowed: Option<FxHashSet<u32>> = query.relationship_types.as_ref().map(|ts| {
             ts.iter()
                 .filter_map(|t| self.type_ids.get(t.as_str()).copied())
@@ -593,25 +628,7 @@ impl GraphIndex {
                 }
             }
         }
-        let nodes = walk.slots.iter().map(|(n, ..)| &self.nodes[*n as usize]);
-        let edges = walk.edges.iter().map(|e| &self.edges[*e as usize]);
-        Traversal {
-            entities: walk
-                .slots
-                .iter()
-                .map(|(n, depth, via)| Reached {
-                    entity: self.nodes[*n as usize].entity.clone(),
-                    depth: *depth,
-                    via: via.map(|e| self.types[self.edges[e as usize].ty as usize].clone()),
-                })
-                .collect(),
-            relationships: edges.clone().map(|e| e.rel.clone()).collect(),
-            truncated: walk.truncated,
-            json: Some(TraversalJson {
-                entities: nodes.map(|n| json_of(&n.json, &*n.entity)).collect(),
-                relationships: edges.map(|e| json_of(&e.json, &*e.rel)).collect(),
-            }),
-        }
+        Some(walk)
     }
 
     fn name_of(&self, node: u32) -> &str {

@@ -256,6 +256,15 @@ impl KnowledgeBase {
         self.traverse_in_db(query).await
     }
 
+    /// The entities [`traverse`](Self::traverse) reaches, without its relationships.
+    pub async fn traverse_entities(&self, query: &TraversalQuery) -> Result<Vec<Reached>> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().reach(query));
+        }
+        Ok(self.traverse_in_db(query).await?.entities)
+    }
+
     /// The in-memory walk alone, without the async call or the connection check: what the
     /// benchmark reports as the bare walk. `None` when the index is off.
     pub fn traverse_indexed(&self, query: &TraversalQuery) -> Option<Traversal> {

@@ -13,7 +13,7 @@ use crate::graph::{Direction, TraversalQuery};
 use crate::kb::KnowledgeBase;
 use crate::model::Document;
 use crate::search::DocumentHit;
-use crate::vectors::VectorKey;
+use crate::vectors::{Linked, VectorKey};
 
 /// The `relationship` value that marks the start entity's own documents.
 pub const SELF_RELATIONSHIP: &str = "self";
@@ -57,8 +57,8 @@ pub struct GraphDocuments {
 
 impl KnowledgeBase {
     pub async fn graph_documents(&self, query: &DocumentsQuery) -> Result<GraphDocuments> {
-        let walk = self
-            .traverse(&TraversalQuery {
+        let reached = self
+            .traverse_entities(&TraversalQuery {
                 start: query.start.clone(),
                 relationship_types: query.relationship_types.clone(),
                 direction: Direction::Both,
@@ -66,10 +66,10 @@ impl KnowledgeBase {
                 limit: MAX_RELATED_ENTITIES + 1,
             })
             .await?;
-        let Some(start) = walk.entities.first() else {
+        let Some(start) = reached.first() else {
             return Ok(GraphDocuments::default());
         };
-        let related: Vec<_> = walk.entities[1..]
+        let related: Vec<_> = reached[1..]
             .iter()
             .filter(|r| {
                 query
@@ -148,25 +148,39 @@ impl KnowledgeBase {
     ) -> Result<Vec<DocumentHit>> {
         self.connection().await?;
         let names: Vec<&str> = reach.keys().copied().collect();
-        let keyed = self
-            .text()
-            .read()
-            .documents_by_entity(names.iter().copied());
-        if keyed.is_empty() {
+        let Some(found) = self.linked_documents(&names) else {
             return Ok(Vec::new());
-        }
+        };
         let q = self.embed_one(text).await?;
-        let similarities = {
-            let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
-            self.vectors().read().similarities(&keys, &q)
+        let similar = match &found {
+            Found::Slots(linked) => self.vectors().read().similarities_of(linked, &q),
+            Found::Keys(_) => None,
+        };
+        // The index changed while the query was embedded: by key, as below.
+        let similar = match similar {
+            Some(similar) => similar,
+            None => {
+                let keyed = match found {
+                    Found::Keys(keyed) => keyed,
+                    Found::Slots(_) => self
+                        .text()
+                        .read()
+                        .documents_by_entity(names.iter().copied()),
+                };
+                let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
+                let similarities = self.vectors().read().similarities(&keys, &q);
+                keyed
+                    .into_iter()
+                    .zip(similarities)
+                    .map(|((key, i), s)| (key, i, s.unwrap_or(0.0)))
+                    .collect()
+            }
         };
         // (key, its entity, its similarity, its score)
-        let candidates: Vec<(VectorKey, &str, f32, f64)> = keyed
+        let candidates: Vec<(VectorKey, &str, f32, f64)> = similar
             .into_iter()
-            .zip(similarities)
-            .map(|((key, i), similarity)| {
+            .map(|(key, i, similarity)| {
                 let name = names[i];
-                let similarity = similarity.unwrap_or(0.0);
                 (
                     key,
                     name,
@@ -207,5 +221,104 @@ impl KnowledgeBase {
                 .is_some_and(|n| reach.contains_key(n))
         });
         Ok(hits)
+    }
+
+    /// The documents linked to `names`, or `None` when there are none. By slot in the
+    /// vector index when it holds every document (the usual case: only a document without a
+    /// vector of the embedder's dimension is missing from it), else by key from the keyword
+    /// index, which holds them all.
+    fn linked_documents(&self, names: &[&str]) -> Option<Found> {
+        let vectors = self.vectors().read();
+        let text = self.text().read();
+        if vectors.len() == text.len() {
+            return vectors.linked(names).map(Found::Slots);
+        }
+        let keyed = text.documents_by_entity(names.iter().copied());
+        (!keyed.is_empty()).then_some(Found::Keys(keyed))
+    }
+}
+
+/// How [`KnowledgeBase::linked_documents`] found the documents of some entities.
+enum Found {
+    Slots(Linked),
+    /// (key, the entity's place in the names)
+    Keys(Vec<(VectorKey, usize)>),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::generate::{Spec, generate};
+    use crate::{HashingEmbedder, StoreConfig};
+
+    /// The documents of a walk are found by slot in the vector index while it holds every
+    /// document, and by key from the keyword index while it does not: both give the same
+    /// answers, and a document without a vector scores on proximity alone.
+    #[tokio::test]
+    async fn documents_found_by_slot_and_by_key_agree() {
+        let kb =
+            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+        let records = generate(Spec {
+            entities: 400,
+            relationships: 1200,
+            document_ratio: 1.0,
+            seed: 5,
+        });
+        crate::import::import_records(
+            &kb,
+            records.into_iter().enumerate().collect(),
+            &crate::progress::Silent,
+        )
+        .await
+        .unwrap();
+        let query = |start: String| DocumentsQuery {
+            start,
+            entity_type: None,
+            relationship_types: None,
+            max_depth: 2,
+            limit: 10,
+            resolve_documents: true,
+        };
+        let starts: Vec<String> = (0..400)
+            .step_by(7)
+            .map(crate::generate::entity_name)
+            .collect();
+        let mut by_slot = Vec::new();
+        for start in &starts {
+            by_slot.push(kb.graph_documents(&query(start.clone())).await.unwrap());
+        }
+        assert!(by_slot.iter().any(|d| d.results.len() == 10));
+        // One document loses its vector: every answer is now found by key.
+        let (lost, lost_entity) = {
+            let text = kb.text().read();
+            let name = crate::generate::entity_name(0);
+            let key = text.documents_of([name.as_str()])[0].clone();
+            (key, name)
+        };
+        kb.vectors().write().remove(&lost);
+        for (start, before) in starts.iter().zip(&by_slot) {
+            let after = kb.graph_documents(&query(start.clone())).await.unwrap();
+            let reached = *start == lost_entity || before.related_entities.contains(&lost_entity);
+            if !reached {
+                assert_eq!(&after, before, "from {start}");
+                continue;
+            }
+            assert_eq!(after.related_entities, before.related_entities);
+            if *start == lost_entity {
+                // Its own document, at depth 0, is still first.
+                let first = &after.results[0];
+                assert_eq!(first.document.entity_name.as_deref(), Some(start.as_str()));
+                assert_eq!(first.score, PROXIMITY_WEIGHT);
+            }
+            for d in &after.results {
+                if d.document.entity_name.as_deref() == Some(lost_entity.as_str()) {
+                    let depth = if d.related_entity.is_some() { 1.0 } else { 0.0 };
+                    let proximity = PROXIMITY_WEIGHT / (1.0 + depth);
+                    assert!(d.score <= proximity + 1e-6, "{d:?}");
+                }
+            }
+        }
     }
 }

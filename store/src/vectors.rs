@@ -39,6 +39,21 @@ pub struct DocTags {
     pub entity_name: Option<Arc<str>>,
 }
 
+/// Documents found by entity at one [`generation`](VectorIndex) of the index (see
+/// [`VectorIndex::linked`]).
+#[derive(Debug, Clone)]
+pub struct Linked {
+    generation: u64,
+    /// (slot, the entity's place in the names asked for)
+    slots: Vec<(u32, u32)>,
+}
+
+/// A value no index has had as its generation before.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One shared copy of each string (tag values repeat across documents).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Interner(rustc_hash::FxHashSet<Arc<str>>);
@@ -82,6 +97,12 @@ pub struct VectorIndex {
     keys: Vec<VectorKey>,
     tags: Vec<DocTags>,
     slots: FxHashMap<VectorKey, u32>,
+    /// Per entity name: the slots of the documents linked to it, so that a graph-documents
+    /// request finds its documents' vectors by entity, without a lookup per document key.
+    by_entity: FxHashMap<Arc<str>, Vec<u32>>,
+    /// Changes at every write, to a value no index has had before: a [`Linked`] taken at one
+    /// generation is still exact while the index is at it.
+    generation: u64,
     /// One copy of each tag value.
     strings: Interner,
     /// Unit vectors, `dimension` per slot.
@@ -109,6 +130,8 @@ impl VectorIndex {
             keys: Vec::new(),
             tags: Vec::new(),
             slots: FxHashMap::default(),
+            by_entity: FxHashMap::default(),
+            generation: next_generation(),
             strings: Interner::default(),
             vectors: Vec::new(),
             codes: Vec::new(),
@@ -208,11 +231,13 @@ impl VectorIndex {
         let unit = unit(vector);
         let (codes, scale) = quantise(&unit);
         let d = self.dimension;
+        self.generation = next_generation();
         match self.slots.get(key) {
             Some(&slot) => {
                 let at = slot as usize * d;
                 self.vectors[at..at + d].copy_from_slice(&unit);
                 self.scales[slot as usize] = scale;
+                self.relink(slot, tags.entity_name.clone());
                 self.tags[slot as usize] = tags;
                 match &mut self.ivf {
                     Some(ivf) => {
@@ -227,6 +252,12 @@ impl VectorIndex {
                 let key: VectorKey = Arc::from(key);
                 self.slots.insert(key.clone(), slot as u32);
                 self.keys.push(key);
+                if let Some(entity) = &tags.entity_name {
+                    self.by_entity
+                        .entry(entity.clone())
+                        .or_default()
+                        .push(slot as u32);
+                }
                 self.tags.push(tags);
                 self.vectors.extend_from_slice(&unit);
                 self.scales.push(scale);
@@ -244,9 +275,18 @@ impl VectorIndex {
         let Some(slot) = self.slots.remove(key) else {
             return;
         };
+        self.generation = next_generation();
+        self.relink(slot, None);
         let slot = slot as usize;
         let last = self.keys.len() - 1;
         let d = self.dimension;
+        if slot != last
+            && let Some(entity) = &self.tags[last].entity_name
+            && let Some(of) = self.by_entity.get_mut(entity)
+            && let Some(at) = of.iter_mut().find(|s| **s as usize == last)
+        {
+            *at = slot as u32;
+        }
         if let Some(ivf) = &mut self.ivf {
             ivf.take_out(slot);
             ivf.moved(last, slot);
@@ -274,8 +314,73 @@ impl VectorIndex {
     pub fn set_entity(&mut self, key: &str, entity_name: Option<&str>) {
         let entity_name = entity_name.map(|n| self.strings.intern(n));
         if let Some(&slot) = self.slots.get(key) {
+            self.generation = next_generation();
+            self.relink(slot, entity_name.clone());
             self.tags[slot as usize].entity_name = entity_name;
         }
+    }
+
+    /// Moves `slot` from the by-entity list of its current entity to that of `entity`.
+    fn relink(&mut self, slot: u32, entity: Option<Arc<str>>) {
+        let old = &self.tags[slot as usize].entity_name;
+        if *old == entity {
+            return;
+        }
+        if let Some(old) = old
+            && let Some(of) = self.by_entity.get_mut(old)
+        {
+            of.retain(|&s| s != slot);
+            if of.is_empty() {
+                self.by_entity.remove(old);
+            }
+        }
+        if let Some(entity) = entity {
+            self.by_entity.entry(entity).or_default().push(slot);
+        }
+    }
+
+    /// The slots of the documents linked to each of `entity_names`, with the name's place in
+    /// it; `None` when there are none. Good for [`similarities_of`](Self::similarities_of)
+    /// while the index stays at this generation.
+    pub fn linked(&self, entity_names: &[&str]) -> Option<Linked> {
+        let mut slots = Vec::new();
+        for (i, name) in entity_names.iter().enumerate() {
+            if let Some(of) = self.by_entity.get(*name) {
+                slots.extend(of.iter().map(|&slot| (slot, i as u32)));
+            }
+        }
+        (!slots.is_empty()).then_some(Linked {
+            generation: self.generation,
+            slots,
+        })
+    }
+
+    /// The key, the entity's place and the similarity to `query` of each document of
+    /// `linked`: what [`similarities`](Self::similarities) gives for their keys. `None` when
+    /// the index has changed since `linked` was taken, or `query` is of another dimension.
+    pub fn similarities_of(
+        &self,
+        linked: &Linked,
+        query: &[f32],
+    ) -> Option<Vec<(VectorKey, usize, f32)>> {
+        if linked.generation != self.generation || query.len() != self.dimension {
+            return None;
+        }
+        let q = unit(query);
+        Some(
+            linked
+                .slots
+                .iter()
+                .map(|&(slot, i)| {
+                    let slot = slot as usize;
+                    (
+                        self.keys[slot].clone(),
+                        i as usize,
+                        dot(self.slot(slot), &q),
+                    )
+                })
+                .collect(),
+        )
     }
 
     /// Approximate heap bytes: the vectors, their codes and scales, the keys and tags, and
@@ -286,6 +391,8 @@ impl VectorIndex {
             + keys
             + heap::vec(&self.tags)
             + heap::map(&self.slots)
+            + heap::map(&self.by_entity)
+            + self.by_entity.values().map(heap::vec).sum::<usize>()
             + self.strings.heap_bytes()
             + heap::vec(&self.vectors)
             + heap::vec(&self.codes)
@@ -573,21 +680,30 @@ impl CodeScan<'_> {
                 examined = self.scales.len();
             }
             Some(lists) => {
-                // `keep` first: the search needs its pass rate to trust the lists.
+                // The lists are read by component (see `List`): only the query's components
+                // that are not zero.
+                let query: Vec<(usize, i32)> = self
+                    .query
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &q)| q != 0)
+                    .map(|(j, &q)| (j, i32::from(q)))
+                    .collect();
                 for list in lists {
-                    let rows = list.codes.chunks_exact(d);
-                    for ((&slot, row), &scale) in list.slots.iter().zip(rows).zip(&list.scales) {
-                        let slot = slot as usize;
+                    list.dots(&query, d, |pos, dot| {
+                        let slot = list.slots[pos] as usize;
                         examined += 1;
+                        // `keep` before the bound: the search needs its pass rate to trust
+                        // the lists.
                         if !self.keeps(slot) {
-                            continue;
+                            return;
                         }
                         passed += 1;
-                        let s = dot_i8(row, &self.query) as f32 * scale;
+                        let s = dot as f32 * list.scales[pos];
                         if top.admits(s, slot) {
                             top.push(s, slot);
                         }
-                    }
+                    });
                 }
             }
         }
@@ -669,6 +785,61 @@ mod tests {
 
     fn random(rng: &mut Rng, d: usize) -> Vec<f32> {
         (0..d).map(|_| rng.unit() as f32 - 0.5).collect()
+    }
+
+    /// Through random upserts, relinks and removals (which move the last slot), the
+    /// documents found by entity are those whose tag names the entity, with the similarity
+    /// `similarities` gives by key; a write in between makes the found slots stale.
+    #[test]
+    fn documents_by_entity_follow_every_write() {
+        let mut rng = Rng::new(11);
+        let mut index = VectorIndex::new(8);
+        let entities = ["Ada", "Bob", "Cy", "Dee"];
+        let entity = |rng: &mut Rng| {
+            let i = rng.below(entities.len() + 1);
+            entities.get(i).map(|&e| Arc::<str>::from(e))
+        };
+        for step in 0..3000 {
+            let key = format!("d{}", rng.below(60));
+            match rng.below(4) {
+                0 => index.remove(&key),
+                1 => index.set_entity(&key, entity(&mut rng).as_deref()),
+                _ => {
+                    let tags = DocTags {
+                        entity_name: entity(&mut rng),
+                        ..tags("s")
+                    };
+                    index.upsert(&key, &random(&mut rng, 8), tags);
+                }
+            }
+            if step % 50 != 0 {
+                continue;
+            }
+            let q = random(&mut rng, 8);
+            let names: Vec<&str> = entities.iter().copied().chain(["Nobody"]).collect();
+            let mut expected: Vec<(VectorKey, usize, f32)> = index
+                .keys
+                .iter()
+                .filter_map(|key| {
+                    let of = index.tags(key)?.entity_name.as_deref()?;
+                    let i = names.iter().position(|n| *n == of)?;
+                    Some((key.clone(), i, index.similarity(key, &q)?))
+                })
+                .collect();
+            let linked = index.linked(&names);
+            let mut found = linked
+                .as_ref()
+                .map(|l| index.similarities_of(l, &q).expect("same generation"))
+                .unwrap_or_default();
+            expected.sort_by(|a, b| a.0.cmp(&b.0));
+            found.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(found, expected, "step {step}");
+            if let Some(linked) = linked {
+                index.upsert("new", &random(&mut rng, 8), tags("s"));
+                assert!(index.similarities_of(&linked, &q).is_none());
+                index.remove("new");
+            }
+        }
     }
 
     #[test]
@@ -860,9 +1031,29 @@ mod tests {
                 );
             }
         }
-        // The candidates themselves, with a pool that ends inside a group of equal scores.
+        // Every list holds each of its slots' codes, whatever the upserts and removals
+        // moved within and between its blocks.
         let all = with.ivf.as_ref().unwrap().all_lists();
-        for q in base.iter().take(10) {
+        for list in &all {
+            for (row, &slot) in list.rows(d).iter().zip(&list.slots) {
+                assert_eq!(*row, quantise(with.slot(slot as usize)).0);
+            }
+        }
+        // The candidates themselves, with a pool that ends inside a group of equal scores,
+        // for dense queries and for sparse ones (a few components), as the built-in
+        // embedder's are.
+        let sparse: Vec<Vec<f32>> = base
+            .iter()
+            .take(10)
+            .map(|v| {
+                let mut v = v.clone();
+                v.iter_mut()
+                    .enumerate()
+                    .for_each(|(j, x)| *x *= f32::from(u8::from(j % 7 == 3)));
+                v
+            })
+            .collect();
+        for q in base.iter().take(10).chain(&sparse) {
             let q = unit(q);
             for pool in [1, 5, 17] {
                 let (mut a, _, _) = with.code_scan(&q, pool, None, Some(&all)).run();
