@@ -689,21 +689,23 @@ impl CodeScan<'_> {
                     .filter(|&(_, &q)| q != 0)
                     .map(|(j, &q)| (j, i32::from(q)))
                     .collect();
+                let mut sums = Vec::new();
                 for list in lists {
-                    list.dots(&query, d, |pos, dot| {
-                        let slot = list.slots[pos] as usize;
+                    list.dots(&query, &mut sums);
+                    for ((&slot, &dot), &scale) in list.slots.iter().zip(&sums).zip(&list.scales) {
+                        let slot = slot as usize;
                         examined += 1;
                         // `keep` before the bound: the search needs its pass rate to trust
                         // the lists.
                         if !self.keeps(slot) {
-                            return;
+                            continue;
                         }
                         passed += 1;
-                        let s = dot as f32 * list.scales[pos];
+                        let s = dot as f32 * scale;
                         if top.admits(s, slot) {
                             top.push(s, slot);
                         }
-                    });
+                    }
                 }
             }
         }

@@ -6,8 +6,7 @@
 //! candidates in `f32` as the full scan does. Each list keeps its own copy of its slots'
 //! codes: read in slot order, the rows of a list are scattered over the index and every one
 //! is a cache miss (a tenth of the rows took half the time of all). Within a list they are
-//! kept by component, in blocks (see [`List`]), so that a query reads only the components it
-//! has.
+//! kept by component (see [`List`]), so that a query reads only the components it has.
 //! Its own file because training, probing and keeping the lists in step with the index's
 //! slots are one piece apart from the scans.
 
@@ -34,35 +33,51 @@ pub(crate) struct Ivf {
     trained_on: usize,
 }
 
-/// Slots per block of a list's codes.
-pub(super) const BLOCK: usize = 32;
-
 /// The slots filed under one centroid, with their 8-bit codes and scales in the same order.
 ///
-/// The codes are kept by blocks of [`BLOCK`] slots, and within a block by component: the
-/// first component of each of the block's slots, then the second, and so on. A scan reads,
-/// for each component the query has (not zero), one run of [`BLOCK`] bytes per block, and
-/// adds its products for the block's slots at once. The built-in embedder's queries have a
-/// few dozen components of their 256, so a scan reads a tenth of the codes a scan by slot
-/// read; a dense query reads them all, as before. The sums are the same integers either way.
+/// The codes are kept by component: the first component of every slot of the list, then
+/// the second, and so on, each run `capacity` long. A scan reads, for each component the
+/// query has (not zero), one run of the list's bytes, and adds its products into one sum per
+/// slot. The built-in embedder's queries have a few dozen components of their 256, so a scan
+/// reads about a tenth of the bytes a scan by slot read, in runs the processor fetches ahead;
+/// a dense query reads them all, as before. The sums are the same integers either way.
 #[derive(Debug, Clone, Default)]
 pub(super) struct List {
     pub(super) slots: Vec<u32>,
-    /// `dimension * BLOCK` per block; the lanes of a block past the last slot are unused.
+    /// `dimension` runs of `capacity` codes; a run's places past the last slot are unused.
     codes: Vec<i8>,
+    capacity: usize,
     pub(super) scales: Vec<f32>,
 }
 
 impl List {
-    /// Appends `slot` with its codes and scale.
+    /// An empty list with room for `capacity` slots of `d` components.
+    fn with_capacity(capacity: usize, d: usize) -> Self {
+        List {
+            slots: Vec::with_capacity(capacity),
+            codes: vec![0; capacity * d],
+            capacity,
+            scales: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Appends `slot` with its codes and scale, moving the runs apart when they are full.
     fn push(&mut self, slot: u32, codes: &[i8], scale: f32) {
         let (pos, d) = (self.slots.len(), codes.len());
-        if pos % BLOCK == 0 {
-            self.codes.resize(self.codes.len() + d * BLOCK, 0);
+        if pos == self.capacity {
+            let capacity = (2 * self.capacity).max(8);
+            let mut grown = vec![0; capacity * d];
+            for (to, from) in grown
+                .chunks_exact_mut(capacity)
+                .zip(self.codes.chunks_exact(self.capacity.max(1)))
+            {
+                to[..pos].copy_from_slice(&from[..pos]);
+            }
+            self.codes = grown;
+            self.capacity = capacity;
         }
-        let (block, lane) = (pos / BLOCK, pos % BLOCK);
         for (j, &c) in codes.iter().enumerate() {
-            self.codes[(block * d + j) * BLOCK + lane] = c;
+            self.codes[j * self.capacity + pos] = c;
         }
         self.slots.push(slot);
         self.scales.push(scale);
@@ -71,17 +86,17 @@ impl List {
     /// Removes the entry at `pos`, moving the last one into its place.
     fn swap_remove(&mut self, pos: usize, d: usize) {
         let last = self.slots.len() - 1;
-        let (from_block, from_lane) = (last / BLOCK, last % BLOCK);
-        let (to_block, to_lane) = (pos / BLOCK, pos % BLOCK);
         for j in 0..d {
-            let from = (from_block * d + j) * BLOCK + from_lane;
-            self.codes[(to_block * d + j) * BLOCK + to_lane] = self.codes[from];
-        }
-        if from_lane == 0 {
-            self.codes.truncate(from_block * d * BLOCK);
+            let run = j * self.capacity;
+            self.codes[run + pos] = self.codes[run + last];
         }
         self.slots.swap_remove(pos);
         self.scales.swap_remove(pos);
+    }
+
+    /// Approximate heap bytes.
+    pub(super) fn heap_bytes(&self) -> usize {
+        heap::vec(&self.slots) + heap::vec(&self.codes) + heap::vec(&self.scales)
     }
 
     /// The code of each slot, in order: for tests.
@@ -89,32 +104,24 @@ impl List {
     pub(super) fn rows(&self, d: usize) -> Vec<Vec<i8>> {
         (0..self.slots.len())
             .map(|pos| {
-                let (block, lane) = (pos / BLOCK, pos % BLOCK);
                 (0..d)
-                    .map(|j| self.codes[(block * d + j) * BLOCK + lane])
+                    .map(|j| self.codes[j * self.capacity + pos])
                     .collect()
             })
             .collect()
     }
 
-    /// Calls `each(position, dot)` for every entry, in order, with the dot product of its
-    /// code and the query, given as its components that are not zero: (component, value).
+    /// Fills `sums` with the dot product of each entry's code and the query, in order. The
+    /// query is given as its components that are not zero: (component, value).
     #[inline(always)]
-    pub(super) fn dots(&self, query: &[(usize, i32)], d: usize, mut each: impl FnMut(usize, i32)) {
-        for (block, codes) in self.codes.chunks_exact(d * BLOCK).enumerate() {
-            let mut sums = [0i32; BLOCK];
-            for &(j, q) in query {
-                let column: &[i8; BLOCK] = codes[j * BLOCK..(j + 1) * BLOCK]
-                    .try_into()
-                    .expect("a block holds BLOCK codes per component");
-                for (sum, &c) in sums.iter_mut().zip(column) {
-                    *sum += i32::from(c) * q;
-                }
-            }
-            let first = block * BLOCK;
-            let lanes = (self.slots.len() - first).min(BLOCK);
-            for (lane, &sum) in sums[..lanes].iter().enumerate() {
-                each(first + lane, sum);
+    pub(super) fn dots(&self, query: &[(usize, i32)], sums: &mut Vec<i32>) {
+        let n = self.slots.len();
+        sums.clear();
+        sums.resize(n, 0);
+        for &(j, q) in query {
+            let run = &self.codes[j * self.capacity..j * self.capacity + n];
+            for (sum, &c) in sums.iter_mut().zip(run) {
+                *sum += i32::from(c) * q;
             }
         }
     }
@@ -166,15 +173,23 @@ impl Ivf {
                 }
             }
         }
+        let rows: Vec<&[f32]> = (0..n).map(row).collect();
+        let nearest = nearest_each(&centroids, dimension, &rows);
+        // Each list made as large as it will be, so that no run moves while it is filled.
+        let mut sizes = vec![0usize; lists];
+        for &list in &nearest {
+            sizes[list as usize] += 1;
+        }
         let mut ivf = Ivf {
             dimension,
             centroids,
-            lists: vec![List::default(); lists],
+            lists: sizes
+                .iter()
+                .map(|&size| List::with_capacity(size, dimension))
+                .collect(),
             place: Vec::with_capacity(n),
             trained_on: n,
         };
-        let rows: Vec<&[f32]> = (0..n).map(row).collect();
-        let nearest = nearest_each(&ivf.centroids, dimension, &rows);
         for (slot, (v, list)) in rows.iter().zip(nearest).enumerate() {
             let (codes, scale) = quantise(v);
             ivf.file(list as usize, slot, &codes, scale);
@@ -184,11 +199,7 @@ impl Ivf {
 
     /// Approximate heap bytes: centroids, lists (slots, codes, scales) and places.
     pub(crate) fn heap_bytes(&self) -> usize {
-        let lists: usize = self
-            .lists
-            .iter()
-            .map(|l| heap::vec(&l.slots) + heap::vec(&l.codes) + heap::vec(&l.scales))
-            .sum();
+        let lists: usize = self.lists.iter().map(List::heap_bytes).sum();
         heap::vec(&self.centroids) + heap::vec(&self.lists) + lists + heap::vec(&self.place)
     }
 
@@ -398,10 +409,8 @@ impl Ivf {
         assert_eq!(self.place.len(), n);
         let mut seen = vec![false; n];
         for (l, list) in self.lists.iter().enumerate() {
-            assert_eq!(
-                list.codes.len(),
-                list.slots.len().div_ceil(BLOCK) * BLOCK * self.dimension
-            );
+            assert_eq!(list.codes.len(), list.capacity * self.dimension);
+            assert!(list.slots.len() <= list.capacity);
             assert_eq!(list.scales.len(), list.slots.len());
             for (p, &slot) in list.slots.iter().enumerate() {
                 assert!(!seen[slot as usize], "slot {slot} listed twice");
