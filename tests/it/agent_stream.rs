@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::agent::{agent_config, openai, start};
 use crate::scripted::{ScriptedLlm, Step};
-use crate::support::{KEY, TestServer, eventually};
+use crate::support::{TestServer, eventually};
 
 const CHAT: &str = "/v1/agent/chat";
 
@@ -44,23 +44,9 @@ fn parse_events(buf: &mut String) -> Vec<Event> {
     out
 }
 
-async fn open_stream(t: &TestServer, body: Value) -> reqwest::Response {
-    let res = t
-        .http
-        .post(t.url(CHAT))
-        .bearer_auth(KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    assert_eq!(res.headers()["content-type"], "text/event-stream");
-    res
-}
-
 /// Every event of a streamed chat, read to its end.
 async fn stream_all(t: &TestServer, body: Value) -> Vec<Event> {
-    let text = open_stream(t, body).await.text().await.unwrap();
+    let text = t.post_stream(CHAT, body).await.text().await.unwrap();
     let mut buf = text;
     let events = parse_events(&mut buf);
     assert!(buf.is_empty(), "a partial event at the end: {buf:?}");
@@ -199,7 +185,9 @@ async fn events_arrive_while_the_turn_still_runs() {
     ));
     let t = start(agent_config(vec![openai("primary", &llm, 0, 10_000)])).await;
     let began = Instant::now();
-    let mut res = open_stream(&t, json!({"message": "stats", "stream": true})).await;
+    let mut res = t
+        .post_stream(CHAT, json!({"message": "stats", "stream": true}))
+        .await;
     let mut buf = String::new();
     let mut seen: Vec<(Event, Duration)> = Vec::new();
     while let Some(chunk) = res.chunk().await.unwrap() {
@@ -274,7 +262,9 @@ async fn a_client_that_leaves_a_stream_cancels_its_session() {
     llm.push(Step::Answer("too late".into()));
     // One retry after a 1 s timeout: a session still running would ask the provider again.
     let t = start(agent_config(vec![openai("slow", &llm, 1, 1_000)])).await;
-    let mut res = open_stream(&t, json!({"message": "stats", "stream": true})).await;
+    let mut res = t
+        .post_stream(CHAT, json!({"message": "stats", "stream": true}))
+        .await;
     // Read up to the call's end, then leave while the provider hangs.
     let mut buf = String::new();
     let mut names = Vec::new();

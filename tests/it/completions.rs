@@ -213,16 +213,7 @@ fn events(text: &str) -> Vec<String> {
 }
 
 async fn stream(t: &TestServer, body: Value) -> (Vec<Value>, String) {
-    let res = t
-        .http
-        .post(t.url(PATH))
-        .bearer_auth(KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
-    assert_eq!(res.headers()["content-type"], "text/event-stream");
+    let res = t.post_stream(PATH, body).await;
     let mut data = events(&res.text().await.unwrap());
     let last = data.pop().unwrap();
     let chunks = data

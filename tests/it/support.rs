@@ -146,6 +146,22 @@ impl TestServer {
         (s, b)
     }
 
+    /// POSTs `body` as JSON with the test key and asserts that an event stream (200,
+    /// `text/event-stream`) answers: the response, its events still to be read.
+    pub async fn post_stream(&self, path: &str, body: Value) -> reqwest::Response {
+        let res = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-type"], "text/event-stream");
+        res
+    }
+
     /// POSTs `body` as it is, with `content_type` and the test key: the status and the
     /// answer's JSON.
     pub async fn post_bytes(
