@@ -2,6 +2,7 @@
 // retries, cancellation, deprecation and the environment.
 
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, describe, test } from "node:test";
 
 import * as kbq from "../src/index.js";
@@ -137,7 +138,15 @@ test("errors name the status, the code and the field", async () => {
   assert.ok(e instanceof kbq.APIConnectionError);
   assert.equal(e.status, null);
 
-  e = await new kbq.Client({ baseUrl: main.url, apiKey: KEY, timeout: 1 }).agent.chat({ message: "Who influenced Alan Turing?" }).catch((x) => x);
+  // A listener that never answers: the timeout, not a race with a fast answer, ends the request.
+  const silent = net.createServer(() => {});
+  await new Promise((r) => silent.listen(0, "127.0.0.1", r));
+  const silentUrl = `http://127.0.0.1:${silent.address().port}`;
+  e = await new kbq.Client({ baseUrl: silentUrl, apiKey: KEY, timeout: 200, maxRetries: 0 })
+    .agent.chat({ message: "Who influenced Alan Turing?" })
+    .catch((x) => x);
+  silent.close();
+  silent.unref();
   assert.ok(e instanceof kbq.APITimeoutError, String(e));
 });
 

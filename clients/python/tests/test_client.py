@@ -2,6 +2,7 @@
 retries, deprecation and the environment."""
 
 import dataclasses
+import socket
 import time
 import warnings
 
@@ -155,9 +156,15 @@ def test_errors_name_the_status_the_code_and_the_field(url, key, read_key, clien
             gone.graph.entity("Alan Turing")
     assert e.value.status_code is None
 
-    with kbq.Client(base_url=url, api_key=key, timeout=0.000001) as hurried:
-        with pytest.raises(kbq.APITimeoutError):
-            hurried.agent.chat("Who influenced Alan Turing?")
+    # A listener that never answers: the connection is made and the answer never comes, so
+    # the timeout is what ends the request (a tiny timeout against kbq raced a fast answer).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent_url = "http://127.0.0.1:%d" % silent.getsockname()[1]
+        with kbq.Client(base_url=silent_url, api_key=key, timeout=0.2, max_retries=0) as hurried:
+            with pytest.raises(kbq.APITimeoutError):
+                hurried.agent.chat("Who influenced Alan Turing?")
     assert issubclass(kbq.APITimeoutError, kbq.APIConnectionError)
     assert issubclass(kbq.RateLimitError, kbq.APIError)
 
