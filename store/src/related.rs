@@ -88,11 +88,20 @@ impl KnowledgeBase {
         // name -> (depth, relationship)
         let mut reach: FxHashMap<&str, (u32, Option<&str>)> = FxHashMap::default();
         reach.insert(start.entity.name.as_str(), (0, None));
+        // The same, in walk order, by place.
+        let mut names = vec![start.entity.name.as_str()];
+        let mut depths = vec![0];
         for r in &related {
             reach.insert(r.entity.name.as_str(), (r.depth, r.via.as_deref()));
+            names.push(r.entity.name.as_str());
+            depths.push(r.depth);
         }
         let text = format!("{} {}", start.entity.name, start.entity.entity_type);
-        let docs = self.best_documents_of(&reach, &text, query.limit).await?;
+        let docs = self
+            .best_documents_of(&names, &depths, &text, query.limit)
+            .await?;
+        // A document relinked by another node since the index last heard of it is not in
+        // `reach`, and left out.
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
             .filter_map(|d| {
@@ -120,6 +129,20 @@ impl KnowledgeBase {
     }
 }
 
+/// The places of the `scores` that can be among the best `limit`, in order: those that
+/// reach the `limit`-th best score, ties included (ties break by title, which is not read
+/// yet). All of them when there are no more than `limit`, or `limit` is 0.
+fn best_places(scores: &[f64], limit: usize) -> Vec<usize> {
+    let all = 0..scores.len();
+    if scores.len() <= limit || limit == 0 {
+        return all.collect();
+    }
+    let mut sorted = scores.to_vec();
+    sorted.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+    let cutoff = sorted[limit - 1];
+    all.filter(|&n| scores[n] >= cutoff).collect()
+}
+
 /// A document's score from its entity's depth and its similarity (rounded to 6 places, so
 /// that ties are ties whatever the float noise).
 fn score(depth: u32, similarity: f64) -> f64 {
@@ -142,85 +165,109 @@ impl KnowledgeBase {
     /// answer then depends on documents the selection did not foresee.
     async fn best_documents_of(
         &self,
-        reach: &FxHashMap<&str, (u32, Option<&str>)>,
+        names: &[&str],
+        depths: &[u32],
         text: &str,
         limit: usize,
     ) -> Result<Vec<DocumentHit>> {
         self.connection().await?;
-        let names: Vec<&str> = reach.keys().copied().collect();
-        let Some(found) = self.linked_documents(&names) else {
+        let Some(found) = self.linked_documents(names) else {
             return Ok(Vec::new());
         };
         let q = self.embed_one(text).await?;
-        let similar = match &found {
-            Found::Slots(linked) => self.vectors().read().similarities_of(linked, &q),
+        let chosen = match &found {
+            Found::Slots(linked) => self.chosen_by_slot(linked, depths, &q, limit),
             Found::Keys(_) => None,
         };
-        // The index changed while the query was embedded: by key, as below.
-        let similar = match similar {
-            Some(similar) => similar,
+        // The index changed while the query was embedded, or it does not hold every
+        // document: by key.
+        let chosen = match chosen {
+            Some(chosen) => chosen,
             None => {
-                let keyed = match found {
-                    Found::Keys(keyed) => keyed,
-                    Found::Slots(_) => self
-                        .text()
-                        .read()
-                        .documents_by_entity(names.iter().copied()),
-                };
-                let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
-                let similarities = self.vectors().read().similarities(&keys, &q);
-                keyed
+                let candidates = self.candidates_by_key(names, found, &q);
+                let scores: Vec<f64> = candidates
+                    .iter()
+                    .map(|&(_, i, similarity)| score(depths[i], f64::from(similarity)))
+                    .collect();
+                let mut candidates: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
+                best_places(&scores, limit)
                     .into_iter()
-                    .zip(similarities)
-                    .map(|((key, i), s)| (key, i, s.unwrap_or(0.0)))
+                    .filter_map(|n| candidates[n].take())
                     .collect()
             }
         };
-        // (key, its entity, its similarity, its score)
-        let candidates: Vec<(VectorKey, &str, f32, f64)> = similar
-            .into_iter()
-            .map(|(key, i, similarity)| {
-                let name = names[i];
-                (
-                    key,
-                    name,
-                    similarity,
-                    score(reach[name].0, f64::from(similarity)),
-                )
-            })
-            .collect();
-        let mut chosen = candidates.clone();
-        if chosen.len() > limit && limit > 0 {
-            chosen.sort_by(|a, b| b.3.total_cmp(&a.3));
-            let cutoff = chosen[limit - 1].3;
-            chosen.retain(|c| c.3 >= cutoff);
-        }
         let expected: FxHashMap<VectorKey, &str> = chosen
             .iter()
-            .map(|(key, name, _, _)| (key.clone(), *name))
+            .map(|(key, i, _)| (key.clone(), names[*i]))
             .collect();
         let hits = self
-            .documents_by_key(chosen.into_iter().map(|(k, _, s, _)| (k, s)).collect())
+            .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
         let as_foreseen = hits.len() == expected.len()
             && hits.iter().all(|h| {
                 let key = h.document.id.split_once(':').map_or("", |(_, k)| k);
                 h.document.entity_name.as_deref() == expected.get(key).copied()
             });
-        let mut hits = if as_foreseen {
-            hits
-        } else {
-            self.documents_by_key(candidates.into_iter().map(|(k, _, s, _)| (k, s)).collect())
-                .await?
+        if as_foreseen {
+            return Ok(hits);
+        }
+        let every = self.candidates_by_key(names, None, &q);
+        self.documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
+            .await
+    }
+
+    /// The documents of `linked` that can be among the best `limit` (see
+    /// [`best_places`]): (key, its entity's place, its similarity). Every similarity is read
+    /// by slot, and only the kept documents' keys. `None` when the index has changed since
+    /// `linked` was taken.
+    fn chosen_by_slot(
+        &self,
+        linked: &Linked,
+        depths: &[u32],
+        q: &[f32],
+        limit: usize,
+    ) -> Option<Vec<(VectorKey, usize, f32)>> {
+        let vectors = self.vectors().read();
+        let similar = vectors.similarities_of(linked, q)?;
+        let places: Vec<usize> = linked.places().collect();
+        let scores: Vec<f64> = places
+            .iter()
+            .zip(&similar)
+            .map(|(&i, &similarity)| score(depths[i], f64::from(similarity)))
+            .collect();
+        let picks = best_places(&scores, limit);
+        let keys = vectors.keys_of(linked, &picks)?;
+        Some(
+            keys.into_iter()
+                .zip(picks)
+                .map(|(key, n)| (key, places[n], similar[n]))
+                .collect(),
+        )
+    }
+
+    /// Every document of `names` by key from the keyword index, which holds them all (or
+    /// those `found` already holds by key): (key, its entity's place, its similarity to `q`,
+    /// 0 without a vector).
+    fn candidates_by_key(
+        &self,
+        names: &[&str],
+        found: impl Into<Option<Found>>,
+        q: &[f32],
+    ) -> Vec<(VectorKey, usize, f32)> {
+        let keyed = match found.into() {
+            Some(Found::Keys(keyed)) => keyed,
+            _ => self
+                .text()
+                .read()
+                .documents_by_entity(names.iter().copied()),
         };
-        // A document relinked by another node since the index last heard of it.
-        hits.retain(|hit| {
-            hit.document
-                .entity_name
-                .as_deref()
-                .is_some_and(|n| reach.contains_key(n))
-        });
-        Ok(hits)
+        let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
+        let similarities = self.vectors().read().similarities(&keys, q);
+        keyed
+            .into_iter()
+            .zip(similarities)
+            .map(|((key, i), s)| (key, i, s.unwrap_or(0.0)))
+            .collect()
     }
 
     /// The documents linked to `names`, or `None` when there are none. By slot in the

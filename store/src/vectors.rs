@@ -48,6 +48,13 @@ pub struct Linked {
     slots: Vec<(u32, u32)>,
 }
 
+impl Linked {
+    /// For each document, in order: its entity's place in the names asked for.
+    pub fn places(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.slots.iter().map(|&(_, i)| i as usize)
+    }
+}
+
 /// A value no index has had as its generation before.
 fn next_generation() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -355,19 +362,19 @@ impl VectorIndex {
         })
     }
 
-    /// The key, the entity's place and the similarity to `query` of each document of
-    /// `linked`: what [`similarities`](Self::similarities) gives for their keys. `None` when
-    /// the index has changed since `linked` was taken, or `query` is of another dimension.
-    pub fn similarities_of(
-        &self,
-        linked: &Linked,
-        query: &[f32],
-    ) -> Option<Vec<(VectorKey, usize, f32)>> {
+    /// The similarity to `query` of each document of `linked`, in its order: what
+    /// [`similarities`](Self::similarities) gives for their keys. `None` when the index has
+    /// changed since `linked` was taken, or `query` is of another dimension.
+    ///
+    /// No key is read or cloned here: a hub's walk links hundreds of documents and keeps ten,
+    /// and cloning a shared key is an atomic write to memory both cores read. The kept ones'
+    /// keys come from [`keys_of`](Self::keys_of).
+    pub fn similarities_of(&self, linked: &Linked, query: &[f32]) -> Option<Vec<f32>> {
         if linked.generation != self.generation || query.len() != self.dimension {
             return None;
         }
         let q = unit(query);
-        // The slots are scattered over the index, so each one's vector and key are cache
+        // The slots are scattered over the index, so each one's vector is a run of cache
         // misses: they are fetched a few slots ahead, so that the misses overlap.
         let slots = &linked.slots;
         let ahead = |n: usize| slots.get(n).map(|&(slot, _)| slot as usize);
@@ -380,28 +387,33 @@ impl VectorIndex {
             slots
                 .iter()
                 .enumerate()
-                .map(|(n, &(slot, i))| {
+                .map(|(n, &(slot, _))| {
                     if let Some(next) = ahead(n + PREFETCH_AHEAD) {
                         self.prefetch(next);
                     }
-                    let slot = slot as usize;
-                    (
-                        self.keys[slot].clone(),
-                        i as usize,
-                        dot(self.slot(slot), &q),
-                    )
+                    dot(self.slot(slot as usize), &q)
                 })
                 .collect(),
         )
     }
 
-    /// Asks the processor to fetch `slot`'s vector and key into its caches.
+    /// The keys of the documents of `linked` at `picks` (places in its order), in that order;
+    /// `None` when the index has changed since `linked` was taken.
+    pub fn keys_of(&self, linked: &Linked, picks: &[usize]) -> Option<Vec<VectorKey>> {
+        (linked.generation == self.generation).then(|| {
+            picks
+                .iter()
+                .map(|&n| self.keys[linked.slots[n].0 as usize].clone())
+                .collect()
+        })
+    }
+
+    /// Asks the processor to fetch `slot`'s vector into its caches.
     #[inline(always)]
     fn prefetch(&self, slot: usize) {
         for line in self.slot(slot).chunks(16) {
             prefetch(line.as_ptr());
         }
-        prefetch(self.keys[slot].as_ptr());
     }
 
     /// Approximate heap bytes: the vectors, their codes and scales, the keys and tags, and
@@ -874,9 +886,18 @@ mod tests {
                 })
                 .collect();
             let linked = index.linked(&names);
-            let mut found = linked
+            let mut found: Vec<(VectorKey, usize, f32)> = linked
                 .as_ref()
-                .map(|l| index.similarities_of(l, &q).expect("same generation"))
+                .map(|l| {
+                    let similar = index.similarities_of(l, &q).expect("same generation");
+                    let all: Vec<usize> = (0..similar.len()).collect();
+                    let keys = index.keys_of(l, &all).expect("same generation");
+                    keys.into_iter()
+                        .zip(l.places())
+                        .zip(similar)
+                        .map(|((key, i), s)| (key, i, s))
+                        .collect()
+                })
                 .unwrap_or_default();
             expected.sort_by(|a, b| a.0.cmp(&b.0));
             found.sort_by(|a, b| a.0.cmp(&b.0));
@@ -884,6 +905,7 @@ mod tests {
             if let Some(linked) = linked {
                 index.upsert("new", &random(&mut rng, 8), tags("s"));
                 assert!(index.similarities_of(&linked, &q).is_none());
+                assert!(index.keys_of(&linked, &[0]).is_none());
                 index.remove("new");
             }
         }
