@@ -65,6 +65,42 @@ pub struct Reached {
     pub via: Option<Arc<str>>,
 }
 
+/// The entities a graph-documents walk reached, as that request needs them: names, depths
+/// and the types of the edges that reached them, copied out of the index. A hub's walk
+/// reaches hundreds of entities, and cloning each one's shared handle (and its edge type's)
+/// was an atomic write to memory that every core's walks read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reach {
+    /// The start entity's type (empty for an unknown start).
+    pub start_type: String,
+    /// The start entity (none for an unknown start), then the entities reached that the
+    /// type filter accepts, in walk order.
+    pub names: Vec<String>,
+    /// Hops from the start entity, by place in `names`.
+    pub depths: Vec<u32>,
+    /// The type of the edge that first reached each entity, by place in `names` (`None` for
+    /// the start). Each type is the request's own copy, shared only within it.
+    pub via: Vec<Option<Arc<str>>>,
+}
+
+impl Reach {
+    /// The [`Reach`] of a walk's `entities` (the start entity first).
+    pub fn of(entities: &[Reached], entity_type: Option<&str>) -> Reach {
+        let mut reach = Reach::default();
+        for (n, r) in entities.iter().enumerate() {
+            if n == 0 {
+                reach.start_type = r.entity.entity_type.clone();
+            } else if entity_type.is_some_and(|t| t != r.entity.entity_type) {
+                continue;
+            }
+            reach.names.push(r.entity.name.clone());
+            reach.depths.push(r.depth);
+            reach.via.push(r.via.clone());
+        }
+        reach
+    }
+}
+
 /// The answer of a walk. An unknown start entity gives an empty answer.
 #[derive(Debug, Clone, Default)]
 pub struct Traversal {
@@ -587,12 +623,34 @@ impl GraphIndex {
         }
     }
 
-    /// The entities of [`traverse`](Self::traverse)'s answer alone: for a graph-documents
-    /// request, which returns no relationships and no traversal JSON.
-    pub fn reach(&self, query: &TraversalQuery) -> Vec<Reached> {
-        self.walk(query)
-            .map(|walk| self.reached(&walk))
-            .unwrap_or_default()
+    /// What a graph-documents request needs of [`traverse`](Self::traverse)'s entities
+    /// (see [`Reach`]), copied out: no relationships, no JSON and no shared handle.
+    pub fn reach(&self, query: &TraversalQuery, entity_type: Option<&str>) -> Reach {
+        let Some(walk) = self.walk(query) else {
+            return Reach::default();
+        };
+        let mut reach = Reach::default();
+        // This request's own copy of each edge type it meets (see `Reach::via`).
+        let mut types: FxHashMap<u32, Arc<str>> = FxHashMap::default();
+        for (n, depth, via) in &walk.slots {
+            let entity = &self.nodes[*n as usize].entity;
+            if reach.names.is_empty() {
+                reach.start_type = entity.entity_type.clone();
+            } else if entity_type.is_some_and(|t| t != entity.entity_type) {
+                continue;
+            }
+            let via = via.map(|e| {
+                let ty = self.edges[e as usize].ty;
+                types
+                    .entry(ty)
+                    .or_insert_with(|| Arc::from(&*self.types[ty as usize]))
+                    .clone()
+            });
+            reach.names.push(entity.name.clone());
+            reach.depths.push(*depth);
+            reach.via.push(via);
+        }
+        reach
     }
 
     fn reached(&self, walk: &Walk<u32, u32>) -> Vec<Reached> {

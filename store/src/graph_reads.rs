@@ -12,7 +12,7 @@ use surrealdb::types::{Object, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
 use crate::graph::{
-    self, Direction, GraphIndex, Reached, Traversal, TraversalQuery, Walk, candidate_order,
+    self, Direction, GraphIndex, Reach, Reached, Traversal, TraversalQuery, Walk, candidate_order,
 };
 use crate::kb::{
     Connected, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, entity_record_id, obj,
@@ -256,13 +256,19 @@ impl KnowledgeBase {
         self.traverse_in_db(query).await
     }
 
-    /// The entities [`traverse`](Self::traverse) reaches, without its relationships.
-    pub async fn traverse_entities(&self, query: &TraversalQuery) -> Result<Vec<Reached>> {
+    /// The entities [`traverse`](Self::traverse) reaches, as graph documents need them (see
+    /// [`Reach`]): the start entity, then those of `entity_type` (any when `None`).
+    pub async fn documents_walk(
+        &self,
+        query: &TraversalQuery,
+        entity_type: Option<&str>,
+    ) -> Result<Reach> {
         if let Some(index) = self.graph_index() {
             self.connection().await?;
-            return Ok(index.read().reach(query));
+            return Ok(index.read().reach(query, entity_type));
         }
-        Ok(self.traverse_in_db(query).await?.entities)
+        let walk = self.traverse_in_db(query).await?;
+        Ok(Reach::of(&walk.entities, entity_type))
     }
 
     /// The in-memory walk alone, without the async call or the connection check: what the

@@ -50,7 +50,7 @@ pub mod write;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
-pub use graph::{Direction, GraphIndex, Reached, Traversal, TraversalJson, TraversalQuery};
+pub use graph::{Direction, GraphIndex, Reach, Reached, Traversal, TraversalJson, TraversalQuery};
 pub use kb::{Counts, IndexStats, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{

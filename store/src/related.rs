@@ -57,58 +57,48 @@ pub struct GraphDocuments {
 
 impl KnowledgeBase {
     pub async fn graph_documents(&self, query: &DocumentsQuery) -> Result<GraphDocuments> {
-        let reached = self
-            .traverse_entities(&TraversalQuery {
-                start: query.start.clone(),
-                relationship_types: query.relationship_types.clone(),
-                direction: Direction::Both,
-                depth: query.max_depth,
-                limit: MAX_RELATED_ENTITIES + 1,
-            })
+        let reach = self
+            .documents_walk(
+                &TraversalQuery {
+                    start: query.start.clone(),
+                    relationship_types: query.relationship_types.clone(),
+                    direction: Direction::Both,
+                    depth: query.max_depth,
+                    limit: MAX_RELATED_ENTITIES + 1,
+                },
+                query.entity_type.as_deref(),
+            )
             .await?;
-        let Some(start) = reached.first() else {
+        let Some(start) = reach.names.first() else {
             return Ok(GraphDocuments::default());
         };
-        let related: Vec<_> = reached[1..]
-            .iter()
-            .filter(|r| {
-                query
-                    .entity_type
-                    .as_ref()
-                    .is_none_or(|t| &r.entity.entity_type == t)
-            })
-            .collect();
-        let related_entities: Vec<String> = related.iter().map(|r| r.entity.name.clone()).collect();
         if !query.resolve_documents {
             return Ok(GraphDocuments {
                 results: Vec::new(),
-                related_entities,
+                related_entities: related_entities(reach.names),
             });
         }
-        // name -> (depth, relationship)
-        let mut reach: FxHashMap<&str, (u32, Option<&str>)> = FxHashMap::default();
-        reach.insert(start.entity.name.as_str(), (0, None));
-        // The same, in walk order, by place.
-        let mut names = vec![start.entity.name.as_str()];
-        let mut depths = vec![0];
-        for r in &related {
-            reach.insert(r.entity.name.as_str(), (r.depth, r.via.as_deref()));
-            names.push(r.entity.name.as_str());
-            depths.push(r.depth);
-        }
-        let text = format!("{} {}", start.entity.name, start.entity.entity_type);
+        let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
+        let text = format!("{start} {}", reach.start_type);
         let docs = self
-            .best_documents_of(&names, &depths, &text, query.limit)
+            .best_documents_of(&names, &reach.depths, &text, query.limit)
             .await?;
+        // name -> its place
+        let places: FxHashMap<&str, usize> =
+            names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         // A document relinked by another node since the index last heard of it is not in
-        // `reach`, and left out.
+        // `places`, and left out.
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
             .filter_map(|d| {
                 let name = d.document.entity_name.clone()?;
-                let &(depth, via) = reach.get(name.as_str())?;
+                let &i = places.get(name.as_str())?;
+                let depth = reach.depths[i];
                 Some(GraphDocument {
-                    relationship: via.unwrap_or(SELF_RELATIONSHIP).to_string(),
+                    relationship: reach.via[i]
+                        .as_deref()
+                        .unwrap_or(SELF_RELATIONSHIP)
+                        .to_string(),
                     related_entity: (depth > 0).then_some(name),
                     score: score(depth, d.score),
                     document: d.document,
@@ -124,9 +114,15 @@ impl KnowledgeBase {
         results.truncate(query.limit);
         Ok(GraphDocuments {
             results,
-            related_entities,
+            related_entities: related_entities(reach.names),
         })
     }
+}
+
+/// The names of a walk's entities without its start entity.
+fn related_entities(mut names: Vec<String>) -> Vec<String> {
+    names.remove(0);
+    names
 }
 
 /// The places of the `scores` that can be among the best `limit`, in order: those that
