@@ -87,17 +87,29 @@ impl Reach {
     /// The [`Reach`] of a walk's `entities` (the start entity first).
     pub fn of(entities: &[Reached], entity_type: Option<&str>) -> Reach {
         let mut reach = Reach::default();
-        for (n, r) in entities.iter().enumerate() {
-            if n == 0 {
-                reach.start_type = r.entity.entity_type.clone();
-            } else if entity_type.is_some_and(|t| t != r.entity.entity_type) {
-                continue;
-            }
-            reach.names.push(r.entity.name.clone());
-            reach.depths.push(r.depth);
-            reach.via.push(r.via.clone());
+        for r in entities {
+            reach.add(&r.entity, r.depth, || r.via.clone(), entity_type);
         }
         reach
+    }
+
+    /// Adds an entity the walk reached (the start entity first, whatever its type) when it
+    /// is of `entity_type`; `via` gives the type of the edge that reached it.
+    fn add(
+        &mut self,
+        entity: &Entity,
+        depth: u32,
+        via: impl FnOnce() -> Option<Arc<str>>,
+        entity_type: Option<&str>,
+    ) {
+        if self.names.is_empty() {
+            self.start_type = entity.entity_type.clone();
+        } else if entity_type.is_some_and(|t| t != entity.entity_type) {
+            return;
+        }
+        self.names.push(entity.name.clone());
+        self.depths.push(depth);
+        self.via.push(via());
     }
 }
 
@@ -633,22 +645,16 @@ impl GraphIndex {
         // This request's own copy of each edge type it meets (see `Reach::via`).
         let mut types: FxHashMap<u32, Arc<str>> = FxHashMap::default();
         for (n, depth, via) in &walk.slots {
-            let entity = &self.nodes[*n as usize].entity;
-            if reach.names.is_empty() {
-                reach.start_type = entity.entity_type.clone();
-            } else if entity_type.is_some_and(|t| t != entity.entity_type) {
-                continue;
-            }
-            let via = via.map(|e| {
-                let ty = self.edges[e as usize].ty;
-                types
-                    .entry(ty)
-                    .or_insert_with(|| Arc::from(&*self.types[ty as usize]))
-                    .clone()
-            });
-            reach.names.push(entity.name.clone());
-            reach.depths.push(*depth);
-            reach.via.push(via);
+            let via = || {
+                via.map(|e| {
+                    let ty = self.edges[e as usize].ty;
+                    types
+                        .entry(ty)
+                        .or_insert_with(|| Arc::from(&*self.types[ty as usize]))
+                        .clone()
+                })
+            };
+            reach.add(&self.nodes[*n as usize].entity, *depth, via, entity_type);
         }
         reach
     }

@@ -125,10 +125,18 @@ fn related_entities(mut names: Vec<String>) -> Vec<String> {
     names
 }
 
-/// The places of the `scores` that can be among the best `limit`, in order: those that
-/// reach the `limit`-th best score, ties included (ties break by title, which is not read
-/// yet). All of them when there are no more than `limit`, or `limit` is 0.
-fn best_places(scores: &[f64], limit: usize) -> Vec<usize> {
+/// The places, in order, of the `candidates` (each its entity's place in `depths` and its
+/// similarity) that can be among the best `limit` by score: those that reach the `limit`-th
+/// best score, ties included (ties break by title, which is not read yet). All of them when
+/// there are no more than `limit`, or `limit` is 0.
+fn best_places(
+    candidates: impl Iterator<Item = (usize, f32)>,
+    depths: &[u32],
+    limit: usize,
+) -> Vec<usize> {
+    let scores: Vec<f64> = candidates
+        .map(|(i, similarity)| score(depths[i], f64::from(similarity)))
+        .collect();
     let all = 0..scores.len();
     if scores.len() <= limit || limit == 0 {
         return all.collect();
@@ -181,12 +189,9 @@ impl KnowledgeBase {
             Some(chosen) => chosen,
             None => {
                 let candidates = self.candidates_by_key(names, found, &q);
-                let scores: Vec<f64> = candidates
-                    .iter()
-                    .map(|&(_, i, similarity)| score(depths[i], f64::from(similarity)))
-                    .collect();
+                let picks = best_places(candidates.iter().map(|&(_, i, s)| (i, s)), depths, limit);
                 let mut candidates: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
-                best_places(&scores, limit)
+                picks
                     .into_iter()
                     .filter_map(|n| candidates[n].take())
                     .collect()
@@ -226,12 +231,11 @@ impl KnowledgeBase {
         let vectors = self.vectors().read();
         let similar = vectors.similarities_of(linked, q)?;
         let places: Vec<usize> = linked.places().collect();
-        let scores: Vec<f64> = places
-            .iter()
-            .zip(&similar)
-            .map(|(&i, &similarity)| score(depths[i], f64::from(similarity)))
-            .collect();
-        let picks = best_places(&scores, limit);
+        let picks = best_places(
+            places.iter().copied().zip(similar.iter().copied()),
+            depths,
+            limit,
+        );
         let keys = vectors.keys_of(linked, &picks)?;
         Some(
             keys.into_iter()
