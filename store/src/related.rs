@@ -156,8 +156,8 @@ fn score(depth: u32, similarity: f64) -> f64 {
 }
 
 impl KnowledgeBase {
-    /// The documents of the entities in `reach` (name -> depth, relationship) that can be
-    /// among the best `limit` by score, each with its similarity to `text` as its score.
+    /// The documents of the entities `names` (at `depths`, by place) that can be among the
+    /// best `limit` by score, each with its similarity to `text` as its score.
     ///
     /// A hub reaches hundreds of entities, and reading every one of their documents from
     /// SurrealDB to keep ten was most of the time of a graph-documents request. Both parts
@@ -188,7 +188,11 @@ impl KnowledgeBase {
         let chosen = match chosen {
             Some(chosen) => chosen,
             None => {
-                let candidates = self.candidates_by_key(names, found, &q);
+                let keyed = match found {
+                    Found::Keys(keyed) => Some(keyed),
+                    Found::Slots(_) => None,
+                };
+                let candidates = self.candidates_by_key(names, keyed, &q);
                 let picks = best_places(candidates.iter().map(|&(_, i, s)| (i, s)), depths, limit);
                 let mut candidates: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
                 picks
@@ -245,18 +249,18 @@ impl KnowledgeBase {
         )
     }
 
-    /// Every document of `names` by key from the keyword index, which holds them all (or
-    /// those `found` already holds by key): (key, its entity's place, its similarity to `q`,
-    /// 0 without a vector).
+    /// Every document of `names` by key: `keyed` when the keyword index was already asked
+    /// for them, else from it, as it holds them all. (key, its entity's place, its similarity
+    /// to `q`, 0 without a vector).
     fn candidates_by_key(
         &self,
         names: &[&str],
-        found: impl Into<Option<Found>>,
+        keyed: Option<Vec<(VectorKey, usize)>>,
         q: &[f32],
     ) -> Vec<(VectorKey, usize, f32)> {
-        let keyed = match found.into() {
-            Some(Found::Keys(keyed)) => keyed,
-            _ => self
+        let keyed = match keyed {
+            Some(keyed) => keyed,
+            None => self
                 .text()
                 .read()
                 .documents_by_entity(names.iter().copied()),
