@@ -53,16 +53,31 @@ impl HashingEmbedder {
             let sign = if (h >> 63) & 1 == 1 { -1.0 } else { 1.0 };
             v[slot] += sign * weight;
         };
+        // One buffer for every word: "^word$", lower-cased, and where each character starts.
+        let mut padded = String::new();
+        let mut starts: Vec<usize> = Vec::new();
         for word in text
             .split(|c: char| !c.is_alphanumeric())
             .filter(|w| !w.is_empty())
         {
-            let word = word.to_lowercase();
-            add(word.as_bytes(), 1.0);
-            let padded: Vec<char> = format!("^{word}$").chars().collect();
-            for tri in padded.windows(3) {
-                let s: String = tri.iter().collect();
-                add(s.as_bytes(), 0.5);
+            padded.clear();
+            padded.push('^');
+            if word.is_ascii() {
+                padded.extend(word.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+            } else {
+                // `str::to_lowercase` knows context (a final sigma), which a character at a
+                // time does not.
+                padded.push_str(&word.to_lowercase());
+            }
+            padded.push('$');
+            add(&padded.as_bytes()[1..padded.len() - 1], 1.0);
+            // Each trigram is three characters: the bytes from one character's start to the
+            // fourth's.
+            starts.clear();
+            starts.extend(padded.char_indices().map(|(i, _)| i));
+            starts.push(padded.len());
+            for w in starts.windows(4) {
+                add(&padded.as_bytes()[w[0]..w[3]], 0.5);
             }
         }
         normalize(&mut v);
@@ -130,6 +145,65 @@ mod tests {
         let near = e.embed_one("The Turing machine is a model of computation");
         let far = e.embed_one("Grace Hopper wrote the first compiler for COBOL");
         assert!(cosine(&q, &near) > cosine(&q, &far));
+    }
+
+    /// The embedder as first written (a `String` per word and per trigram): the vectors are
+    /// part of the stored data, so every later version must give exactly these.
+    fn reference(dimension: usize, text: &str) -> Vec<f32> {
+        let mut v = vec![0f32; dimension];
+        let mut add = |feature: &[u8], weight: f32| {
+            let h = fnv1a(feature);
+            let slot = (h % dimension as u64) as usize;
+            let sign = if (h >> 63) & 1 == 1 { -1.0 } else { 1.0 };
+            v[slot] += sign * weight;
+        };
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
+            let word = word.to_lowercase();
+            add(word.as_bytes(), 1.0);
+            let padded: Vec<char> = format!("^{word}$").chars().collect();
+            for tri in padded.windows(3) {
+                let s: String = tri.iter().collect();
+                add(s.as_bytes(), 0.5);
+            }
+        }
+        normalize(&mut v);
+        v
+    }
+
+    #[test]
+    fn vectors_are_those_of_the_first_version() {
+        let e = HashingEmbedder::default();
+        let fixed = [
+            "",
+            "a",
+            "Alan Turing designed the ACE",
+            "ΟΔΟΣ Σ σ ΣΑΣ İstanbul straße ǅemal",
+            "日本語のテキスト and 中文 mixed, with émigré café-au-lait",
+            "x y z 1 22 333 4444 Entity 000001 Person",
+        ];
+        for text in fixed {
+            assert_eq!(e.embed_one(text), reference(256, text), "{text:?}");
+        }
+        // Generated texts over a mixed alphabet (ASCII, Greek capitals, accents, CJK,
+        // separators), seeded.
+        let alphabet: Vec<char> = "aZ9 _-.ΣσςΑİıßÉé日本ǅ\u{301}\t,".chars().collect();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            let mut text = String::new();
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            for _ in 0..(state % 40) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                text.push(alphabet[(state % alphabet.len() as u64) as usize]);
+            }
+            assert_eq!(e.embed_one(&text), reference(256, &text), "{text:?}");
+        }
     }
 
     #[test]
