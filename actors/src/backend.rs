@@ -4,6 +4,7 @@
 //! pool (provider.rs), so that the built-in backend, the embedder and health use the protocol
 //! without the actor that runs it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_openai::Client;
@@ -13,10 +14,18 @@ use backon::{ExponentialBuilder, Retryable};
 use serde_json::{Value, json};
 
 /// One request to a model: OpenAI chat messages and tool definitions, as JSON.
+///
+/// The messages and tools are shared, not copied: a chat turn asks once per step with the
+/// conversation so far, and the router hands the same request to each provider it tries.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
-    pub messages: Vec<Value>,
-    pub tools: Vec<Value>,
+    pub messages: Arc<Vec<Value>>,
+    pub tools: Arc<Vec<Value>>,
+    /// The results of the conversation's tool calls as the chat session that ran them holds
+    /// them, one per `tool` message in `messages`, in their order (the messages carry them
+    /// as JSON text). A provider in this process (the built-in one) reads them here instead
+    /// of parsing the text back; empty when the request came from elsewhere. Sent nowhere.
+    pub tool_results: Arc<Vec<Value>>,
     /// OpenAI's `tool_choice` (`"auto"`, `"none"`, `"required"` or a named function); `None`
     /// means `"auto"` when tools are offered.
     pub tool_choice: Option<Value>,
@@ -229,7 +238,7 @@ impl Backend for OpenAiBackend {
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let mut body = Value::Object(request.options.clone());
         body["model"] = json!(self.model);
-        body["messages"] = json!(request.messages);
+        body["messages"] = json!(*request.messages);
         body["stream"] = json!(false);
         if let Some(t) = request.temperature {
             body["temperature"] = json!(t);
@@ -238,7 +247,7 @@ impl Backend for OpenAiBackend {
             body["max_tokens"] = json!(m);
         }
         if !request.tools.is_empty() {
-            body["tools"] = json!(request.tools);
+            body["tools"] = json!(*request.tools);
             body["tool_choice"] = request.tool_choice.clone().unwrap_or(json!("auto"));
         }
         let chat = self.client.chat();

@@ -273,8 +273,34 @@ fn describe(tool: &str, result: &Value) -> String {
     }
 }
 
+/// Words in `text`, as `split_whitespace` counts them.
 fn words(text: &str) -> u64 {
-    text.split_whitespace().count() as u64
+    let mut count = 0;
+    let mut in_word = false;
+    let mut step = |space: bool| {
+        count += u64::from(in_word && space);
+        in_word = !space;
+    };
+    if text.is_ascii() {
+        text.bytes()
+            .for_each(|b| step(b.is_ascii_whitespace() || b == 0x0b));
+    } else {
+        text.chars().for_each(|c| step(c.is_whitespace()));
+    }
+    count + u64::from(in_word)
+}
+
+/// Words in a message's `content` ([`text_of`]'s text), without copying it.
+fn words_of(content: &Value) -> u64 {
+    match content {
+        Value::String(s) => words(s),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .map(words)
+            .sum(),
+        _ => 0,
+    }
 }
 
 #[async_trait::async_trait]
@@ -301,7 +327,7 @@ impl Backend for BuiltinBackend {
         let prompt_tokens = request
             .messages
             .iter()
-            .map(|m| words(&text_of(&m["content"])))
+            .map(|m| words_of(&m["content"]))
             .sum();
         let after = &request.messages[last_user + 1..];
         let mut finish = "stop";
@@ -367,17 +393,33 @@ impl Backend for BuiltinBackend {
                     );
                 }
             }
+            // The session's own results when it sent them (one per tool message), else each
+            // message's JSON text read back.
+            let tool_messages = messages.iter().filter(|m| m["role"] == "tool");
+            let held = (request.tool_results.len() == tool_messages.count()).then(|| {
+                let before = request.messages[..=last_user]
+                    .iter()
+                    .filter(|m| m["role"] == "tool")
+                    .count();
+                &request.tool_results[before..]
+            });
             let parts: Vec<String> = after
                 .iter()
                 .filter(|m| m["role"] == "tool")
-                .map(|m| {
+                .enumerate()
+                .map(|(k, m)| {
                     let tool = names
                         .get(m["tool_call_id"].as_str().unwrap_or_default())
                         .map_or("tool", String::as_str);
-                    let content = text_of(&m["content"]);
-                    let result: Value =
-                        serde_json::from_str(&content).unwrap_or(Value::String(content));
-                    describe(tool, &result)
+                    match held {
+                        Some(held) => describe(tool, &held[k]),
+                        None => {
+                            let content = text_of(&m["content"]);
+                            let result: Value =
+                                serde_json::from_str(&content).unwrap_or(Value::String(content));
+                            describe(tool, &result)
+                        }
+                    }
                 })
                 .collect();
             let mut answer = parts.join("\n\n");
@@ -407,5 +449,34 @@ impl Backend for BuiltinBackend {
 
     async fn probe(&self) -> Result<(), ProviderError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_counted_as_split_whitespace_counts_them() {
+        let texts = [
+            "",
+            " ",
+            "one",
+            "  two words  ",
+            "tab\tnew\nline\rreturn\x0bvertical\x0cfeed",
+            "{\"results\":[{\"title\":\"A b\"}]}",
+            "non\u{a0}breaking\u{2003}em\u{3000}ideographic \u{85}next",
+            "é à ü \u{1680}ogham",
+        ];
+        for text in texts {
+            assert_eq!(
+                words(text),
+                text.split_whitespace().count() as u64,
+                "{text:?}"
+            );
+        }
+        let parts = json!([{"type": "text", "text": "a b"}, {"type": "text", "text": "c"}]);
+        assert_eq!(words_of(&parts), words(&text_of(&parts)));
+        assert_eq!(words_of(&json!("x y z")), 3);
     }
 }

@@ -210,6 +210,7 @@ impl Runtime {
         let deps = SessionDeps {
             kb,
             extractor,
+            definitions: Arc::new(toolbox.openai_definitions()),
             toolbox,
             tools,
             router,

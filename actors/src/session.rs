@@ -28,6 +28,8 @@ pub struct SessionDeps {
     pub kb: Arc<KnowledgeBase>,
     pub extractor: Arc<EntityExtractor>,
     pub toolbox: Toolbox,
+    /// The toolbox's OpenAI tool definitions, made once and offered at every step.
+    pub definitions: Arc<Vec<Value>>,
     pub tools: ToolPool,
     pub router: ProviderRouter,
     pub limits: SessionLimits,
@@ -127,7 +129,9 @@ async fn run(
         messages.push(json!({"role": role, "content": content}));
     }
     messages.push(json!({"role": "user", "content": request.message}));
-    let tools = deps.toolbox.openai_definitions();
+    // Shared with each step's request; a step's request is dropped before the next one's
+    // messages are added, so they are not copied.
+    let mut messages = Arc::new(messages);
     let mut reply = AgentReply {
         success: false,
         response: None,
@@ -138,74 +142,77 @@ async fn run(
         steps: 0,
         provider: None,
     };
-    loop {
+    // Each call's tool and arguments, and (by the same place) its result: the results stay
+    // shared with the provider's requests until the turn ends (see `ChatRequest::tool_results`).
+    let mut called: Vec<(String, Value)> = Vec::new();
+    let mut results: Arc<Vec<Value>> = Arc::default();
+    let outcome = loop {
         if reply.steps >= limits.max_steps {
             reply.stop_reason = StopReason::StepLimit;
             reply.error = Some(format!("no answer within {} steps", limits.max_steps));
-            return Ok(reply);
+            break Ok(());
         }
         let left = limits.max_wall.saturating_sub(started.elapsed());
         if left.is_zero() {
             reply.stop_reason = StopReason::TimeLimit;
             reply.error = Some(format!("no answer within {:?}", limits.max_wall));
-            return Ok(reply);
+            break Ok(());
         }
         let ask = ChatRequest {
             messages: messages.clone(),
-            tools: tools.clone(),
+            tools: deps.definitions.clone(),
+            tool_results: results.clone(),
             temperature: Some(request.temperature),
             max_tokens: Some(request.max_tokens),
             ..ChatRequest::default()
         };
-        let answer = match tokio::time::timeout(
+        let asked = tokio::time::timeout(
             left,
             deps.router
                 .complete(&ask, limits.provider_timeout.min(left)),
         )
-        .await
-        {
+        .await;
+        drop(ask);
+        let answer = match asked {
             Err(_) => {
                 reply.stop_reason = StopReason::TimeLimit;
                 reply.error = Some(format!("no answer within {:?}", limits.max_wall));
-                return Ok(reply);
+                break Ok(());
             }
             // Nothing could even be asked on the first step: the caller gets 503.
             Ok(Err(e @ (AgentError::NoProvider | AgentError::ProvidersBusy(_))))
                 if reply.steps == 0 =>
             {
-                return Err(e);
+                break Err(e);
             }
             Ok(Err(e)) => {
                 reply.stop_reason = StopReason::ProviderError;
                 reply.error = Some(e.to_string());
-                return Ok(reply);
+                break Ok(());
             }
             Ok(Ok(answer)) => answer,
         };
         reply.steps += 1;
         reply.usage.add(answer.usage);
-        reply.provider = Some(answer.provider.clone());
-        let calls: Vec<Value> = answer.message["tool_calls"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        reply.provider = Some(answer.provider);
+        let mut message = answer.message;
+        let calls: Vec<Value> = match message.get_mut("tool_calls").map(Value::take) {
+            Some(Value::Array(calls)) => calls,
+            _ => Vec::new(),
+        };
         if calls.is_empty() {
-            let text = answer.message["content"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let text = message["content"].as_str().unwrap_or_default().to_string();
             if !text.is_empty() {
                 emit(&|| SessionEvent::Delta(text.clone()));
             }
             reply.success = true;
             reply.stop_reason = StopReason::Answered;
             reply.response = Some(text);
-            return Ok(reply);
+            break Ok(());
         }
-        messages.push(answer.message.clone());
         // Every call of one step runs at once; results keep call order.
         let step = reply.steps;
-        let first = reply.tool_calls.len();
+        let first = called.len();
         let runs = calls.iter().enumerate().map(|(i, call)| {
             let name = call["function"]["name"]
                 .as_str()
@@ -237,34 +244,49 @@ async fn run(
                     Some(args) => tools.call_for_model(&name, &ctx, args).await,
                     None => malformed_arguments(&raw),
                 };
-                let record = ToolCallRecord {
-                    tool: name,
-                    arguments,
-                    result,
-                };
                 emit(&|| {
                     SessionEvent::ToolCallCompleted(ToolCallCompleted {
                         index: first + i,
                         step,
                         id: id.clone(),
-                        tool: record.tool.clone(),
-                        arguments: record.arguments.clone(),
-                        result: record.result.clone(),
-                        error: record.result["error"].as_str().map(str::to_string),
+                        tool: name.clone(),
+                        arguments: arguments.clone(),
+                        result: result.clone(),
+                        error: result["error"].as_str().map(str::to_string),
                         duration_ms: began.elapsed().as_secs_f64() * 1000.0,
                     })
                 });
-                record
+                (name, arguments, result)
             }
         });
-        let records = futures::future::join_all(runs).await;
-        for (call, record) in calls.iter().zip(records) {
-            messages.push(json!({
+        let done = futures::future::join_all(runs).await;
+        let mut told = Vec::with_capacity(done.len());
+        let held = Arc::make_mut(&mut results);
+        for (call, (tool, arguments, result)) in calls.iter().zip(done) {
+            told.push(json!({
                 "role": "tool",
                 "tool_call_id": call["id"].as_str().unwrap_or_default(),
-                "content": record.result.to_string(),
+                "content": result.to_string(),
             }));
-            reply.tool_calls.push(record);
+            called.push((tool, arguments));
+            held.push(result);
         }
-    }
+        // The assistant's message goes into the conversation as it came, tool calls included,
+        // then the results.
+        message["tool_calls"] = Value::Array(calls);
+        let conversation = Arc::make_mut(&mut messages);
+        conversation.push(message);
+        conversation.extend(told);
+    };
+    let results = Arc::try_unwrap(results).unwrap_or_else(|shared| (*shared).clone());
+    reply.tool_calls = called
+        .into_iter()
+        .zip(results)
+        .map(|((tool, arguments), result)| ToolCallRecord {
+            tool,
+            arguments,
+            result,
+        })
+        .collect();
+    outcome.map(|()| reply)
 }

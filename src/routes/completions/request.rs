@@ -581,8 +581,9 @@ pub(super) fn validate(
     Ok(Validated {
         chain_model: req.model,
         request: ChatRequest {
-            messages: req.messages,
-            tools,
+            messages: req.messages.into(),
+            tools: tools.into(),
+            tool_results: Default::default(),
             tool_choice: req.tool_choice,
             temperature: req.temperature,
             max_tokens,
