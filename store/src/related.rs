@@ -80,19 +80,25 @@ impl KnowledgeBase {
         }
         let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
         let text = format!("{start} {}", reach.start_type);
-        let docs = self
+        let (docs, foreseen) = self
             .best_documents_of(&names, &reach.depths, &text, query.limit)
             .await?;
-        // name -> its place
-        let places: FxHashMap<&str, usize> =
-            names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        // A document relinked by another node since the index last heard of it is not in
-        // `places`, and left out.
+        // Each document's entity's place: as foreseen, or (when the indexes did not foresee
+        // what was read) by its entity's name. A document relinked by another node since the
+        // index last heard of it is then not in `places`, and left out.
+        let places: FxHashMap<&str, usize> = match foreseen {
+            Some(_) => FxHashMap::default(),
+            None => names.iter().enumerate().map(|(i, &n)| (n, i)).collect(),
+        };
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
-            .filter_map(|d| {
+            .enumerate()
+            .filter_map(|(n, d)| {
+                let i = match &foreseen {
+                    Some(foreseen) => foreseen[n],
+                    None => *places.get(d.document.entity_name.as_deref()?)?,
+                };
                 let name = d.document.entity_name.clone()?;
-                let &i = places.get(name.as_str())?;
                 let depth = reach.depths[i];
                 Some(GraphDocument {
                     relationship: reach.via[i]
@@ -157,7 +163,8 @@ fn score(depth: u32, similarity: f64) -> f64 {
 
 impl KnowledgeBase {
     /// The documents of the entities `names` (at `depths`, by place) that can be among the
-    /// best `limit` by score, each with its similarity to `text` as its score.
+    /// best `limit` by score, each with its similarity to `text` as its score; and, when they
+    /// are the documents the indexes foresaw, each one's entity's place in `names`.
     ///
     /// A hub reaches hundreds of entities, and reading every one of their documents from
     /// SurrealDB to keep ten was most of the time of a graph-documents request. Both parts
@@ -173,10 +180,10 @@ impl KnowledgeBase {
         depths: &[u32],
         text: &str,
         limit: usize,
-    ) -> Result<Vec<DocumentHit>> {
+    ) -> Result<(Vec<DocumentHit>, Option<Vec<usize>>)> {
         self.connection().await?;
         let Some(found) = self.linked_documents(names) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Some(Vec::new())));
         };
         let q = self.embed_one(text).await?;
         let chosen = match &found {
@@ -201,24 +208,30 @@ impl KnowledgeBase {
                     .collect()
             }
         };
-        let expected: FxHashMap<VectorKey, &str> = chosen
-            .iter()
-            .map(|(key, i, _)| (key.clone(), names[*i]))
-            .collect();
+        let expected: FxHashMap<VectorKey, usize> =
+            chosen.iter().map(|(key, i, _)| (key.clone(), *i)).collect();
         let hits = self
             .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
-        let as_foreseen = hits.len() == expected.len()
-            && hits.iter().all(|h| {
-                let key = h.document.id.split_once(':').map_or("", |(_, k)| k);
-                h.document.entity_name.as_deref() == expected.get(key).copied()
-            });
-        if as_foreseen {
-            return Ok(hits);
+        let foreseen: Option<Vec<usize>> = (hits.len() == expected.len())
+            .then(|| {
+                hits.iter()
+                    .map(|h| {
+                        let key = h.document.id.split_once(':').map_or("", |(_, k)| k);
+                        let &i = expected.get(key)?;
+                        (h.document.entity_name.as_deref() == Some(names[i])).then_some(i)
+                    })
+                    .collect()
+            })
+            .flatten();
+        if foreseen.is_some() {
+            return Ok((hits, foreseen));
         }
         let every = self.candidates_by_key(names, None, &q);
-        self.documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
-            .await
+        let hits = self
+            .documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
+            .await?;
+        Ok((hits, None))
     }
 
     /// The documents of `linked` that can be among the best `limit` (see
