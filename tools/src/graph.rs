@@ -63,18 +63,50 @@ impl Tool for KnowledgeGraphTool {
                 limit,
             })
             .await?;
+        // Built as values, not through `json!`, which would serialize each field (and the
+        // lists, a second time) into a copy.
         let entities: Vec<Value> = walk
             .entities
             .iter()
-            .map(|r| json!({"name": r.entity.name, "entity_type": r.entity.entity_type, "depth": r.depth, "properties": r.entity.properties}))
+            .map(|r| {
+                object([
+                    ("name", Value::String(r.entity.name.clone())),
+                    ("entity_type", Value::String(r.entity.entity_type.clone())),
+                    ("depth", Value::from(r.depth)),
+                    ("properties", Value::Object(r.entity.properties.clone())),
+                ])
+            })
             .collect();
         let relationships: Vec<Value> = walk
             .relationships
             .iter()
-            .map(|r| json!({"source_name": r.source_name, "target_name": r.target_name, "relationship_type": r.relationship_type}))
+            .map(|r| {
+                object([
+                    ("source_name", Value::String(r.source_name.clone())),
+                    ("target_name", Value::String(r.target_name.clone())),
+                    (
+                        "relationship_type",
+                        Value::String(r.relationship_type.clone()),
+                    ),
+                ])
+            })
             .collect();
-        Ok(
-            json!({"entity": name, "found": true, "entities": entities, "relationships": relationships, "truncated": walk.truncated}),
-        )
+        Ok(object([
+            ("entity", Value::String(name)),
+            ("found", Value::Bool(true)),
+            ("entities", Value::Array(entities)),
+            ("relationships", Value::Array(relationships)),
+            ("truncated", Value::Bool(walk.truncated)),
+        ]))
     }
+}
+
+/// A JSON object of `fields`.
+fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    )
 }

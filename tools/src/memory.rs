@@ -105,9 +105,10 @@ impl Tool for MemorySearchTool {
             })
             .collect();
         let memories_found = results.iter().filter(|r| r["kind"] == "memory").count();
-        Ok(
-            json!({"query": query, "total": results.len(), "memories_found": memories_found, "results": results}),
-        )
+        let mut answer =
+            json!({"query": query, "total": results.len(), "memories_found": memories_found});
+        answer["results"] = Value::Array(results);
+        Ok(answer)
     }
 }
 

@@ -57,9 +57,9 @@ impl Tool for SemanticSearchTool {
         let query = args.string("query", 1000)?;
         let limit = args.int("limit", 5, 1, 20)? as usize;
         let hits = ctx.kb.semantic_search(&query, limit).await?;
-        Ok(
-            json!({"query": query, "total": hits.len(), "results": hits.iter().map(hit_json).collect::<Vec<_>>()}),
-        )
+        let mut answer = json!({"query": query, "total": hits.len()});
+        answer["results"] = Value::Array(hits.iter().map(hit_json).collect());
+        Ok(answer)
     }
 }
 
@@ -109,8 +109,9 @@ impl Tool for HybridSearchTool {
                 v
             })
             .collect();
-        Ok(
-            json!({"query": query, "entities": entities, "total": results.len(), "results": results}),
-        )
+        // The results move into the answer (`json!` would copy them).
+        let mut answer = json!({"query": query, "entities": entities, "total": results.len()});
+        answer["results"] = Value::Array(results);
+        Ok(answer)
     }
 }
