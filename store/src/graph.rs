@@ -88,26 +88,34 @@ impl Reach {
     pub fn of(entities: &[Reached], entity_type: Option<&str>) -> Reach {
         let mut reach = Reach::default();
         for r in entities {
-            reach.add(&r.entity, r.depth, || r.via.clone(), entity_type);
+            reach.add(
+                &r.entity.name,
+                || &r.entity.entity_type,
+                r.depth,
+                || r.via.clone(),
+                entity_type,
+            );
         }
         reach
     }
 
     /// Adds an entity the walk reached (the start entity first, whatever its type) when it
-    /// is of `entity_type`; `via` gives the type of the edge that reached it.
-    fn add(
+    /// is of `entity_type`; `ty` gives its type (read only for the start entity and a type
+    /// filter) and `via` the type of the edge that reached it.
+    fn add<'a>(
         &mut self,
-        entity: &Entity,
+        name: &str,
+        ty: impl FnOnce() -> &'a str,
         depth: u32,
         via: impl FnOnce() -> Option<Arc<str>>,
         entity_type: Option<&str>,
     ) {
         if self.names.is_empty() {
-            self.start_type = entity.entity_type.clone();
-        } else if entity_type.is_some_and(|t| t != entity.entity_type) {
+            self.start_type = ty().to_string();
+        } else if entity_type.is_some_and(|t| t != ty()) {
             return;
         }
-        self.names.push(entity.name.clone());
+        self.names.push(name.to_string());
         self.depths.push(depth);
         self.via.push(via());
     }
@@ -269,6 +277,9 @@ pub fn fold_case(s: &str) -> String {
 
 struct Node {
     entity: EntityRef,
+    /// The entity's name: the key of `GraphIndex::ids`, shared with it. A walk reads names
+    /// from here, one pointer from the node rather than two (through the entity).
+    name: Arc<str>,
     /// `entity` as JSON, made when a walk first returns it (see [`TraversalJson`]).
     json: OnceLock<Arc<str>>,
     /// Every edge touching this node, in canonical order (neighbour name, type, outgoing
@@ -654,7 +665,14 @@ impl GraphIndex {
                         .clone()
                 })
             };
-            reach.add(&self.nodes[*n as usize].entity, *depth, via, entity_type);
+            let node = &self.nodes[*n as usize];
+            reach.add(
+                &node.name,
+                || &node.entity.entity_type,
+                *depth,
+                via,
+                entity_type,
+            );
         }
         reach
     }
@@ -696,7 +714,7 @@ impl GraphIndex {
     }
 
     fn name_of(&self, node: u32) -> &str {
-        &self.nodes[node as usize].entity.name
+        &self.nodes[node as usize].name
     }
 
     /// Canonical order of adjacency entries: neighbour name, type, outgoing first.
@@ -733,6 +751,7 @@ impl GraphIndex {
         let name: Arc<str> = entity.name.as_str().into();
         self.nodes.push(Node {
             entity: Arc::new(entity),
+            name: name.clone(),
             json: OnceLock::new(),
             adj: Vec::new(),
         });
