@@ -80,24 +80,12 @@ impl KnowledgeBase {
         }
         let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
         let text = format!("{start} {}", reach.start_type);
-        let (docs, foreseen) = self
+        let docs = self
             .best_documents_of(&names, &reach.depths, &text, query.limit)
             .await?;
-        // Each document's entity's place: as foreseen, or (when the indexes did not foresee
-        // what was read) by its entity's name. A document relinked by another node since the
-        // index last heard of it is then not in `places`, and left out.
-        let places: FxHashMap<&str, usize> = match foreseen {
-            Some(_) => FxHashMap::default(),
-            None => names.iter().enumerate().map(|(i, &n)| (n, i)).collect(),
-        };
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
-            .enumerate()
-            .filter_map(|(n, d)| {
-                let i = match &foreseen {
-                    Some(foreseen) => foreseen[n],
-                    None => *places.get(d.document.entity_name.as_deref()?)?,
-                };
+            .filter_map(|(d, i)| {
                 let name = d.document.entity_name.clone()?;
                 let depth = reach.depths[i];
                 Some(GraphDocument {
@@ -163,8 +151,9 @@ fn score(depth: u32, similarity: f64) -> f64 {
 
 impl KnowledgeBase {
     /// The documents of the entities `names` (at `depths`, by place) that can be among the
-    /// best `limit` by score, each with its similarity to `text` as its score; and, when they
-    /// are the documents the indexes foresaw, each one's entity's place in `names`.
+    /// best `limit` by score, each with its similarity to `text` as its score and its entity's
+    /// place in `names`. A document relinked by another node since the indexes last heard of
+    /// it, to an entity not in `names`, is left out.
     ///
     /// A hub reaches hundreds of entities, and reading every one of their documents from
     /// SurrealDB to keep ten was most of the time of a graph-documents request. Both parts
@@ -180,10 +169,10 @@ impl KnowledgeBase {
         depths: &[u32],
         text: &str,
         limit: usize,
-    ) -> Result<(Vec<DocumentHit>, Option<Vec<usize>>)> {
+    ) -> Result<Vec<(DocumentHit, usize)>> {
         self.connection().await?;
         let Some(found) = self.linked_documents(names) else {
-            return Ok((Vec::new(), Some(Vec::new())));
+            return Ok(Vec::new());
         };
         let q = self.embed_one(text).await?;
         let chosen = match &found {
@@ -213,6 +202,7 @@ impl KnowledgeBase {
         let hits = self
             .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
+        // Each read document with its entity's place, when every one is as foreseen.
         let foreseen: Option<Vec<usize>> = (hits.len() == expected.len())
             .then(|| {
                 hits.iter()
@@ -224,14 +214,23 @@ impl KnowledgeBase {
                     .collect()
             })
             .flatten();
-        if foreseen.is_some() {
-            return Ok((hits, foreseen));
+        if let Some(places) = foreseen {
+            return Ok(hits.into_iter().zip(places).collect());
         }
         let every = self.candidates_by_key(names, None, &q);
         let hits = self
             .documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
-        Ok((hits, None))
+        // What was read decides: each document's place is its entity's, by name.
+        let places: FxHashMap<&str, usize> =
+            names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        Ok(hits
+            .into_iter()
+            .filter_map(|h| {
+                let &i = places.get(h.document.entity_name.as_deref()?)?;
+                Some((h, i))
+            })
+            .collect())
     }
 
     /// The documents of `linked` that can be among the best `limit` (see
