@@ -13,7 +13,7 @@
 use crate::generate::Rng;
 use crate::heap;
 
-use super::{dot, quantise};
+use super::{dot, prefetch, quantise};
 
 /// Lloyd iterations when training.
 const ITERATIONS: usize = 8;
@@ -113,19 +113,57 @@ impl List {
 
     /// Fills `sums` with the dot product of each entry's code and the query, in order. The
     /// query is given as its components that are not zero: (component, value).
+    ///
+    /// The entries are summed a block at a time: the block's sums stay in registers while
+    /// each of the query's runs is read, and the runs of the blocks ahead are fetched
+    /// meanwhile. A run at a time (a pass over every sum per component) waited on each of
+    /// its cache misses in turn: a few dozen runs scattered over a list of a few hundred
+    /// kilobytes, for each list probed. Each sum adds the same products in the same order.
     #[inline(always)]
     pub(super) fn dots(&self, query: &[(usize, i32)], sums: &mut Vec<i32>) {
         let n = self.slots.len();
         sums.clear();
         sums.resize(n, 0);
-        for &(j, q) in query {
-            let run = &self.codes[j * self.capacity..j * self.capacity + n];
-            for (sum, &c) in sums.iter_mut().zip(run) {
-                *sum += i32::from(c) * q;
+        let fetch = |start: usize| {
+            if start < n {
+                for &(j, _) in query {
+                    prefetch(self.codes[j * self.capacity + start..].as_ptr());
+                }
+            }
+        };
+        for b in 0..BLOCKS_AHEAD {
+            fetch(b * BLOCK);
+        }
+        for (b, out) in sums.chunks_mut(BLOCK).enumerate() {
+            let start = b * BLOCK;
+            fetch(start + BLOCKS_AHEAD * BLOCK);
+            let len = out.len();
+            let run = |j: usize| &self.codes[j * self.capacity + start..][..len];
+            if let Ok(out) = <&mut [i32; BLOCK]>::try_from(&mut *out) {
+                let mut acc = [0i32; BLOCK];
+                for &(j, q) in query {
+                    let codes: &[i8; BLOCK] = run(j).try_into().expect("a whole block");
+                    for (a, &c) in acc.iter_mut().zip(codes) {
+                        *a += i32::from(c) * q;
+                    }
+                }
+                *out = acc;
+            } else {
+                // The last block, shorter.
+                for &(j, q) in query {
+                    for (sum, &c) in out.iter_mut().zip(run(j)) {
+                        *sum += i32::from(c) * q;
+                    }
+                }
             }
         }
     }
 }
+
+/// Entries of a [`List`] summed at once by [`List::dots`]: 64 sums are eight AVX2 registers.
+const BLOCK: usize = 64;
+/// Blocks ahead of the one summed whose codes [`List::dots`] asks the processor to fetch.
+const BLOCKS_AHEAD: usize = 2;
 
 impl Ivf {
     /// Trains `lists` centroids on `vectors` (unit, `dimension` each) and files every slot
@@ -478,6 +516,37 @@ mod tests {
         ivf.assert_consistent(5000);
         for (slot, v) in data.chunks_exact(dimension).enumerate() {
             assert_eq!(ivf.list_of(slot), nearest(&ivf.centroids, dimension, v));
+        }
+    }
+
+    #[test]
+    fn a_lists_dots_are_each_rows_dot_with_the_query() {
+        // Lengths below one block, of whole blocks, and with a shorter last block; queries
+        // of a few components and of every one.
+        let d = 20;
+        let mut rng = Rng::new(11);
+        for n in [0, 1, 63, 64, 128, 200, 317] {
+            let mut list = List::default();
+            for slot in 0..n {
+                let codes: Vec<i8> = (0..d)
+                    .map(|_| (rng.below(255) as i32 - 127) as i8)
+                    .collect();
+                list.push(slot as u32, &codes, 1.0);
+            }
+            let rows = list.rows(d);
+            for query in [
+                vec![(3, 127), (7, -127), (19, 5)],
+                (0..d).map(|j| (j, j as i32 - 10)).collect::<Vec<_>>(),
+                Vec::new(),
+            ] {
+                let mut sums = vec![99];
+                list.dots(&query, &mut sums);
+                let expected: Vec<i32> = rows
+                    .iter()
+                    .map(|row| query.iter().map(|&(j, q)| i32::from(row[j]) * q).sum())
+                    .collect();
+                assert_eq!(sums, expected, "{n} entries");
+            }
         }
     }
 }
