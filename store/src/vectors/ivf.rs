@@ -37,10 +37,10 @@ pub(crate) struct Ivf {
 ///
 /// The codes are kept by component: the first component of every slot of the list, then
 /// the second, and so on, each run `capacity` long. A scan reads, for each component the
-/// query has (not zero), one run of the list's bytes, and adds its products into one sum per
-/// slot. The built-in embedder's queries have a few dozen components of their 256, so a scan
-/// reads about a tenth of the bytes a scan by slot read, in runs the processor fetches ahead;
-/// a dense query reads them all, as before. The sums are the same integers either way.
+/// query has (not zero), that component's run of the list's bytes, and adds its products
+/// into one sum per slot, a block of slots at a time (see [`List::dots`]). The built-in
+/// embedder's queries have a few dozen components of their 256, so a scan reads about a
+/// tenth of the bytes a scan by slot read; a dense query reads them all. The sums are the same integers either way.
 #[derive(Debug, Clone, Default)]
 pub(super) struct List {
     pub(super) slots: Vec<u32>,
