@@ -40,7 +40,8 @@ pub(crate) struct Ivf {
 /// query has (not zero), that component's run of the list's bytes, and adds its products
 /// into one sum per slot, a block of slots at a time (see [`List::dots`]). The built-in
 /// embedder's queries have a few dozen components of their 256, so a scan reads about a
-/// tenth of the bytes a scan by slot read; a dense query reads them all. The sums are the same integers either way.
+/// tenth of the bytes a scan by slot read; a dense query reads them all. The sums are the
+/// same integers either way.
 #[derive(Debug, Clone, Default)]
 pub(super) struct List {
     pub(super) slots: Vec<u32>,
@@ -139,6 +140,8 @@ impl List {
             fetch(start + BLOCKS_AHEAD * BLOCK);
             let len = out.len();
             let run = |j: usize| &self.codes[j * self.capacity + start..][..len];
+            // A whole block as arrays of a fixed length, which the compiler keeps in
+            // registers and unrolls; the last block, shorter, as slices.
             if let Ok(out) = <&mut [i32; BLOCK]>::try_from(&mut *out) {
                 let mut acc = [0i32; BLOCK];
                 for &(j, q) in query {
@@ -149,7 +152,6 @@ impl List {
                 }
                 *out = acc;
             } else {
-                // The last block, shorter.
                 for &(j, q) in query {
                     for (sum, &c) in out.iter_mut().zip(run(j)) {
                         *sum += i32::from(c) * q;
