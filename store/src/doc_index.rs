@@ -20,6 +20,7 @@ use crate::error::{Result, StoreError};
 use crate::kb::{Connected, KnowledgeBase, obj, query_on, vector_from};
 use crate::model::Document;
 use crate::model::table::DOCUMENT;
+use crate::numbers::EntityNumbers;
 use crate::parts::{self, Parts};
 use crate::text::{Analysed, TextIndex};
 use crate::vectors::{DocTags, VectorIndex};
@@ -160,12 +161,12 @@ impl KnowledgeBase {
         let read_ms = started.elapsed().as_millis() as u64;
         let dimension = self.embedder().dimension();
         let hold = self.held_documents().is_some();
-        let (vectors, text, documents, skipped) =
-            tokio::task::spawn_blocking(move || build_document_indexes(entries, dimension, hold))
-                .await
-                .map_err(|e| {
-                    StoreError::Query(format!("building the document indexes failed: {e}"))
-                })?;
+        let numbers = self.numbers().clone();
+        let (vectors, text, documents, skipped) = tokio::task::spawn_blocking(move || {
+            build_document_indexes(entries, dimension, &numbers, hold)
+        })
+        .await
+        .map_err(|e| StoreError::Query(format!("building the document indexes failed: {e}")))?;
         parts.finished();
         if skipped > 0 {
             tracing::warn!(
@@ -219,6 +220,7 @@ impl KnowledgeBase {
 fn build_document_indexes(
     parts: Vec<Vec<DocEntry>>,
     dimension: usize,
+    numbers: &EntityNumbers,
     hold: bool,
 ) -> (VectorIndex, TextIndex, DocumentTable, usize) {
     let n = parts.iter().map(Vec::len).sum();
@@ -235,7 +237,7 @@ fn build_document_indexes(
     std::thread::scope(|s| {
         let vectors = s.spawn(move || {
             // The inverted file is trained once, on every vector, rather than at each doubling.
-            let mut vectors = VectorIndex::for_bulk_load(dimension);
+            let mut vectors = VectorIndex::for_bulk_load(dimension).with_numbers(numbers.clone());
             let mut skipped = 0;
             for (key, vector, tags) in for_vectors {
                 match vector {

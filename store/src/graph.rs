@@ -17,8 +17,10 @@ use std::sync::{Arc, OnceLock};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::heap;
+use crate::hint::prefetch;
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
 use crate::names::NameIndex;
+use crate::numbers::EntityNumbers;
 
 /// Which edges a walk may follow from an entity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -81,6 +83,10 @@ pub struct Reach {
     /// The type of the edge that first reached each entity, by place in `names` (`None` for
     /// the start). Each type is the request's own copy, shared only within it.
     pub via: Vec<Option<Arc<str>>>,
+    /// When the graph index walked: the id of its [`EntityNumbers`] and each entity's number
+    /// in it, by place in `names`, which a vector index of the same numbering reads instead of
+    /// the names.
+    pub numbered: Option<(u64, Vec<u32>)>,
 }
 
 impl Reach {
@@ -275,17 +281,31 @@ pub fn fold_case(s: &str) -> String {
     s.to_lowercase()
 }
 
+/// Nodes fetched ahead by [`GraphIndex::reach`].
+const NODES_AHEAD: usize = 8;
+
 struct Node {
     entity: EntityRef,
-    /// The entity's name: the key of `GraphIndex::ids`, shared with it. A walk reads names
-    /// from here, one pointer from the node rather than two (through the entity).
+    /// The entity's name: the key of `GraphIndex::ids`, shared with it and the numbering. A
+    /// walk reads names from here, one pointer from the node rather than two (through the
+    /// entity).
     name: Arc<str>,
+    /// The entity's number in `GraphIndex::numbers`.
+    number: u32,
     /// `entity` as JSON, made when a walk first returns it (see [`TraversalJson`]).
     json: OnceLock<Arc<str>>,
     /// Every edge touching this node, in canonical order (neighbour name, type, outgoing
     /// first), with what the walk needs inline: the walk reads one sequential list and
     /// compares no strings.
     adj: Vec<Adj>,
+}
+
+/// The edge by which the in-memory walk reached a node, with its type as the adjacency list
+/// gives it: a reader of the walk that needs only the type looks up no edge (a miss each).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Via {
+    edge: u32,
+    ty: u32,
 }
 
 /// One entry of a node's adjacency list.
@@ -337,7 +357,12 @@ fn json_of<T: serde::Serialize>(cell: &OnceLock<Arc<str>>, value: &T) -> Arc<str
 /// SurrealDB stays the source of truth; the knowledge base writes there first and then here.
 #[derive(Default)]
 pub struct GraphIndex {
+    /// Node ids by name. A node's id changes when another node is removed (the last one moves
+    /// into its place); its entity number (see `numbers`) does not.
     ids: FxHashMap<Arc<str>, u32>,
+    /// The numbering this index shares with the vector index: a walk gives each entity's
+    /// number with its name (see [`Reach::numbered`]).
+    numbers: EntityNumbers,
     nodes: Vec<Node>,
     edges: Vec<Edge>,
     edge_ids: FxHashMap<(u32, u32, u32), u32>,
@@ -349,9 +374,31 @@ pub struct GraphIndex {
 }
 
 impl GraphIndex {
+    /// An empty index numbering entities in `numbers` (shared with a vector index).
+    pub fn numbered(numbers: EntityNumbers) -> Self {
+        GraphIndex {
+            numbers,
+            ..GraphIndex::default()
+        }
+    }
+
+    /// The entity numbering this index's walks give numbers in.
+    pub fn numbers(&self) -> &EntityNumbers {
+        &self.numbers
+    }
+
     /// Builds an index from whole tables, sorting each adjacency list once.
     pub fn build(entities: Vec<Entity>, relationships: Vec<Relationship>) -> Self {
-        let mut index = GraphIndex::default();
+        Self::build_numbered(EntityNumbers::default(), entities, relationships)
+    }
+
+    /// [`build`](Self::build), numbering entities in `numbers` (shared with a vector index).
+    pub fn build_numbered(
+        numbers: EntityNumbers,
+        entities: Vec<Entity>,
+        relationships: Vec<Relationship>,
+    ) -> Self {
+        let mut index = GraphIndex::numbered(numbers);
         index.upsert_entities(entities);
         for r in relationships {
             let _ = index.put_edge(r);
@@ -456,9 +503,15 @@ impl GraphIndex {
     /// replacing an earlier one. The new names go into the name index in one batch
     /// ([`NameIndex::extend`]), which costs a fraction of adding them one by one.
     pub fn upsert_entities(&mut self, entities: impl IntoIterator<Item = Entity>) {
+        let entities: Vec<Entity> = entities.into_iter().collect();
+        // Numbered in one batch too: one lock of the shared numbering, not one per entity.
+        let numbered = self
+            .numbers
+            .number_all(entities.iter().map(|e| e.name.as_str()));
         let new: Vec<Arc<str>> = entities
             .into_iter()
-            .filter_map(|e| self.put_node(e))
+            .zip(numbered)
+            .filter_map(|(e, numbered)| self.put_node(e, numbered))
             .collect();
         self.names.extend(new);
     }
@@ -634,7 +687,7 @@ impl GraphIndex {
             return Traversal::default();
         };
         let nodes = walk.slots.iter().map(|(n, ..)| &self.nodes[*n as usize]);
-        let edges = walk.edges.iter().map(|e| &self.edges[*e as usize]);
+        let edges = walk.edges.iter().map(|v| &self.edges[v.edge as usize]);
         Traversal {
             entities: self.reached(&walk),
             relationships: edges.clone().map(|e| e.rel.clone()).collect(),
@@ -653,43 +706,60 @@ impl GraphIndex {
             return Reach::default();
         };
         let mut reach = Reach::default();
+        let mut numbers = Vec::new();
         // This request's own copy of each edge type it meets (see `Reach::via`).
         let mut types: FxHashMap<u32, Arc<str>> = FxHashMap::default();
-        for (n, depth, via) in &walk.slots {
+        // A hub's walk reaches hundreds of nodes scattered over the index, and each node's
+        // name is a miss of its own beyond it. So the nodes are read first, each fetched
+        // `NODES_AHEAD` places ahead, and each accepted node's name is fetched as soon as
+        // its address is known; the names are copied once they have all been asked for.
+        let node_at = |k: usize| walk.slots.get(k).map(|s| &self.nodes[s.0 as usize]);
+        for k in 0..NODES_AHEAD {
+            if let Some(node) = node_at(k) {
+                prefetch(node);
+            }
+        }
+        let mut accepted: Vec<(&Node, u32, Option<Via>)> = Vec::with_capacity(walk.slots.len());
+        for (k, &(n, depth, via)) in walk.slots.iter().enumerate() {
+            if let Some(ahead) = node_at(k + NODES_AHEAD) {
+                prefetch(ahead);
+            }
+            let node = &self.nodes[n as usize];
+            // The start entity is always in, whatever its type.
+            if k == 0 || entity_type.is_none_or(|t| node.entity.entity_type == t) {
+                prefetch(node.name.as_ptr());
+                accepted.push((node, depth, via));
+            }
+        }
+        for (node, depth, via) in accepted {
             let via = || {
-                via.map(|e| {
-                    let ty = self.edges[e as usize].ty;
+                via.map(|v| {
                     types
-                        .entry(ty)
-                        .or_insert_with(|| Arc::from(&*self.types[ty as usize]))
+                        .entry(v.ty)
+                        .or_insert_with(|| Arc::from(&*self.types[v.ty as usize]))
                         .clone()
                 })
             };
-            let node = &self.nodes[*n as usize];
-            reach.add(
-                &node.name,
-                || &node.entity.entity_type,
-                *depth,
-                via,
-                entity_type,
-            );
+            reach.add(&node.name, || &node.entity.entity_type, depth, via, None);
+            numbers.push(node.number);
         }
+        reach.numbered = Some((self.numbers.id(), numbers));
         reach
     }
 
-    fn reached(&self, walk: &Walk<u32, u32>) -> Vec<Reached> {
+    fn reached(&self, walk: &Walk<u32, Via>) -> Vec<Reached> {
         walk.slots
             .iter()
             .map(|(n, depth, via)| Reached {
                 entity: self.nodes[*n as usize].entity.clone(),
                 depth: *depth,
-                via: via.map(|e| self.types[self.edges[e as usize].ty as usize].clone()),
+                via: via.map(|v| self.types[v.ty as usize].clone()),
             })
             .collect()
     }
 
     /// The breadth-first walk from `query.start`; `None` for an unknown start.
-    fn walk(&self, query: &TraversalQuery) -> Option<Walk<u32, u32>> {
+    fn walk(&self, query: &TraversalQuery) -> Option<Walk<u32, Via>> {
         let &start = self.ids.get(query.start.as_str())?;
         let allowed: Option<FxHashSet<u32>> = query.relationship_types.as_ref().map(|ts| {
             ts.iter()
@@ -698,13 +768,17 @@ impl GraphIndex {
         });
         let allows = |ty: u32| allowed.as_ref().is_none_or(|a| a.contains(&ty));
         let (follow_out, follow_in) = (query.direction.follows_out(), query.direction.follows_in());
-        let mut walk: Walk<u32, u32> = Walk::new(start, query.limit, query.depth);
+        let mut walk: Walk<u32, Via> = Walk::new(start, query.limit, query.depth);
         'walk: while let Some(level) = walk.next_level() {
             for slot in level {
                 let u = walk.slots[slot].0;
                 for a in &self.nodes[u as usize].adj {
                     let wanted = if a.out { follow_out } else { follow_in };
-                    if wanted && allows(a.ty) && !walk.offer(&a.neighbour, &a.edge) {
+                    let via = Via {
+                        edge: a.edge,
+                        ty: a.ty,
+                    };
+                    if wanted && allows(a.ty) && !walk.offer(&a.neighbour, &via) {
                         break 'walk;
                     }
                 }
@@ -739,7 +813,11 @@ impl GraphIndex {
     /// Records an entity's node, leaving the name index to the caller: returns the name of a
     /// new node (the last one), `None` for a replaced one, which keeps its name and so its
     /// name index entries.
-    fn put_node(&mut self, mut entity: Entity) -> Option<Arc<str>> {
+    fn put_node(
+        &mut self,
+        mut entity: Entity,
+        (number, name): (u32, Arc<str>),
+    ) -> Option<Arc<str>> {
         entity.id = keys::entity_id(&entity.name);
         if let Some(&i) = self.ids.get(entity.name.as_str()) {
             let node = &mut self.nodes[i as usize];
@@ -748,10 +826,10 @@ impl GraphIndex {
             return None;
         }
         let i = self.nodes.len() as u32;
-        let name: Arc<str> = entity.name.as_str().into();
         self.nodes.push(Node {
             entity: Arc::new(entity),
             name: name.clone(),
+            number,
             json: OnceLock::new(),
             adj: Vec::new(),
         });

@@ -113,8 +113,10 @@ impl KnowledgeBase {
             ),
         )?;
         let read_ms = started.elapsed().as_millis() as u64;
+        let numbers = self.numbers().clone();
         let built = tokio::task::spawn_blocking(move || {
-            GraphIndex::build(
+            GraphIndex::build_numbered(
+                numbers,
                 entities.into_iter().flatten().collect(),
                 rels.into_iter().flatten().collect(),
             )

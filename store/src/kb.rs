@@ -33,6 +33,7 @@ use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
 use crate::model::keys;
 use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
+use crate::numbers::EntityNumbers;
 use crate::parts::{DOCUMENT_PARTS, GRAPH_PARTS, Parts};
 use crate::progress::{LoadProgress, Silent};
 use crate::text::TextIndex;
@@ -159,6 +160,9 @@ pub struct KnowledgeBase {
     connecting: tokio::sync::Mutex<Option<Instant>>,
     index: Option<RwLock<GraphIndex>>,
     vectors: Arc<RwLock<VectorIndex>>,
+    /// The entity numbering the graph index and the vector index share, whichever of them is
+    /// rebuilt: a number keeps its name for the life of the knowledge base.
+    numbers: EntityNumbers,
     text: Arc<RwLock<TextIndex>>,
     /// Every document, when the store is embedded (see [`crate::doc_index`]).
     documents: Option<RwLock<DocumentTable>>,
@@ -211,12 +215,16 @@ impl KnowledgeBase {
         embedder: Arc<dyn Embedder>,
         adopt_embedder: bool,
     ) -> Arc<Self> {
+        let numbers = EntityNumbers::default();
         Arc::new(KnowledgeBase {
             adopt_embedder,
             index: config
                 .graph_index
-                .then(|| RwLock::new(GraphIndex::default())),
-            vectors: Arc::new(RwLock::new(VectorIndex::new(embedder.dimension()))),
+                .then(|| RwLock::new(GraphIndex::numbered(numbers.clone()))),
+            vectors: Arc::new(RwLock::new(
+                VectorIndex::new(embedder.dimension()).with_numbers(numbers.clone()),
+            )),
+            numbers,
             text: Arc::new(RwLock::new(TextIndex::new())),
             documents: (!config.is_server()).then(RwLock::default),
             config,
@@ -402,6 +410,11 @@ impl KnowledgeBase {
     }
 
     /// The in-process vector index of document embeddings.
+    /// The entity numbering of the graph index and the vector index.
+    pub(crate) fn numbers(&self) -> &EntityNumbers {
+        &self.numbers
+    }
+
     pub(crate) fn vectors(&self) -> &Arc<RwLock<VectorIndex>> {
         &self.vectors
     }

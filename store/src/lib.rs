@@ -12,10 +12,13 @@
 //! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
 //! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search reads.
+//! - [`numbers`]: [`EntityNumbers`](numbers::EntityNumbers), one number per entity name, that
+//!   the graph index and the vector index share so that a walk hands numbers, not names, over.
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to, and
 //!   the [`LoadProgress`](progress::LoadProgress) of connecting.
+//! - `hint`: prefetch hints, for loops that read scattered memory.
 //! - `parts`: reads whole tables in key ranges, several at once, to build the indexes.
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
@@ -34,11 +37,13 @@ pub mod generate;
 pub mod graph;
 pub mod graph_reads;
 pub(crate) mod heap;
+pub(crate) mod hint;
 pub mod import;
 pub mod kb;
 pub mod memory;
 pub mod model;
 pub mod names;
+pub mod numbers;
 pub(crate) mod parts;
 pub mod progress;
 pub mod related;

@@ -80,8 +80,9 @@ impl KnowledgeBase {
         }
         let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
         let text = format!("{start} {}", reach.start_type);
+        let numbered = reach.numbered.as_ref().map(|(id, n)| (*id, n.as_slice()));
         let docs = self
-            .best_documents_of(&names, &reach.depths, &text, query.limit)
+            .best_documents_of(&names, numbered, &reach.depths, &text, query.limit)
             .await?;
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
@@ -150,7 +151,8 @@ fn score(depth: u32, similarity: f64) -> f64 {
 }
 
 impl KnowledgeBase {
-    /// The documents of the entities `names` (at `depths`, by place) that can be among the
+    /// The documents of the entities `names` (at `depths`, by place; `numbered`: their
+    /// numbers, see [`VectorIndex::linked`](crate::VectorIndex::linked)) that can be among the
     /// best `limit` by score, each with its similarity to `text` as its score and its entity's
     /// place in `names`. A document relinked by another node since the indexes last heard of
     /// it, to an entity not in `names`, is left out.
@@ -166,12 +168,13 @@ impl KnowledgeBase {
     async fn best_documents_of(
         &self,
         names: &[&str],
+        numbered: Option<(u64, &[u32])>,
         depths: &[u32],
         text: &str,
         limit: usize,
     ) -> Result<Vec<(DocumentHit, usize)>> {
         self.connection().await?;
-        let Some(found) = self.linked_documents(names) else {
+        let Some(found) = self.linked_documents(names, numbered) else {
             return Ok(Vec::new());
         };
         let q = self.embed_one(text).await?;
@@ -286,15 +289,15 @@ impl KnowledgeBase {
             .collect()
     }
 
-    /// The documents linked to `names`, or `None` when there are none. By slot in the
-    /// vector index when it holds every document (the usual case: only a document without a
-    /// vector of the embedder's dimension is missing from it), else by key from the keyword
-    /// index, which holds them all.
-    fn linked_documents(&self, names: &[&str]) -> Option<Found> {
+    /// The documents linked to `names` (`numbered`: their numbers), or `None` when there are
+    /// none. By slot in the vector index when it holds every document (the usual case: only a
+    /// document without a vector of the embedder's dimension is missing from it), else by key
+    /// from the keyword index, which holds them all.
+    fn linked_documents(&self, names: &[&str], numbered: Option<(u64, &[u32])>) -> Option<Found> {
         let vectors = self.vectors().read();
         let text = self.text().read();
         if vectors.len() == text.len() {
-            return vectors.linked(names).map(Found::Slots);
+            return vectors.linked(names, numbered).map(Found::Slots);
         }
         let keyed = text.documents_by_entity(names.iter().copied());
         (!keyed.is_empty()).then_some(Found::Keys(keyed))
@@ -315,6 +318,115 @@ mod tests {
     use super::*;
     use crate::generate::{Spec, generate};
     use crate::{HashingEmbedder, StoreConfig};
+
+    /// A knowledge base of `records`, with the graph index on or off.
+    async fn opened(records: Vec<crate::Record>, graph_index: bool) -> Arc<KnowledgeBase> {
+        let mut config = StoreConfig::memory();
+        config.graph_index = graph_index;
+        let kb = KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await;
+        crate::import::import_records(
+            &kb,
+            records.into_iter().enumerate().collect(),
+            &crate::progress::Silent,
+        )
+        .await
+        .unwrap();
+        kb
+    }
+
+    /// The graph index's walk hands the vector index entity numbers, the SurrealDB walk (graph
+    /// index off) hands names: both find the same documents, also after an entity is deleted
+    /// (its documents unlinked), made again, and given new documents.
+    #[tokio::test]
+    async fn documents_found_by_number_and_by_name_agree() {
+        let records = generate(Spec {
+            entities: 300,
+            relationships: 900,
+            document_ratio: 1.0,
+            seed: 9,
+        });
+        let by_number = opened(records.clone(), true).await;
+        let by_name = opened(records, false).await;
+        let query = |start: String, entity_type: Option<&str>| DocumentsQuery {
+            start,
+            entity_type: entity_type.map(str::to_string),
+            relationship_types: None,
+            max_depth: 2,
+            limit: 10,
+            resolve_documents: true,
+        };
+        let starts: Vec<String> = (0..300)
+            .step_by(11)
+            .map(crate::generate::entity_name)
+            .collect();
+        let compare = |round: &'static str| {
+            let (by_number, by_name, starts) = (&by_number, &by_name, &starts);
+            async move {
+                let mut documents = 0;
+                for start in starts {
+                    for ty in [None, Some("person")] {
+                        let a = by_number.graph_documents(&query(start.clone(), ty)).await;
+                        let b = by_name.graph_documents(&query(start.clone(), ty)).await;
+                        let (a, b) = (a.unwrap(), b.unwrap());
+                        assert_eq!(a, b, "{round}: from {start}, type {ty:?}");
+                        documents += a.results.len();
+                    }
+                }
+                assert!(documents > starts.len() * 5, "{round}: {documents}");
+            }
+        };
+        // The graph index's walks are numbered in the vector index's numbering.
+        let walk = TraversalQuery {
+            start: starts[0].clone(),
+            relationship_types: None,
+            direction: Direction::Both,
+            depth: 1,
+            limit: 10,
+        };
+        let reach = by_number.documents_walk(&walk, None).await.unwrap();
+        let numbering = by_number.vectors().read().numbers().id();
+        assert_eq!(reach.numbered.map(|(id, _)| id), Some(numbering));
+        compare("as imported").await;
+        let reached = crate::generate::entity_name(11);
+        for kb in [&by_number, &by_name] {
+            assert!(kb.delete_entity(&reached).await.unwrap().deleted);
+        }
+        compare("deleted").await;
+        for kb in [&by_number, &by_name] {
+            kb.upsert_entities(&[crate::NewEntity {
+                name: reached.clone(),
+                entity_type: "person".into(),
+                properties: Default::default(),
+            }])
+            .await
+            .unwrap();
+            kb.upsert_relationships(&[crate::NewRelationship {
+                source_name: reached.clone(),
+                target_name: starts[0].clone(),
+                relationship_type: "knows".into(),
+                properties: Default::default(),
+            }])
+            .await
+            .unwrap();
+            kb.upsert_documents(&[crate::NewDocument {
+                title: "Made again".into(),
+                content: "The entity was deleted and made again.".into(),
+                source: "test".into(),
+                source_id: "again".into(),
+                content_type: "text/plain".into(),
+                url: None,
+                entity_name: Some(reached.clone()),
+            }])
+            .await
+            .unwrap();
+        }
+        compare("made again").await;
+        let again = by_number
+            .graph_documents(&query(reached.clone(), None))
+            .await
+            .unwrap();
+        assert_eq!(again.results[0].document.title, "Made again");
+    }
 
     /// The documents of a walk are found by slot in the vector index while it holds every
     /// document, and by key from the keyword index while it does not: both give the same

@@ -23,6 +23,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::heap;
+use crate::hint::prefetch;
+use crate::numbers::EntityNumbers;
 
 use ivf::{Ivf, List};
 
@@ -104,9 +106,12 @@ pub struct VectorIndex {
     keys: Vec<VectorKey>,
     tags: Vec<DocTags>,
     slots: FxHashMap<VectorKey, u32>,
-    /// Per entity name: the slots of the documents linked to it, so that a graph-documents
-    /// request finds its documents' vectors by entity, without a lookup per document key.
-    by_entity: FxHashMap<Arc<str>, EntitySlots>,
+    /// The entity numbering this index shares with the graph index (see [`EntityNumbers`]).
+    numbers: EntityNumbers,
+    /// By entity number: the slots of the documents linked to the entity, so that a
+    /// graph-documents request finds its documents' vectors by entity, without a lookup per
+    /// document key or entity name.
+    by_entity: Vec<EntitySlots>,
     /// Changes at every write, to a value no index has had before: a [`Linked`] taken at one
     /// generation is still exact while the index is at it.
     generation: u64,
@@ -137,7 +142,8 @@ impl VectorIndex {
             keys: Vec::new(),
             tags: Vec::new(),
             slots: FxHashMap::default(),
-            by_entity: FxHashMap::default(),
+            numbers: EntityNumbers::default(),
+            by_entity: Vec::new(),
             generation: next_generation(),
             strings: Interner::default(),
             vectors: Vec::new(),
@@ -148,6 +154,21 @@ impl VectorIndex {
             probes: None,
             deferred: false,
         }
+    }
+
+    /// This empty index, numbering entities in `numbers` (shared with a graph index, so that
+    /// [`linked`](Self::linked) takes the numbers of its walks).
+    pub fn with_numbers(self, numbers: EntityNumbers) -> Self {
+        assert!(
+            self.is_empty(),
+            "an index takes a numbering before any vector"
+        );
+        VectorIndex { numbers, ..self }
+    }
+
+    /// The entity numbering this index files documents under.
+    pub fn numbers(&self) -> &EntityNumbers {
+        &self.numbers
     }
 
     /// An empty index that trains no inverted file until [`train`](Self::train): for
@@ -260,10 +281,7 @@ impl VectorIndex {
                 self.slots.insert(key.clone(), slot as u32);
                 self.keys.push(key);
                 if let Some(entity) = &tags.entity_name {
-                    self.by_entity
-                        .entry(entity.clone())
-                        .or_default()
-                        .push(slot as u32);
+                    self.slots_of_entity(entity).push(slot as u32);
                 }
                 self.tags.push(tags);
                 self.vectors.extend_from_slice(&unit);
@@ -289,8 +307,10 @@ impl VectorIndex {
         let d = self.dimension;
         if slot != last
             && let Some(entity) = &self.tags[last].entity_name
-            && let Some(of) = self.by_entity.get_mut(entity)
-            && let Some(at) = of.iter_mut().find(|s| **s as usize == last)
+            && let Some(n) = self.numbers.get(entity)
+            && let Some(at) = self.by_entity[n as usize]
+                .iter_mut()
+                .find(|s| **s as usize == last)
         {
             *at = slot as u32;
         }
@@ -334,26 +354,67 @@ impl VectorIndex {
             return;
         }
         if let Some(old) = old
-            && let Some(of) = self.by_entity.get_mut(old)
+            && let Some(n) = self.numbers.get(old)
         {
+            let of = &mut self.by_entity[n as usize];
             of.retain(|s| *s != slot);
             if of.is_empty() {
-                self.by_entity.remove(old);
+                // Gives back a list that had spilled to the heap.
+                *of = EntitySlots::new();
             }
         }
         if let Some(entity) = entity {
-            self.by_entity.entry(entity).or_default().push(slot);
+            self.slots_of_entity(&entity).push(slot);
         }
     }
 
-    /// The slots of the documents linked to each of `entity_names`, with the name's place in
-    /// it; `None` when there are none. Good for [`similarities_of`](Self::similarities_of)
-    /// while the index stays at this generation.
-    pub fn linked(&self, entity_names: &[&str]) -> Option<Linked> {
+    /// The by-entity list of `entity`, numbering it if it is new.
+    fn slots_of_entity(&mut self, entity: &str) -> &mut EntitySlots {
+        let (n, _) = self.numbers.number(entity);
+        let n = n as usize;
+        if n >= self.by_entity.len() {
+            self.by_entity.resize_with(n + 1, EntitySlots::new);
+        }
+        &mut self.by_entity[n]
+    }
+
+    /// The slots of the documents linked to each of the entities `names`, with the entity's
+    /// place in it; `None` when there are none. Good for
+    /// [`similarities_of`](Self::similarities_of) while the index stays at this generation.
+    ///
+    /// `numbered` is the same entities' numbers and the id of their numbering (a graph
+    /// index's walk gives both): when it is this index's numbering, the lists are found by
+    /// number, with no name read; else by name.
+    pub fn linked(&self, names: &[&str], numbered: Option<(u64, &[u32])>) -> Option<Linked> {
         let mut slots = Vec::new();
-        for (i, name) in entity_names.iter().enumerate() {
-            if let Some(of) = self.by_entity.get(*name) {
+        let mut add = |i: usize, n: u32| {
+            if let Some(of) = self.by_entity.get(n as usize) {
                 slots.extend(of.iter().map(|&slot| (slot, i as u32)));
+            }
+        };
+        match numbered {
+            Some((numbering, numbers)) if numbering == self.numbers.id() => {
+                debug_assert_eq!(numbers.len(), names.len());
+                // The lists of a walk's entities are scattered: fetched a few ahead.
+                let fetch = |n: u32| {
+                    if let Some(list) = self.by_entity.get(n as usize) {
+                        prefetch(list);
+                    }
+                };
+                numbers.iter().take(PREFETCH_AHEAD).for_each(|&n| fetch(n));
+                for (i, &n) in numbers.iter().enumerate() {
+                    if let Some(&ahead) = numbers.get(i + PREFETCH_AHEAD) {
+                        fetch(ahead);
+                    }
+                    add(i, n);
+                }
+            }
+            _ => {
+                for (i, n) in self.numbers.get_all(names).into_iter().enumerate() {
+                    if let Some(n) = n {
+                        add(i, n);
+                    }
+                }
             }
         }
         (!slots.is_empty()).then_some(Linked {
@@ -424,14 +485,15 @@ impl VectorIndex {
             + keys
             + heap::vec(&self.tags)
             + heap::map(&self.slots)
-            + heap::map(&self.by_entity)
+            + heap::vec(&self.by_entity)
             + self
                 .by_entity
-                .values()
+                .iter()
                 .filter(|s| s.spilled())
                 .map(|s| s.capacity() * size_of::<u32>())
                 .sum::<usize>()
             + self.strings.heap_bytes()
+            + self.numbers.heap_bytes()
             + heap::vec(&self.vectors)
             + heap::vec(&self.codes)
             + heap::vec(&self.scales)
@@ -635,23 +697,11 @@ fn quantise(v: &[f32]) -> (Vec<i8>, f32) {
 }
 
 /// The slots of one entity's documents: most entities have one or two, held inline, so that
-/// finding them reads no more memory than the map's entry.
+/// finding them reads no more memory than the list's entry.
 type EntitySlots = smallvec::SmallVec<[u32; 2]>;
 
 /// Slots fetched ahead by [`VectorIndex::similarities_of`].
 const PREFETCH_AHEAD: usize = 4;
-
-/// A hint to fetch the cache line at `p`; nothing on processors without one.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads no memory the program sees and cannot fault, whatever `p` is.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// Dot product with eight independent sums, which the compiler turns into vector code.
 #[inline(always)]
@@ -885,7 +935,7 @@ mod tests {
                     Some((key.clone(), i, index.similarity(key, &q)?))
                 })
                 .collect();
-            let linked = index.linked(&names);
+            let linked = index.linked(&names, None);
             let mut found: Vec<(VectorKey, usize, f32)> = linked
                 .as_ref()
                 .map(|l| {
@@ -902,6 +952,15 @@ mod tests {
             expected.sort_by(|a, b| a.0.cmp(&b.0));
             found.sort_by(|a, b| a.0.cmp(&b.0));
             assert_eq!(found, expected, "step {step}");
+            // By number, in the index's numbering, the same; in another, by name.
+            let numbers: Vec<u32> = names.iter().map(|n| index.numbers().number(n).0).collect();
+            let slots = |l: Option<Linked>| l.map(|l| l.slots);
+            let by_number = index.linked(&names, Some((index.numbers().id(), &numbers)));
+            assert_eq!(slots(by_number), slots(linked.clone()), "step {step}");
+            let other = EntityNumbers::default();
+            let foreign: Vec<u32> = names.iter().map(|n| other.number(n).0 + 1).collect();
+            let by_name = index.linked(&names, Some((other.id(), &foreign)));
+            assert_eq!(slots(by_name), slots(linked.clone()), "step {step}");
             if let Some(linked) = linked {
                 index.upsert("new", &random(&mut rng, 8), tags("s"));
                 assert!(index.similarities_of(&linked, &q).is_none());

@@ -12,8 +12,9 @@
 
 use crate::generate::Rng;
 use crate::heap;
+use crate::hint::prefetch;
 
-use super::{dot, prefetch, quantise};
+use super::{dot, quantise};
 
 /// Lloyd iterations when training.
 const ITERATIONS: usize = 8;
