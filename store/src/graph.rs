@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::heap;
-use crate::hint::prefetch;
+use crate::hint::{fetched_ahead, prefetch};
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
 use crate::names::NameIndex;
 use crate::numbers::EntityNumbers;
@@ -382,11 +382,6 @@ impl GraphIndex {
         }
     }
 
-    /// The entity numbering this index's walks give numbers in.
-    pub fn numbers(&self) -> &EntityNumbers {
-        &self.numbers
-    }
-
     /// Builds an index from whole tables, sorting each adjacency list once.
     pub fn build(entities: Vec<Entity>, relationships: Vec<Relationship>) -> Self {
         Self::build_numbered(EntityNumbers::default(), entities, relationships)
@@ -713,17 +708,9 @@ impl GraphIndex {
         // name is a miss of its own beyond it. So the nodes are read first, each fetched
         // `NODES_AHEAD` places ahead, and each accepted node's name is fetched as soon as
         // its address is known; the names are copied once they have all been asked for.
-        let node_at = |k: usize| walk.slots.get(k).map(|s| &self.nodes[s.0 as usize]);
-        for k in 0..NODES_AHEAD {
-            if let Some(node) = node_at(k) {
-                prefetch(node);
-            }
-        }
+        let fetch = |s: &(u32, u32, Option<Via>)| prefetch(&self.nodes[s.0 as usize]);
         let mut accepted: Vec<(&Node, u32, Option<Via>)> = Vec::with_capacity(walk.slots.len());
-        for (k, &(n, depth, via)) in walk.slots.iter().enumerate() {
-            if let Some(ahead) = node_at(k + NODES_AHEAD) {
-                prefetch(ahead);
-            }
+        for (k, &(n, depth, via)) in fetched_ahead(&walk.slots, NODES_AHEAD, fetch).enumerate() {
             let node = &self.nodes[n as usize];
             // The start entity is always in, whatever its type.
             if k == 0 || entity_type.is_none_or(|t| node.entity.entity_type == t) {

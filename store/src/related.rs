@@ -334,6 +334,18 @@ mod tests {
         kb
     }
 
+    /// Graph documents from `start` to depth 2, the best 10, of `entity_type` (any: `None`).
+    fn query(start: String, entity_type: Option<&str>) -> DocumentsQuery {
+        DocumentsQuery {
+            start,
+            entity_type: entity_type.map(str::to_string),
+            relationship_types: None,
+            max_depth: 2,
+            limit: 10,
+            resolve_documents: true,
+        }
+    }
+
     /// The graph index's walk hands the vector index entity numbers, the SurrealDB walk (graph
     /// index off) hands names: both find the same documents, also after an entity is deleted
     /// (its documents unlinked), made again, and given new documents.
@@ -347,14 +359,6 @@ mod tests {
         });
         let by_number = opened(records.clone(), true).await;
         let by_name = opened(records, false).await;
-        let query = |start: String, entity_type: Option<&str>| DocumentsQuery {
-            start,
-            entity_type: entity_type.map(str::to_string),
-            relationship_types: None,
-            max_depth: 2,
-            limit: 10,
-            resolve_documents: true,
-        };
         let starts: Vec<String> = (0..300)
             .step_by(11)
             .map(crate::generate::entity_name)
@@ -433,36 +437,24 @@ mod tests {
     /// answers, and a document without a vector scores on proximity alone.
     #[tokio::test]
     async fn documents_found_by_slot_and_by_key_agree() {
-        let kb =
-            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
         let records = generate(Spec {
             entities: 400,
             relationships: 1200,
             document_ratio: 1.0,
             seed: 5,
         });
-        crate::import::import_records(
-            &kb,
-            records.into_iter().enumerate().collect(),
-            &crate::progress::Silent,
-        )
-        .await
-        .unwrap();
-        let query = |start: String| DocumentsQuery {
-            start,
-            entity_type: None,
-            relationship_types: None,
-            max_depth: 2,
-            limit: 10,
-            resolve_documents: true,
-        };
+        let kb = opened(records, true).await;
         let starts: Vec<String> = (0..400)
             .step_by(7)
             .map(crate::generate::entity_name)
             .collect();
         let mut by_slot = Vec::new();
         for start in &starts {
-            by_slot.push(kb.graph_documents(&query(start.clone())).await.unwrap());
+            by_slot.push(
+                kb.graph_documents(&query(start.clone(), None))
+                    .await
+                    .unwrap(),
+            );
         }
         assert!(by_slot.iter().any(|d| d.results.len() == 10));
         // One document loses its vector: every answer is now found by key.
@@ -474,7 +466,10 @@ mod tests {
         };
         kb.vectors().write().remove(&lost);
         for (start, before) in starts.iter().zip(&by_slot) {
-            let after = kb.graph_documents(&query(start.clone())).await.unwrap();
+            let after = kb
+                .graph_documents(&query(start.clone(), None))
+                .await
+                .unwrap();
             let reached = *start == lost_entity || before.related_entities.contains(&lost_entity);
             if !reached {
                 assert_eq!(&after, before, "from {start}");

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::heap;
-use crate::hint::prefetch;
+use crate::hint::{fetched_ahead, prefetch};
 use crate::numbers::EntityNumbers;
 
 use ivf::{Ivf, List};
@@ -396,16 +396,12 @@ impl VectorIndex {
             Some((numbering, numbers)) if numbering == self.numbers.id() => {
                 debug_assert_eq!(numbers.len(), names.len());
                 // The lists of a walk's entities are scattered: fetched a few ahead.
-                let fetch = |n: u32| {
+                let fetch = |&n: &u32| {
                     if let Some(list) = self.by_entity.get(n as usize) {
                         prefetch(list);
                     }
                 };
-                numbers.iter().take(PREFETCH_AHEAD).for_each(|&n| fetch(n));
-                for (i, &n) in numbers.iter().enumerate() {
-                    if let Some(&ahead) = numbers.get(i + PREFETCH_AHEAD) {
-                        fetch(ahead);
-                    }
+                for (i, &n) in fetched_ahead(numbers, PREFETCH_AHEAD, fetch).enumerate() {
                     add(i, n);
                 }
             }
@@ -437,23 +433,10 @@ impl VectorIndex {
         let q = unit(query);
         // The slots are scattered over the index, so each one's vector is a run of cache
         // misses: they are fetched a few slots ahead, so that the misses overlap.
-        let slots = &linked.slots;
-        let ahead = |n: usize| slots.get(n).map(|&(slot, _)| slot as usize);
-        for n in 0..PREFETCH_AHEAD.min(slots.len()) {
-            if let Some(slot) = ahead(n) {
-                self.prefetch(slot);
-            }
-        }
+        let fetch = |&(slot, _): &(u32, u32)| self.prefetch(slot as usize);
         Some(
-            slots
-                .iter()
-                .enumerate()
-                .map(|(n, &(slot, _))| {
-                    if let Some(next) = ahead(n + PREFETCH_AHEAD) {
-                        self.prefetch(next);
-                    }
-                    dot(self.slot(slot as usize), &q)
-                })
+            fetched_ahead(&linked.slots, PREFETCH_AHEAD, fetch)
+                .map(|&(slot, _)| dot(self.slot(slot as usize), &q))
                 .collect(),
         )
     }
