@@ -142,6 +142,31 @@ fn best_places(
     all.filter(|&n| scores[n] >= cutoff).collect()
 }
 
+/// The places, in order, of the `candidates` (each its entity's place in `depths` and a range
+/// that holds its similarity) whose score can reach the `limit`-th best: those whose best
+/// possible score reaches the `limit`-th best of the worst possible ones. Every document that
+/// [`best_places`] keeps among all of them is among these (its score is at least the
+/// `limit`-th best, which is at least that of the worst possible ones), and so are the
+/// `limit` best, so `best_places` over these alone keeps the same documents. For more than
+/// `limit` candidates, `limit` > 0.
+fn within_reach(
+    candidates: impl Iterator<Item = (usize, (f32, f32))>,
+    depths: &[u32],
+    limit: usize,
+) -> Vec<usize> {
+    let (worst, best): (Vec<f64>, Vec<f64>) = candidates
+        .map(|(i, (lo, hi))| {
+            let depth = depths[i];
+            (score(depth, f64::from(lo)), score(depth, f64::from(hi)))
+        })
+        .unzip();
+    debug_assert!(limit > 0 && worst.len() > limit);
+    let mut sorted = worst;
+    sorted.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+    let floor = sorted[limit - 1];
+    (0..best.len()).filter(|&n| best[n] >= floor).collect()
+}
+
 /// A document's score from its entity's depth and its similarity (rounded to 6 places, so
 /// that ties are ties whatever the float noise).
 fn score(depth: u32, similarity: f64) -> f64 {
@@ -248,18 +273,27 @@ impl KnowledgeBase {
         limit: usize,
     ) -> Option<Vec<(VectorKey, usize, f32)>> {
         let vectors = self.vectors().read();
-        let similar = vectors.similarities_of(linked, q)?;
         let places: Vec<usize> = linked.places().collect();
-        let picks = best_places(
-            places.iter().copied().zip(similar.iter().copied()),
+        // The documents to score exactly: all when all are kept, else those whose score can
+        // reach the kept ones' by their codes' bounds (a hub's walk links hundreds).
+        let exact: Vec<usize> = if places.len() <= limit || limit == 0 {
+            (0..places.len()).collect()
+        } else {
+            let bounds = vectors.similarity_bounds(linked, q)?;
+            within_reach(places.iter().copied().zip(bounds), depths, limit)
+        };
+        let similar = vectors.similarities_of(linked, &exact, q)?;
+        let kept = best_places(
+            exact.iter().zip(&similar).map(|(&n, &s)| (places[n], s)),
             depths,
             limit,
         );
+        let picks: Vec<usize> = kept.iter().map(|&m| exact[m]).collect();
         let keys = vectors.keys_of(linked, &picks)?;
         Some(
             keys.into_iter()
-                .zip(picks)
-                .map(|(key, n)| (key, places[n], similar[n]))
+                .zip(kept)
+                .map(|(key, m)| (key, places[exact[m]], similar[m]))
                 .collect(),
         )
     }
@@ -490,5 +524,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A hub's documents are scored exactly only where their codes' bounds say they can be
+    /// kept: the same documents, with the same similarities, as scoring every one, for every
+    /// limit, also when many tie at the cut-off (one text, so one vector, for many).
+    #[tokio::test]
+    async fn documents_chosen_by_bounds_are_those_chosen_by_every_similarity() {
+        let records = generate(Spec {
+            entities: 300,
+            relationships: 1500,
+            document_ratio: 1.0,
+            seed: 13,
+        });
+        let kb = opened(records, true).await;
+        let walk = |start: String, depth: u32| TraversalQuery {
+            start,
+            relationship_types: None,
+            direction: Direction::Both,
+            depth,
+            limit: MAX_RELATED_ENTITIES + 1,
+        };
+        // Ties: the first hubs' neighbours get one more document each, all of one text.
+        for hub in 0..3 {
+            let reach = kb
+                .documents_walk(&walk(crate::generate::entity_name(hub), 1), None)
+                .await
+                .unwrap();
+            let tied: Vec<crate::NewDocument> = reach.names[1..]
+                .iter()
+                .enumerate()
+                .map(|(i, name)| crate::NewDocument {
+                    title: format!("Tie {hub} {i}"),
+                    content: "One text for many entities.".into(),
+                    source: "test".into(),
+                    source_id: format!("tie-{hub}-{i}"),
+                    content_type: "text/plain".into(),
+                    url: None,
+                    entity_name: Some(name.clone()),
+                })
+                .collect();
+            kb.upsert_documents(&tied).await.unwrap();
+        }
+        let mut compared = 0;
+        for start in (0..300).step_by(13).map(crate::generate::entity_name) {
+            for depth in [1, 2] {
+                let reach = kb.documents_walk(&walk(start.clone(), depth), None).await;
+                let reach = reach.unwrap();
+                let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
+                let numbered = reach.numbered.as_ref().map(|(id, n)| (*id, n.as_slice()));
+                let Some(Found::Slots(linked)) = kb.linked_documents(&names, numbered) else {
+                    continue;
+                };
+                let text = format!("{start} {}", reach.start_type);
+                let q = kb.embed_one(&text).await.unwrap();
+                for limit in [0, 1, 2, 5, 10, 40] {
+                    let chosen = kb.chosen_by_slot(&linked, &reach.depths, &q, limit);
+                    let every = {
+                        let vectors = kb.vectors().read();
+                        let places: Vec<usize> = linked.places().collect();
+                        let all: Vec<usize> = (0..places.len()).collect();
+                        let similar = vectors.similarities_of(&linked, &all, &q).unwrap();
+                        let scored = places.iter().copied().zip(similar.iter().copied());
+                        let picks = best_places(scored, &reach.depths, limit);
+                        let keys = vectors.keys_of(&linked, &picks).unwrap();
+                        keys.into_iter()
+                            .zip(picks)
+                            .map(|(key, n)| (key, places[n], similar[n]))
+                            .collect::<Vec<_>>()
+                    };
+                    assert_eq!(chosen, Some(every), "from {start}, depth {depth}, {limit}");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 100, "{compared}");
     }
 }
