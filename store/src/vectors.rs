@@ -188,10 +188,17 @@ impl VectorIndex {
     }
 
     /// Trains the inverted file on the vectors held now, if there are enough of them, and
-    /// ends [`for_bulk_load`](Self::for_bulk_load)'s deferral.
+    /// ends [`for_bulk_load`](Self::for_bulk_load)'s deferral. The per-slot arrays, grown by
+    /// doubling during the load, are cut to their length first.
     pub fn train(&mut self) {
         self.deferred = false;
         self.ivf = None;
+        self.keys.shrink_to_fit();
+        self.tags.shrink_to_fit();
+        self.vectors.shrink_to_fit();
+        self.codes.shrink_to_fit();
+        self.scales.shrink_to_fit();
+        self.errors.shrink_to_fit();
         self.maybe_train();
     }
 
@@ -1340,6 +1347,10 @@ mod tests {
         with.train();
         assert_eq!(with.lists(), 0);
         assert_eq!(with.codes.len(), with.len() * d);
+        // And holds no room the removals left.
+        assert_eq!(with.codes.capacity(), with.codes.len());
+        assert_eq!(with.vectors.capacity(), with.vectors.len());
+        assert_eq!(with.errors.capacity(), with.len());
         let q = &base[0];
         assert_eq!(
             with.search_scan(q, 7, &|_| true),
