@@ -14,6 +14,16 @@ pub(crate) fn prefetch<T: ?Sized>(p: *const T) {
     let _ = p;
 }
 
+/// A hint to fetch every cache line of `items` (64 bytes each).
+#[inline(always)]
+pub(crate) fn prefetch_lines<T>(items: &[T]) {
+    let bytes = std::mem::size_of_val(items);
+    let start = items.as_ptr().cast::<u8>();
+    for offset in (0..bytes).step_by(64) {
+        prefetch(start.wrapping_add(offset));
+    }
+}
+
 /// `items` in order, with `fetch` called on each item `distance` places before the loop
 /// reaches it (on the first `distance` at once), so that what it asks for is arriving by
 /// then: the pattern of every loop here over scattered memory.

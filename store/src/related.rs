@@ -136,10 +136,15 @@ fn best_places(
     if scores.len() <= limit || limit == 0 {
         return all.collect();
     }
-    let mut sorted = scores.to_vec();
-    sorted.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
-    let cutoff = sorted[limit - 1];
+    let cutoff = nth_best(scores.clone(), limit);
     all.filter(|&n| scores[n] >= cutoff).collect()
+}
+
+/// The `n`-th best (largest) of `scores`, `n` from 1; `scores` holds at least `n`.
+fn nth_best(mut scores: Vec<f64>, n: usize) -> f64 {
+    *scores
+        .select_nth_unstable_by(n - 1, |a, b| b.total_cmp(a))
+        .1
 }
 
 /// The places, in order, of the `candidates` (each its entity's place in `depths` and a range
@@ -161,9 +166,7 @@ fn within_reach(
         })
         .unzip();
     debug_assert!(limit > 0 && worst.len() > limit);
-    let mut sorted = worst;
-    sorted.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
-    let floor = sorted[limit - 1];
+    let floor = nth_best(worst, limit);
     (0..best.len()).filter(|&n| best[n] >= floor).collect()
 }
 

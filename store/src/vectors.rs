@@ -25,7 +25,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::heap;
-use crate::hint::{fetched_ahead, prefetch};
+use crate::hint::{fetched_ahead, prefetch, prefetch_lines};
 use crate::numbers::EntityNumbers;
 
 use ivf::{Ivf, List};
@@ -438,7 +438,7 @@ impl VectorIndex {
         picks: &[usize],
         query: &[f32],
     ) -> Option<Vec<f32>> {
-        if linked.generation != self.generation || query.len() != self.dimension {
+        if !self.fits(linked, query) {
             return None;
         }
         let q = unit(query);
@@ -453,6 +453,12 @@ impl VectorIndex {
         )
     }
 
+    /// Whether `linked` was taken at this generation of the index and `query` is of its
+    /// dimension.
+    fn fits(&self, linked: &Linked, query: &[f32]) -> bool {
+        linked.generation == self.generation && query.len() == self.dimension
+    }
+
     /// For each document of `linked`, in its order, a range that holds the similarity to
     /// `query` that [`similarities_of`](Self::similarities_of) gives: from its 8-bit codes, a
     /// quarter of the memory of its vector, widened by its quantisation error. `None` as for
@@ -464,7 +470,7 @@ impl VectorIndex {
     /// A hub's documents are bounded this way and only those whose bound reaches the kept
     /// ones are scored in `f32` (`kbq_store::related`).
     pub fn similarity_bounds(&self, linked: &Linked, query: &[f32]) -> Option<Vec<(f32, f32)>> {
-        if linked.generation != self.generation || query.len() != self.dimension {
+        if !self.fits(linked, query) {
             return None;
         }
         let q = unit(query);
@@ -498,9 +504,7 @@ impl VectorIndex {
             // Each slot's codes, scale and error are three scattered reads: fetched ahead.
             if let Some(&(ahead, _)) = slots.get(n) {
                 let ahead = ahead as usize;
-                for line in self.codes[ahead * d..(ahead + 1) * d].chunks(64) {
-                    prefetch(line.as_ptr());
-                }
+                prefetch_lines(&self.codes[ahead * d..(ahead + 1) * d]);
                 prefetch(&self.scales[ahead]);
                 prefetch(&self.errors[ahead]);
             }
@@ -509,7 +513,7 @@ impl VectorIndex {
             };
             let slot = slot as usize;
             let codes = &self.codes[slot * d..(slot + 1) * d];
-            let approx = dot_codes(codes, unit_query) * self.scales[slot];
+            let approx = dot(codes, unit_query) * self.scales[slot];
             let margin = self.errors[slot] * (1.0 + 1e-3) + slack;
             out.push((approx - margin, approx + margin));
         }
@@ -530,9 +534,7 @@ impl VectorIndex {
     /// Asks the processor to fetch `slot`'s vector into its caches.
     #[inline(always)]
     fn prefetch(&self, slot: usize) {
-        for line in self.slot(slot).chunks(16) {
-            prefetch(line.as_ptr());
-        }
+        prefetch_lines(self.slot(slot));
     }
 
     /// Approximate heap bytes: the vectors, their codes, scales and errors, the keys and
@@ -773,33 +775,22 @@ type EntitySlots = smallvec::SmallVec<[u32; 2]>;
 /// Slots fetched ahead by [`VectorIndex::similarities_of`] and the loops like it.
 const PREFETCH_AHEAD: usize = 4;
 
-/// Dot product with eight independent sums, which the compiler turns into vector code.
+/// Dot product with eight independent sums, which the compiler turns into vector code: of
+/// two vectors, or of 8-bit codes (`T = i8`, each widened to `f32`) and a vector.
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<T: Copy>(a: &[T], b: &[f32]) -> f32
+where
+    f32: From<T>,
+{
     let mut acc = [0f32; 8];
     let (ca, ra) = a.as_chunks::<8>();
     let (cb, rb) = b.as_chunks::<8>();
     for (x, y) in ca.iter().zip(cb) {
         for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
-}
-
-/// Dot product of codes and a query in `f32`, eight sums as in [`dot`].
-#[inline(always)]
-fn dot_codes(codes: &[i8], q: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (cc, rc) = codes.as_chunks::<8>();
-    let (cq, rq) = q.as_chunks::<8>();
-    for (x, y) in cc.iter().zip(cq) {
-        for i in 0..8 {
             acc[i] += f32::from(x[i]) * y[i];
         }
     }
-    let tail: f32 = rc.iter().zip(rq).map(|(&x, y)| f32::from(x) * y).sum();
+    let tail: f32 = ra.iter().zip(rb).map(|(&x, y)| f32::from(x) * y).sum();
     acc.iter().sum::<f32>() + tail
 }
 
