@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kbq_store::{
-    DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, Traversal, TraversalQuery,
+    DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, TraversalJson,
+    TraversalQuery,
 };
 use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -21,8 +22,11 @@ use crate::pool::{PoolError, PoolHandle, PoolStats, answer};
 /// What the graph workers do. Each variant answers through its reply port.
 #[derive(Debug)]
 pub enum GraphRequest {
-    /// Walk the graph from an entity.
-    Traverse(TraversalQuery, RpcReplyPort<Result<Traversal, StoreError>>),
+    /// Walk the graph from an entity; the answer comes as JSON (see [`TraversalJson`]).
+    Traverse(
+        TraversalQuery,
+        RpcReplyPort<Result<TraversalJson, StoreError>>,
+    ),
     /// Find entities whose names contain a string.
     Search {
         query: String,
@@ -140,7 +144,7 @@ impl Worker for GraphWorker {
         // A caller that gave up (it timed out, or its client went away) has closed its port:
         // its request is not started, or stops where it is, and the worker moves on.
         match msg {
-            GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse(&q)).await,
+            GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse_json(&q)).await,
             GraphRequest::Search {
                 query,
                 entity_type,
@@ -236,7 +240,8 @@ impl GraphPool {
         self.hold_in(GraphLane::Lookup, release).await
     }
 
-    pub async fn traverse(&self, query: TraversalQuery) -> Result<Traversal, GraphError> {
+    /// The walk from `query.start`, as the JSON an answer writes out.
+    pub async fn traverse(&self, query: TraversalQuery) -> Result<TraversalJson, GraphError> {
         self.call(GraphLane::Lookup, |reply| {
             GraphRequest::Traverse(query, reply)
         })

@@ -1,9 +1,11 @@
 //! The four graph endpoints under `/data/v1/query/graph`, answered by the graph workers.
 
+use std::io::Write;
+
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::GraphPool;
-use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, Traversal, TraversalQuery};
+use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalJson, TraversalQuery};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -127,71 +129,25 @@ async fn traverse(
         .body(traversal_body(&query.start, &walk)))
 }
 
-/// The body of a traversal: the bytes `serde_json` writes for [`TraversalResponse`]. When
-/// the in-memory index answered, each entity and relationship comes already serialized
-/// ([`kbq_store::TraversalJson`]) and is copied in; a unit test holds both ways to the same bytes.
-fn traversal_body(start: &str, walk: &Traversal) -> Vec<u8> {
-    // Each entity is an object with fields, `{...}`: its fields are copied without the braces.
-    let Some(json) = walk.json.as_ref().filter(|j| {
-        j.entities.len() == walk.entities.len()
-            && j.relationships.len() == walk.relationships.len()
-            && j.entities.iter().all(|e| e.len() > 2 && e.ends_with('}'))
-    }) else {
-        return serde_json::to_vec(&TraversalResponse {
-            entity_name: start,
-            entities_found: walk
-                .entities
-                .iter()
-                .map(|r| EntityAtDepth {
-                    entity: &r.entity,
-                    depth: r.depth,
-                })
-                .collect(),
-            relationships: walk.relationships.iter().map(|r| &**r).collect(),
-            total_entities: walk.entities.len(),
-            total_relationships: walk.relationships.len(),
-            truncated: walk.truncated,
-        })
-        .unwrap_or_default();
-    };
-    let size: usize = json
-        .entities
-        .iter()
-        .chain(&json.relationships)
-        .map(|j| j.len() + 16)
-        .sum();
-    let mut out = Vec::with_capacity(size + start.len() + 160);
-    let number = |out: &mut Vec<u8>, n: usize| out.extend_from_slice(n.to_string().as_bytes());
+/// The body of a traversal: the bytes `serde_json` writes for [`TraversalResponse`], from
+/// the entities and relationships the walk wrote as JSON (a unit test holds both ways to the
+/// same bytes).
+fn traversal_body(start: &str, walk: &TraversalJson) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(walk.entities.len() + walk.relationships.len() + start.len() + 160);
     out.extend_from_slice(b"{\"entity_name\":");
     // A `&str` always serializes.
     let _ = serde_json::to_writer(&mut out, start);
     out.extend_from_slice(b",\"entities_found\":[");
-    for (i, (entity, reached)) in json.entities.iter().zip(&walk.entities).enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        // `EntityAtDepth` flattens the entity's fields and adds `depth` after them.
-        out.extend_from_slice(&entity.as_bytes()[..entity.len() - 1]);
-        out.extend_from_slice(b",\"depth\":");
-        number(&mut out, reached.depth as usize);
-        out.push(b'}');
-    }
+    out.extend_from_slice(walk.entities.as_bytes());
     out.extend_from_slice(b"],\"relationships\":[");
-    for (i, rel) in json.relationships.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(rel.as_bytes());
-    }
-    out.extend_from_slice(b"],\"total_entities\":");
-    number(&mut out, walk.entities.len());
-    out.extend_from_slice(b",\"total_relationships\":");
-    number(&mut out, walk.relationships.len());
-    out.extend_from_slice(if walk.truncated {
-        b",\"truncated\":true}"
-    } else {
-        b",\"truncated\":false}"
-    });
+    out.extend_from_slice(walk.relationships.as_bytes());
+    // Numbers and a bool always serialize.
+    let _ = write!(
+        out,
+        "],\"total_entities\":{},\"total_relationships\":{},\"truncated\":{}}}",
+        walk.total_entities, walk.total_relationships, walk.truncated
+    );
     out
 }
 
@@ -466,22 +422,30 @@ mod tests {
             ("org.apache.Lonely", 3, 10),
             ("nobody", 2, 50),
         ] {
-            let walk = index.traverse(&TraversalQuery {
+            let query = TraversalQuery {
                 start: start.into(),
                 relationship_types: None,
                 direction: Direction::Both,
                 depth,
                 limit,
-            });
-            let fast = traversal_body(start, &walk);
-            assert_eq!(walk.json.is_some(), start != "nobody");
-            let serde = traversal_body(
-                start,
-                &Traversal {
-                    json: None,
-                    ..walk.clone()
-                },
-            );
+            };
+            let fast = traversal_body(start, &index.traverse_json(&query));
+            let walk = index.traverse(&query);
+            assert_eq!(walk.entities.is_empty(), start == "nobody");
+            let serde = serde_json::to_vec(&TraversalResponse {
+                entity_name: start,
+                entities_found: (walk.entities.iter())
+                    .map(|r| EntityAtDepth {
+                        entity: &r.entity,
+                        depth: r.depth,
+                    })
+                    .collect(),
+                relationships: walk.relationships.iter().map(|r| &**r).collect(),
+                total_entities: walk.entities.len(),
+                total_relationships: walk.relationships.len(),
+                truncated: walk.truncated,
+            })
+            .unwrap();
             assert_eq!(
                 String::from_utf8(fast).unwrap(),
                 String::from_utf8(serde).unwrap(),

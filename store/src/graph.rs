@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::heap;
-use crate::hint::{fetched_ahead, prefetch};
+use crate::hint::{fetched_ahead, prefetch, prefetch_lines};
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
 use crate::names::NameIndex;
 use crate::numbers::EntityNumbers;
@@ -128,36 +128,88 @@ impl Reach {
 }
 
 /// The answer of a walk. An unknown start entity gives an empty answer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Traversal {
     pub entities: Vec<Reached>,
     pub relationships: Vec<RelationshipRef>,
     /// True when `limit` stopped the walk before it met every reachable entity.
     pub truncated: bool,
-    /// The same entities and relationships as JSON, when the in-memory index answered.
-    pub json: Option<TraversalJson>,
 }
 
-/// Equal answers are equal traversals, whichever path rendered them: `json` is the same
-/// answer in another form, and only the index path carries it.
-impl PartialEq for Traversal {
-    fn eq(&self, other: &Self) -> bool {
-        self.entities == other.entities
-            && self.relationships == other.relationships
-            && self.truncated == other.truncated
-    }
-}
-
-/// A traversal's entities and relationships as `serde_json` writes them, in the same order.
+/// A traversal as JSON, for an answer that only writes it out: the entities and relationships
+/// as `serde_json` writes them, in the same order, each list's items comma-separated.
+///
 /// The index serializes each entity and relationship once, when a walk first reaches it, and
-/// hands out shared copies, so a response of fifty entities is copied, not serialized again:
-/// serializing was most of the time of a traversal over HTTP.
-#[derive(Debug, Clone, Default)]
+/// copies that JSON here on the walk's own thread: serializing was most of the time of a
+/// traversal over HTTP, and handing out a shared handle per entity and relationship (counted
+/// up on one thread and down on another) most of what was left.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TraversalJson {
-    /// `serde_json::to_string(&Entity)` of each of `Traversal::entities`.
-    pub entities: Vec<Arc<str>>,
-    /// `serde_json::to_string(&Relationship)` of each of `Traversal::relationships`.
-    pub relationships: Vec<Arc<str>>,
+    /// Each reached entity's JSON object (an [`Entity`]'s fields) with its `depth` after
+    /// them, in the order of [`Traversal::entities`].
+    pub entities: String,
+    /// Each relationship's JSON object, in the order of [`Traversal::relationships`].
+    pub relationships: String,
+    pub total_entities: usize,
+    pub total_relationships: usize,
+    /// As [`Traversal::truncated`].
+    pub truncated: bool,
+}
+
+impl TraversalJson {
+    /// Room for `entities` and `relationships` bytes of JSON.
+    fn with_capacity(entities: usize, relationships: usize) -> Self {
+        TraversalJson {
+            entities: String::with_capacity(entities),
+            relationships: String::with_capacity(relationships),
+            ..TraversalJson::default()
+        }
+    }
+
+    /// A traversal the SurrealDB path answered, serialized here (the index renders its own
+    /// from the JSON it keeps).
+    pub fn of(walk: &Traversal) -> Self {
+        let mut json = TraversalJson::default();
+        for r in &walk.entities {
+            // A model of maps, strings and JSON values always serializes.
+            json.push_entity(
+                &serde_json::to_string(&*r.entity).unwrap_or_default(),
+                r.depth,
+            );
+        }
+        for r in &walk.relationships {
+            json.push_relationship(&serde_json::to_string(&**r).unwrap_or_default());
+        }
+        json.truncated = walk.truncated;
+        json
+    }
+
+    /// Adds an entity, given as the JSON object of its fields (never `{}`: an entity has an
+    /// id, a name, a type and properties), with `depth` after them.
+    fn push_entity(&mut self, entity: &str, depth: u32) {
+        if self.total_entities > 0 {
+            self.entities.push(',');
+        }
+        let fields = entity.strip_suffix('}').unwrap_or(entity);
+        self.entities.push_str(fields);
+        self.entities.push_str(",\"depth\":");
+        // A walk is at most a few hops deep: one digit, without the formatting machinery.
+        match char::from_digit(depth, 10) {
+            Some(digit) => self.entities.push(digit),
+            None => self.entities.push_str(&depth.to_string()),
+        }
+        self.entities.push('}');
+        self.total_entities += 1;
+    }
+
+    /// Adds a relationship, given as its JSON object.
+    fn push_relationship(&mut self, rel: &str) {
+        if self.total_relationships > 0 {
+            self.relationships.push(',');
+        }
+        self.relationships.push_str(rel);
+        self.total_relationships += 1;
+    }
 }
 
 /// The breadth-first walk, generic over how nodes (`K`) and edges (`E`) are named, so the
@@ -293,7 +345,7 @@ struct Node {
     /// The entity's number in `GraphIndex::numbers`.
     number: u32,
     /// `entity` as JSON, made when a walk first returns it (see [`TraversalJson`]).
-    json: OnceLock<Arc<str>>,
+    json: OnceLock<Box<str>>,
     /// Every edge touching this node, in canonical order (neighbour name, type, outgoing
     /// first), with what the walk needs inline: the walk reads one sequential list and
     /// compares no strings.
@@ -323,7 +375,7 @@ struct Edge {
     ty: u32,
     rel: RelationshipRef,
     /// `rel` as JSON, made when a walk first returns it (see [`TraversalJson`]).
-    json: OnceLock<Arc<str>>,
+    json: OnceLock<Box<str>>,
 }
 
 /// What a shared entity owns: its allocation and strings.
@@ -344,13 +396,12 @@ fn relationship_bytes(r: &Relationship) -> usize {
         + heap::json_map(&r.properties)
 }
 
-/// `value` as `serde_json` writes it, made once into `cell`.
-fn json_of<T: serde::Serialize>(cell: &OnceLock<Arc<str>>, value: &T) -> Arc<str> {
+/// `value` as `serde_json` writes it, made into `cell` the first time it is asked for.
+fn json_of<'a, T: serde::Serialize>(cell: &'a OnceLock<Box<str>>, value: &T) -> &'a str {
     cell.get_or_init(|| {
         // A model of maps, strings and JSON values always serializes.
         serde_json::to_string(value).unwrap_or_default().into()
     })
-    .clone()
 }
 
 /// The whole graph in memory: names to nodes, and each node's typed edges in canonical order.
@@ -441,7 +492,7 @@ impl GraphIndex {
     /// Approximate heap bytes of the graph: nodes, edges and their entities, relationships
     /// and cached JSON, the maps and the types; not the name index ([`name_index`](Self::name_index)).
     pub fn heap_bytes(&self) -> usize {
-        let cached = |cell: &OnceLock<Arc<str>>| cell.get().map_or(0, |j| heap::arc_str(j));
+        let cached = |cell: &OnceLock<Box<str>>| cell.get().map_or(0, |j| j.len());
         let nodes: usize = self
             .nodes
             .iter()
@@ -681,17 +732,53 @@ impl GraphIndex {
         let Some(walk) = self.walk(query) else {
             return Traversal::default();
         };
-        let nodes = walk.slots.iter().map(|(n, ..)| &self.nodes[*n as usize]);
-        let edges = walk.edges.iter().map(|v| &self.edges[v.edge as usize]);
         Traversal {
             entities: self.reached(&walk),
-            relationships: edges.clone().map(|e| e.rel.clone()).collect(),
+            relationships: (walk.edges.iter())
+                .map(|v| self.edges[v.edge as usize].rel.clone())
+                .collect(),
             truncated: walk.truncated,
-            json: Some(TraversalJson {
-                entities: nodes.map(|n| json_of(&n.json, &*n.entity)).collect(),
-                relationships: edges.map(|e| json_of(&e.json, &*e.rel)).collect(),
-            }),
         }
+    }
+
+    /// [`traverse`](Self::traverse)'s answer as JSON, copied from the JSON this index keeps
+    /// of each entity and relationship (made when a walk first returns it).
+    pub fn traverse_json(&self, query: &TraversalQuery) -> TraversalJson {
+        let Some(walk) = self.walk(query) else {
+            return TraversalJson::default();
+        };
+        // The nodes, their JSON and the edges' lie scattered over the index: each is fetched
+        // ahead (a node `NODES_AHEAD` places ahead, its JSON as soon as the node is read),
+        // and the JSON copied once every piece has been asked for.
+        let fetch = |s: &(u32, u32, Option<Via>)| prefetch(&self.nodes[s.0 as usize]);
+        let nodes: Vec<(&str, u32)> = fetched_ahead(&walk.slots, NODES_AHEAD, fetch)
+            .map(|&(n, depth, _)| {
+                let node = &self.nodes[n as usize];
+                let json = json_of(&node.json, &*node.entity);
+                prefetch_lines(json.as_bytes());
+                (json, depth)
+            })
+            .collect();
+        let fetch = |v: &Via| prefetch(&self.edges[v.edge as usize]);
+        let edges: Vec<&str> = fetched_ahead(&walk.edges, NODES_AHEAD, fetch)
+            .map(|v| {
+                let edge = &self.edges[v.edge as usize];
+                let json = json_of(&edge.json, &*edge.rel);
+                prefetch_lines(json.as_bytes());
+                json
+            })
+            .collect();
+        // `,"depth":` and its digits, and each list's commas.
+        let size = nodes.iter().map(|(j, _)| j.len() + 16).sum();
+        let mut json = TraversalJson::with_capacity(size, edges.iter().map(|j| j.len() + 1).sum());
+        for (entity, depth) in nodes {
+            json.push_entity(entity, depth);
+        }
+        for rel in edges {
+            json.push_relationship(rel);
+        }
+        json.truncated = walk.truncated;
+        json
     }
 
     /// What a graph-documents request needs of [`traverse`](Self::traverse)'s entities
@@ -913,7 +1000,7 @@ mod tests {
     }
 
     #[test]
-    fn a_walk_hands_out_the_json_of_what_the_index_holds_now() {
+    fn a_walk_renders_the_json_of_what_the_index_holds_now() {
         let entity = |name: &str, rank: i64| Entity {
             id: String::new(),
             name: name.into(),
@@ -934,42 +1021,59 @@ mod tests {
         };
         let mut index = GraphIndex::build(vec![entity("a", 1), entity("b", 2)], vec![rel("x")]);
         let walk = |index: &GraphIndex| {
-            let t = index.traverse(&TraversalQuery {
+            let query = TraversalQuery {
                 start: "a".into(),
                 relationship_types: None,
                 direction: Direction::Both,
                 depth: 1,
                 limit: 10,
-            });
-            let json = t.json.clone().unwrap();
-            let want: Vec<String> = t
-                .entities
-                .iter()
-                .map(|r| serde_json::to_string(&*r.entity).unwrap())
-                .collect();
-            let got: Vec<&str> = json.entities.iter().map(|j| &**j).collect();
-            assert_eq!(got, want);
-            let want: Vec<String> = t
-                .relationships
-                .iter()
-                .map(|r| serde_json::to_string(&**r).unwrap())
-                .collect();
-            let got: Vec<&str> = json.relationships.iter().map(|j| &**j).collect();
-            assert_eq!(got, want);
+            };
+            let json = index.traverse_json(&query);
+            // The same as serializing the walk's answer anew.
+            assert_eq!(json, TraversalJson::of(&index.traverse(&query)));
             json
         };
+        let parse = |items: &str| -> Vec<serde_json::Value> {
+            serde_json::from_str(&format!("[{items}]")).unwrap()
+        };
         let before = walk(&index);
-        assert!(before.entities[1].contains("\"rank\":2"));
+        assert_eq!((before.total_entities, before.total_relationships), (2, 1));
+        assert!(!before.truncated);
+        // Each entity is its own fields, in their order, then its depth.
+        let b = &index.nodes[index.ids["b"] as usize].entity;
+        let fields = serde_json::to_string(&**b).unwrap();
+        assert!(before.entities.ends_with(&format!(
+            ",{},\"depth\":1}}",
+            fields.strip_suffix('}').unwrap()
+        )));
+        let entities = parse(&before.entities);
+        assert_eq!(entities.len(), 2);
+        assert_eq!(
+            (entities[0]["name"].clone(), entities[0]["depth"].clone()),
+            ("a".into(), 0.into())
+        );
+        assert_eq!(entities[1]["properties"]["rank"], 2);
+        assert_eq!(parse(&before.relationships)[0]["properties"]["note"], "x");
         // Updates made after a walk rendered the old values are rendered anew.
         index.upsert_entity(entity("b", 3));
         assert!(index.upsert_relationship(rel("y")));
         let after = walk(&index);
-        assert!(after.entities[1].contains("\"rank\":3"), "{after:?}");
-        assert!(after.relationships[0].contains("\"y\""), "{after:?}");
-        assert!(
-            before.entities[1].contains("\"rank\":2"),
-            "a handed-out copy stays as it was"
-        );
+        assert_eq!(parse(&after.entities)[1]["properties"]["rank"], 3);
+        assert_eq!(parse(&after.relationships)[0]["properties"]["note"], "y");
+        // An unknown start entity: nothing.
+        let nobody = index.traverse_json(&TraversalQuery {
+            start: "nobody".into(),
+            relationship_types: None,
+            direction: Direction::Both,
+            depth: 1,
+            limit: 10,
+        });
+        assert_eq!(nobody, TraversalJson::default());
+        // Depths of more than one digit.
+        let mut deep = TraversalJson::default();
+        deep.push_entity(r#"{"a":1}"#, 9);
+        deep.push_entity(r#"{"a":2}"#, 12);
+        assert_eq!(deep.entities, r#"{"a":1,"depth":9},{"a":2,"depth":12}"#);
     }
 
     #[test]

@@ -12,7 +12,8 @@ use surrealdb::types::{Object, SurrealValue, Value};
 
 use crate::error::{Result, StoreError};
 use crate::graph::{
-    self, Direction, GraphIndex, Reach, Reached, Traversal, TraversalQuery, Walk, candidate_order,
+    self, Direction, GraphIndex, Reach, Reached, Traversal, TraversalJson, TraversalQuery, Walk,
+    candidate_order,
 };
 use crate::kb::{
     Connected, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, entity_record_id, obj,
@@ -258,6 +259,16 @@ impl KnowledgeBase {
         self.traverse_in_db(query).await
     }
 
+    /// [`traverse`](Self::traverse)'s answer as JSON, for an answer that only writes it out
+    /// (see [`TraversalJson`]).
+    pub async fn traverse_json(&self, query: &TraversalQuery) -> Result<TraversalJson> {
+        if let Some(index) = self.graph_index() {
+            self.connection().await?;
+            return Ok(index.read().traverse_json(query));
+        }
+        Ok(TraversalJson::of(&self.traverse_in_db(query).await?))
+    }
+
     /// The entities [`traverse`](Self::traverse) reaches, as graph documents need them (see
     /// [`Reach`]): the start entity, then those of `entity_type` (any when `None`).
     pub async fn documents_walk(
@@ -376,7 +387,6 @@ impl KnowledgeBase {
                 .filter_map(|k| rels.get(k).cloned().map(Arc::new))
                 .collect(),
             truncated: walk.truncated,
-            json: None,
         })
     }
 }
