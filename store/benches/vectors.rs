@@ -253,8 +253,8 @@ async fn main() {
     for q in &query_texts[..kb_queries] {
         let fast = kb.semantic_search(q, K).await.unwrap();
         let exact = kb.semantic_search_exact(q, K).await.unwrap();
-        let fast: Vec<_> = fast.into_iter().map(|h| h.document.id).collect();
-        let exact: Vec<_> = exact.into_iter().map(|h| h.document.id).collect();
+        let fast: Vec<_> = fast.into_iter().map(|h| h.document.id.clone()).collect();
+        let exact: Vec<_> = exact.into_iter().map(|h| h.document.id.clone()).collect();
         r_kb += recall(&fast, &exact);
     }
     r_kb /= kb_queries as f64;

@@ -10,6 +10,7 @@
 //! table is exactly what SurrealDB holds. A remote store, which other nodes write too, is
 //! read from SurrealDB as before.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
@@ -42,7 +43,8 @@ pub(crate) struct DocEntry {
 /// Every document of an embedded store by key, as SurrealDB holds it (see the module's docs).
 #[derive(Default)]
 pub(crate) struct DocumentTable {
-    by_key: FxHashMap<Box<str>, Document>,
+    /// Shared with the hits that return them: a hit is a handle, not a copy.
+    by_key: FxHashMap<Box<str>, Arc<Document>>,
 }
 
 impl DocumentTable {
@@ -53,6 +55,8 @@ impl DocumentTable {
             .iter()
             .map(|(k, d)| {
                 k.len()
+                    + 16
+                    + std::mem::size_of::<Document>()
                     + d.id.capacity()
                     + d.title.capacity()
                     + d.content.capacity()
@@ -66,12 +70,12 @@ impl DocumentTable {
         crate::heap::map(&self.by_key) + owned
     }
 
-    pub(crate) fn get(&self, key: &str) -> Option<&Document> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Arc<Document>> {
         self.by_key.get(key)
     }
 
     fn put(&mut self, key: &str, document: Document) {
-        self.by_key.insert(key.into(), document);
+        self.by_key.insert(key.into(), Arc::new(document));
     }
 
     fn remove(&mut self, key: &str) {
@@ -81,7 +85,8 @@ impl DocumentTable {
     /// Unlinks the document `key` from its entity (the entity was deleted).
     pub(crate) fn unlink(&mut self, key: &str) {
         if let Some(d) = self.by_key.get_mut(key) {
-            d.entity_name = None;
+            // A hit handed out before keeps the document as it was.
+            Arc::make_mut(d).entity_name = None;
         }
     }
 }
@@ -339,7 +344,7 @@ mod tests {
             .read()
             .by_key
             .values()
-            .cloned()
+            .map(|d| Document::clone(d))
             .collect();
         let mut stored: Vec<Document> = kb
             .run(

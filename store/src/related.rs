@@ -6,6 +6,8 @@
 //! similarity, clamped to [0, 1], between the document's embedding and the embedding of the
 //! start entity's name and type. Ties break by title, then id.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap;
 
 use crate::error::Result;
@@ -40,7 +42,8 @@ pub struct DocumentsQuery {
 /// One resolved document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GraphDocument {
-    pub document: Document,
+    /// Shared with the held documents of an embedded store (see [`DocumentHit`]).
+    pub document: Arc<Document>,
     pub score: f64,
     /// The type of the edge that reached the document's entity, or [`SELF_RELATIONSHIP`].
     pub relationship: String,

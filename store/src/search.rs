@@ -3,6 +3,7 @@
 //! contents). Both find keys in memory, then read those documents from SurrealDB.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use surrealdb::types::{RecordId, SurrealValue};
 
@@ -15,7 +16,8 @@ use crate::vectors::{DocTags, VectorKey};
 /// A document found by a search, with the method's own score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocumentHit {
-    pub document: Document,
+    /// Shared with the held documents of an embedded store: a hit does not copy its text.
+    pub document: Arc<Document>,
     /// Cosine similarity for semantic search, BM25 for keyword search.
     pub score: f64,
 }
@@ -155,7 +157,7 @@ impl KnowledgeBase {
                 let mut document = by_key.remove(&*key)?;
                 document.id = format!("{DOCUMENT}:{key}");
                 Some(DocumentHit {
-                    document,
+                    document: Arc::new(document),
                     score: f64::from(score),
                 })
             })

@@ -3,6 +3,7 @@
 //! each under the same document filters.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use kbq_store::{
     Document, DocumentFilter, DocumentHit, DocumentsQuery, GraphDocument, KnowledgeBase, StoreError,
@@ -50,7 +51,7 @@ pub struct Scores {
 pub struct RagResult {
     /// `id`, `title`, `content`, `source`, `source_id`, `content_type`, `url`, `entity_name`.
     #[serde(flatten)]
-    pub document: Document,
+    pub document: Arc<Document>,
     /// The method's score (semantic, keyword) or the fused score (hybrid).
     pub score: f64,
     pub scores: Scores,
@@ -75,7 +76,7 @@ pub struct RagAnswer {
     pub results: Vec<RagResult>,
 }
 
-fn result(d: Document, score: f64, scores: Scores) -> RagResult {
+fn result(d: Arc<Document>, score: f64, scores: Scores) -> RagResult {
     RagResult {
         document: d,
         score,
