@@ -95,6 +95,9 @@ pub(crate) async fn answer<T>(reply: RpcReplyPort<T>, work: impl Future<Output =
         return;
     }
     tokio::select! {
+        // The work first: work that finishes at its first poll (an in-memory read) answers
+        // without ever arming the wait for a caller that went.
+        biased;
         result = work => {
             let _ = reply.send(result);
         }
