@@ -55,8 +55,7 @@ impl DocumentTable {
             .iter()
             .map(|(k, d)| {
                 k.len()
-                    + 16
-                    + std::mem::size_of::<Document>()
+                    + crate::heap::arc::<Document>()
                     + d.id.capacity()
                     + d.title.capacity()
                     + d.content.capacity()

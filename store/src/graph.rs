@@ -396,12 +396,15 @@ fn relationship_bytes(r: &Relationship) -> usize {
         + heap::json_map(&r.properties)
 }
 
-/// `value` as `serde_json` writes it, made into `cell` the first time it is asked for.
+/// `value` as `serde_json` writes it, made into `cell` the first time it is asked for, and
+/// its lines asked for from memory: the caller copies it a little later.
 fn json_of<'a, T: serde::Serialize>(cell: &'a OnceLock<Box<str>>, value: &T) -> &'a str {
-    cell.get_or_init(|| {
+    let json = cell.get_or_init(|| {
         // A model of maps, strings and JSON values always serializes.
         serde_json::to_string(value).unwrap_or_default().into()
-    })
+    });
+    prefetch_lines(json.as_bytes());
+    json
 }
 
 /// The whole graph in memory: names to nodes, and each node's typed edges in canonical order.
@@ -754,18 +757,14 @@ impl GraphIndex {
         let nodes: Vec<(&str, u32)> = fetched_ahead(&walk.slots, NODES_AHEAD, fetch)
             .map(|&(n, depth, _)| {
                 let node = &self.nodes[n as usize];
-                let json = json_of(&node.json, &*node.entity);
-                prefetch_lines(json.as_bytes());
-                (json, depth)
+                (json_of(&node.json, &*node.entity), depth)
             })
             .collect();
         let fetch = |v: &Via| prefetch(&self.edges[v.edge as usize]);
         let edges: Vec<&str> = fetched_ahead(&walk.edges, NODES_AHEAD, fetch)
             .map(|v| {
                 let edge = &self.edges[v.edge as usize];
-                let json = json_of(&edge.json, &*edge.rel);
-                prefetch_lines(json.as_bytes());
-                json
+                json_of(&edge.json, &*edge.rel)
             })
             .collect();
         // `,"depth":` and its digits, and each list's commas.

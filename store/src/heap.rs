@@ -23,6 +23,11 @@ pub(crate) fn set<K, S: BuildHasher>(s: &HashSet<K, S>) -> usize {
     s.capacity() * (size_of::<K>() + 1)
 }
 
+/// A value held in an `Arc<T>`: the value and the two counts (not what the value owns).
+pub(crate) fn arc<T>() -> usize {
+    size_of::<T>() + 16
+}
+
 /// A string held in an `Arc<str>`: its bytes and the two counts.
 pub(crate) fn arc_str(s: &str) -> usize {
     s.len() + 16
