@@ -875,6 +875,12 @@ impl CodeScan<'_> {
                 let mut sums = Vec::new();
                 for list in lists {
                     list.dots(&query, &mut sums);
+                    if self.keep.is_none() {
+                        examined += list.slots.len();
+                        passed += list.slots.len();
+                        top.offer_scaled(&list.slots, &sums, &list.scales);
+                        continue;
+                    }
                     for ((&slot, &dot), &scale) in list.slots.iter().zip(&sums).zip(&list.scales) {
                         let slot = slot as usize;
                         examined += 1;
@@ -941,6 +947,36 @@ impl TopK {
                 .heap
                 .peek()
                 .is_some_and(|w| score > w.0 || (score == w.0 && slot < w.1))
+    }
+
+    /// The score below which [`admits`](Self::admits) turns every slot away: the worst kept
+    /// score once `k` are kept, minus infinity before.
+    fn bar(&self) -> f32 {
+        if self.heap.len() < self.k {
+            f32::NEG_INFINITY
+        } else {
+            self.heap.peek().map_or(f32::INFINITY, |w| w.0)
+        }
+    }
+
+    /// Offers each of `slots` with its score, `dots` x `scales` (by place): keeps the same
+    /// pairs as [`admits`](Self::admits) then [`push`](Self::push) for each in turn. Most
+    /// slots of a scan fall below the bar, which stays in a register between the pushes; a
+    /// call to `admits` per slot read the heap's length and top from memory each time.
+    #[inline(always)]
+    fn offer_scaled(&mut self, slots: &[u32], dots: &[i32], scales: &[f32]) {
+        let mut bar = self.bar();
+        for ((&slot, &dot), &scale) in slots.iter().zip(dots).zip(scales) {
+            let s = dot as f32 * scale;
+            // Written as "not below" so that a NaN, which `admits` takes while there is
+            // room, is offered to it as before.
+            #[allow(clippy::neg_cmp_op_on_partial_ord)]
+            let reaches = !(s < bar);
+            if reaches && self.admits(s, slot as usize) {
+                self.push(s, slot as usize);
+                bar = self.bar();
+            }
+        }
     }
 
     fn push(&mut self, score: f32, slot: usize) {
@@ -1250,6 +1286,44 @@ mod tests {
         }
         assert!(index.lists() > lists);
         index.ivf.as_ref().unwrap().assert_consistent(index.len());
+    }
+
+    /// A list's slots offered at once under the bar keep the pairs that offering them one
+    /// at a time keeps: for every size of the kept set, with scores tied at the bar, slots
+    /// out of order, and a NaN.
+    #[test]
+    fn offers_under_the_bar_keep_what_offers_one_at_a_time_keep() {
+        let mut rng = Rng::new(21);
+        for k in [0, 1, 3, 10, 64] {
+            for round in 0..20 {
+                let n = 1 + rng.below(300);
+                let slots: Vec<u32> = (0..n).map(|_| rng.below(1000) as u32).collect();
+                // Few distinct dots and scales: many equal scores.
+                let dots: Vec<i32> = (0..n).map(|_| rng.below(7) as i32 - 3).collect();
+                let mut scales: Vec<f32> = (0..n).map(|_| [0.5, 1.0, 2.0][rng.below(3)]).collect();
+                if round == 0 {
+                    scales[n / 2] = f32::NAN;
+                }
+                let (mut one, mut all) = (TopK::new(k), TopK::new(k));
+                for ((&slot, &dot), &scale) in slots.iter().zip(&dots).zip(&scales) {
+                    let s = dot as f32 * scale;
+                    if one.admits(s, slot as usize) {
+                        one.push(s, slot as usize);
+                    }
+                }
+                all.offer_scaled(&slots, &dots, &scales);
+                let sorted = |top: TopK| {
+                    let mut v: Vec<(usize, u32)> = top
+                        .into_vec()
+                        .into_iter()
+                        .map(|(slot, s)| (slot, s.to_bits()))
+                        .collect();
+                    v.sort_unstable();
+                    v
+                };
+                assert_eq!(sorted(one), sorted(all), "k {k}, round {round}");
+            }
+        }
     }
 
     #[test]
