@@ -28,6 +28,7 @@ pub mod cors;
 pub mod demo;
 pub mod error;
 pub mod extract;
+pub mod huge_pages;
 pub mod limits;
 pub mod load;
 pub mod mcp;

@@ -140,12 +140,12 @@ enum KeysCommand {
     New,
 }
 
-/// mimalloc, not the system's allocator: see [`kbq::startup::disable_transparent_huge_pages`].
+/// mimalloc, not the system's allocator: see [`kbq::huge_pages::off_while_building`].
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    kbq::startup::disable_transparent_huge_pages();
+    kbq::huge_pages::off_while_building();
     let cli = Cli::parse();
     if let Some(Command::Keys {
         command: KeysCommand::New,

@@ -178,21 +178,6 @@ pub fn release_free_memory() {
     }
 }
 
-/// Turns transparent huge pages off for this process (and is called first in `main`).
-/// kbq's allocator, mimalloc, gives freed pages back to the system in small pieces; on huge
-/// pages each piece given back splits a 2 MiB page, and the next allocation there faults it
-/// in and clears it again: measured at start on a 100,000-document store, a third of the CPU
-/// time went to clearing pages, and the indexes were ready in 3.3 s instead of 2.1 s. glibc's
-/// allocator never asked for huge pages, so nothing that ran before is slower without them.
-pub fn disable_transparent_huge_pages() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_THP_DISABLE only sets a flag of this process that the kernel reads when
-    // it maps memory; its three further arguments must be zero.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
-
 /// Paths served while starting: the probes, metrics, the API's description, and the two API
 /// routes that read no knowledge base (the model list and the providers' health board).
 fn served_while_starting(path: &str) -> bool {

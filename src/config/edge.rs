@@ -29,6 +29,9 @@ pub struct ServerConfig {
     pub shutdown_delay_ms: u64,
     /// How much lower than the rest the main runtime's threads run (Linux nice, 0 to 19).
     pub main_runtime_nice: u8,
+    /// Whether the memory the indexes were built in is remapped on huge pages once they are
+    /// built (Linux, THP mode `madvise`; crate::huge_pages).
+    pub huge_pages: bool,
     /// Browser origins (`scheme://host[:port]`) whose pages may call kbq (CORS); none by
     /// default (docs/configuration.md).
     pub cors_origins: Vec<String>,
@@ -45,6 +48,7 @@ impl Default for ServerConfig {
             header_timeout_ms: 5_000,
             body_timeout_ms: 30_000,
             main_runtime_nice: 10,
+            huge_pages: true,
             cors_origins: Vec::new(),
         }
     }
