@@ -84,7 +84,6 @@ mod linux {
         }
         let pagemap = File::open("/proc/self/pagemap").ok()?;
         let mut done = Collapsed::default();
-        let mut present = vec![0u64; STRETCH / PAGE];
         let mut bytes = vec![0u8; STRETCH / PAGE * 8];
         for (start, end) in anonymous_regions()? {
             let mut at = start.next_multiple_of(STRETCH);
@@ -96,10 +95,10 @@ mod linux {
                 {
                     break;
                 }
-                for (p, b) in present.iter_mut().zip(bytes.chunks_exact(8)) {
-                    *p = u64::from_ne_bytes(b.try_into().expect("8 bytes"));
-                }
-                let in_use = present.iter().filter(|&&e| e >> 63 == 1).count();
+                let in_use = bytes
+                    .chunks_exact(8)
+                    .filter(|e| u64::from_ne_bytes((*e).try_into().expect("8 bytes")) >> 63 == 1)
+                    .count();
                 if in_use >= DENSE_PAGES {
                     // SAFETY: the stretch lies inside a mapping of this process; a collapse
                     // keeps every page's contents (it copies them into the huge page).
@@ -136,11 +135,7 @@ mod linux {
             if path.is_some_and(|p| p != "[heap]") {
                 continue;
             }
-            let Some((a, b)) = range.split_once('-') else {
-                continue;
-            };
-            let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-            else {
+            let Some((a, b)) = address_range(range) else {
                 continue;
             };
             if b - a >= STRETCH {
@@ -148,6 +143,15 @@ mod linux {
             }
         }
         Some(regions)
+    }
+
+    /// The addresses of a `/proc/self/maps` (or `smaps`) range, `start-end` in hexadecimal.
+    pub(super) fn address_range(range: &str) -> Option<(usize, usize)> {
+        let (a, b) = range.split_once('-')?;
+        Some((
+            usize::from_str_radix(a, 16).ok()?,
+            usize::from_str_radix(b, 16).ok()?,
+        ))
     }
 }
 
@@ -161,9 +165,7 @@ mod tests {
         let mut inside = false;
         for line in smaps.lines() {
             let range = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = range.split_once('-')
-                && let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-            {
+            if let Some((a, b)) = linux::address_range(range) {
                 inside = a <= addr && addr < b;
             } else if inside && line.starts_with("AnonHugePages:") {
                 return line.split_whitespace().nth(1).unwrap().parse().unwrap();
