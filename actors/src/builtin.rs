@@ -219,7 +219,7 @@ fn describe(tool: &str, result: &Value) -> String {
         }
         "KnowledgeGraphTool" => "I found no entity by that name in the knowledge graph.".into(),
         "HybridSearchTool" | "SemanticSearchTool" => {
-            let docs = result["results"].as_array().cloned().unwrap_or_default();
+            let docs = result["results"].as_array().map_or(&[][..], Vec::as_slice);
             let Some(top) = docs.first() else {
                 return "I found no documents about that in the knowledge base.".into();
             };

@@ -266,7 +266,7 @@ async fn run(
             told.push(json!({
                 "role": "tool",
                 "tool_call_id": call["id"].as_str().unwrap_or_default(),
-                "content": result.to_string(),
+                "content": kbq_store::json::to_string(&result),
             }));
             called.push((tool, arguments));
             held.push(result);

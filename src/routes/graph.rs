@@ -292,7 +292,8 @@ pub struct DocumentsResponse<'a> {
     pub entity_name: &'a str,
     pub entity_type: Option<&'a str>,
     pub results: Vec<GraphDocumentResult<'a>>,
-    pub related_entities: &'a [String],
+    #[schema(value_type = Vec<String>)]
+    pub related_entities: &'a kbq_store::NameList,
     pub total: usize,
 }
 
@@ -314,7 +315,70 @@ async fn documents(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<DocumentsRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    documents_answer(&graph, req, |r| HttpResponse::Ok().json(r)).await
+    documents_answer(&graph, req, |r| {
+        HttpResponse::Ok()
+            .insert_header(ContentType::json())
+            .body(documents_body(&r))
+    })
+    .await
+}
+
+/// The bytes `serde_json` writes for a [`DocumentsResponse`] (a unit test holds both ways to
+/// the same bytes), written through [`kbq_store::json`]: escaping the documents' contents
+/// and the reached names one byte at a time was a tenth of the request's time.
+fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
+    use std::fmt::Write as _;
+
+    use kbq_store::json::{write_f64, write_str};
+    let optional = |out: &mut String, s: Option<&str>| match s {
+        Some(s) => write_str(out, s),
+        None => out.push_str("null"),
+    };
+    let text: usize = (r.results.iter())
+        .map(|d| d.content.len() + d.title.len() + d.id.len() + 160)
+        .chain(r.related_entities.iter().map(|n| n.len() + 3))
+        .sum();
+    let mut out = String::with_capacity(text + r.entity_name.len() + 100);
+    out.push_str("{\"entity_name\":");
+    write_str(&mut out, r.entity_name);
+    out.push_str(",\"entity_type\":");
+    optional(&mut out, r.entity_type);
+    out.push_str(",\"results\":[");
+    for (i, d) in r.results.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        for (field, value) in [
+            ("{\"id\":", d.id),
+            (",\"title\":", d.title),
+            (",\"content\":", d.content),
+            (",\"source\":", d.source),
+            (",\"source_id\":", d.source_id),
+            (",\"content_type\":", d.content_type),
+        ] {
+            out.push_str(field);
+            write_str(&mut out, value);
+        }
+        out.push_str(",\"url\":");
+        optional(&mut out, d.url);
+        out.push_str(",\"score\":");
+        write_f64(&mut out, d.score);
+        out.push_str(",\"relationship\":");
+        write_str(&mut out, d.relationship);
+        out.push_str(",\"related_entity\":");
+        optional(&mut out, d.related_entity);
+        out.push('}');
+    }
+    out.push_str("],\"related_entities\":[");
+    for (i, name) in r.related_entities.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_str(&mut out, name);
+    }
+    // Writing to a `String` cannot fail.
+    let _ = write!(out, "],\"total\":{}}}", r.total);
+    out.into_bytes()
 }
 
 /// Checks a graph-documents request and runs it; `respond` as for [`search_answer`].
@@ -450,6 +514,57 @@ mod tests {
                 String::from_utf8(fast).unwrap(),
                 String::from_utf8(serde).unwrap(),
                 "{start}"
+            );
+        }
+    }
+
+    /// The hand-written body of graph documents is what serde_json writes, with and without
+    /// results, optional fields and reached entities, for text that needs escapes.
+    #[test]
+    fn documents_body_is_what_serde_json_writes() {
+        let result = |n: usize, url: Option<&'static str>, related: Option<&'static str>| {
+            GraphDocumentResult {
+                id: "document:d1",
+                title: "About \"Ada\"",
+                content: if n.is_multiple_of(2) {
+                    "a line\nand a tab\t, \\ é 😀 \u{1}"
+                } else {
+                    ""
+                },
+                source: "generated",
+                source_id: "doc-1",
+                content_type: "text/plain",
+                url,
+                score: 0.796595 / (n as f64 + 1.0),
+                relationship: if n == 0 { "self" } else { "works_at" },
+                related_entity: related,
+            }
+        };
+        let names: kbq_store::NameList = ["Bob", "C\"quoted\"\\", "中"].into_iter().collect();
+        let responses = [
+            DocumentsResponse {
+                entity_name: "Ada",
+                entity_type: None,
+                results: Vec::new(),
+                related_entities: &kbq_store::NameList::default(),
+                total: 0,
+            },
+            DocumentsResponse {
+                entity_name: "Ada \"L\"",
+                entity_type: Some("person"),
+                results: vec![
+                    result(0, None, None),
+                    result(1, Some("https://example.org/a?b=\"c\""), Some("Bob")),
+                    result(2, None, Some("C\"quoted\"\\")),
+                ],
+                related_entities: &names,
+                total: 3,
+            },
+        ];
+        for r in responses {
+            assert_eq!(
+                String::from_utf8(documents_body(&r)).unwrap(),
+                serde_json::to_string(&r).unwrap()
             );
         }
     }

@@ -67,6 +67,78 @@ pub struct Reached {
     pub via: Option<Arc<str>>,
 }
 
+/// Names in order, held in one buffer: a hub's walk copies hundreds of names out of the
+/// index, and a `String` each was an allocation each, freed on another thread.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NameList {
+    text: String,
+    /// Where each name ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl NameList {
+    /// Room for `names` names of `bytes` bytes in all.
+    pub fn with_capacity(names: usize, bytes: usize) -> NameList {
+        NameList {
+            text: String::with_capacity(bytes),
+            ends: Vec::with_capacity(names),
+        }
+    }
+
+    pub fn push(&mut self, name: &str) {
+        self.text.push_str(name);
+        self.ends.push(self.text.len());
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        Some(&self.text[start..end])
+    }
+
+    pub fn first(&self) -> Option<&str> {
+        self.get(0)
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        (0..self.len()).map(|i| self.get(i).expect("a place in the list"))
+    }
+
+    /// The list without its first name (an empty list stays empty).
+    pub fn without_first(mut self) -> NameList {
+        let Some(&first) = self.ends.first() else {
+            return self;
+        };
+        self.text.drain(..first);
+        self.ends.remove(0);
+        self.ends.iter_mut().for_each(|end| *end -= first);
+        self
+    }
+}
+
+impl<'a> FromIterator<&'a str> for NameList {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(names: I) -> NameList {
+        let mut list = NameList::default();
+        names.into_iter().for_each(|name| list.push(name));
+        list
+    }
+}
+
+/// Written as a JSON array of strings.
+impl serde::Serialize for NameList {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
 /// The entities a graph-documents walk reached, as that request needs them: names, depths
 /// and the types of the edges that reached them, copied out of the index. A hub's walk
 /// reaches hundreds of entities, and cloning each one's shared handle (and its edge type's)
@@ -77,7 +149,7 @@ pub struct Reach {
     pub start_type: String,
     /// The start entity (none for an unknown start), then the entities reached that the
     /// type filter accepts, in walk order.
-    pub names: Vec<String>,
+    pub names: NameList,
     /// Hops from the start entity, by place in `names`.
     pub depths: Vec<u32>,
     /// The type of the edge that first reached each entity, by place in `names` (`None` for
@@ -121,7 +193,7 @@ impl Reach {
         } else if entity_type.is_some_and(|t| t != ty()) {
             return;
         }
-        self.names.push(name.to_string());
+        self.names.push(name);
         self.depths.push(depth);
         self.via.push(via());
     }
@@ -786,8 +858,14 @@ impl GraphIndex {
         let Some(walk) = self.walk(query) else {
             return Reach::default();
         };
-        let mut reach = Reach::default();
-        let mut numbers = Vec::new();
+        let reached = walk.slots.len();
+        let mut reach = Reach {
+            names: NameList::with_capacity(reached, reached * 16),
+            depths: Vec::with_capacity(reached),
+            via: Vec::with_capacity(reached),
+            ..Reach::default()
+        };
+        let mut numbers = Vec::with_capacity(reached);
         // This request's own copy of each edge type it meets (see `Reach::via`).
         let mut types: FxHashMap<u32, Arc<str>> = FxHashMap::default();
         // A hub's walk reaches hundreds of nodes scattered over the index, and each node's
@@ -938,6 +1016,28 @@ impl GraphIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name list reads back what was pushed, empty names and multi-byte ones included, and
+    /// without its first name it is the list of the others.
+    #[test]
+    fn a_name_list_holds_its_names_in_order() {
+        let names = ["Ada", "", "Zoë \"Z\"", "中文", "x"];
+        let list: NameList = names.into_iter().collect();
+        assert_eq!(list.len(), 5);
+        assert_eq!(list.iter().collect::<Vec<_>>(), names);
+        assert_eq!(list.get(2), Some("Zoë \"Z\""));
+        assert_eq!(list.get(5), None);
+        let rest = list.clone().without_first();
+        assert_eq!(rest.iter().collect::<Vec<_>>(), names[1..]);
+        assert_eq!(rest, names[1..].iter().copied().collect());
+        assert_eq!(
+            serde_json::to_value(&rest).unwrap(),
+            serde_json::json!(names[1..])
+        );
+        let empty = NameList::default().without_first();
+        assert!(empty.is_empty() && empty.first().is_none());
+        assert_eq!(serde_json::to_string(&empty).unwrap(), "[]");
+    }
 
     /// Every node's adjacency list as (neighbour name, type, outgoing).
     fn adjacency(index: &GraphIndex) -> Vec<Vec<(String, String, bool)>> {

@@ -18,6 +18,7 @@
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
 //! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to, and
 //!   the [`LoadProgress`](progress::LoadProgress) of connecting.
+//! - [`json`]: JSON written as `serde_json` writes it, a word at a time through long strings.
 //! - `hint`: prefetch hints, for loops that read scattered memory.
 //! - `parts`: reads whole tables in key ranges, several at once, to build the indexes.
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
@@ -39,6 +40,7 @@ pub mod graph_reads;
 pub(crate) mod heap;
 pub(crate) mod hint;
 pub mod import;
+pub mod json;
 pub mod kb;
 pub mod memory;
 pub mod model;
@@ -55,7 +57,9 @@ pub mod write;
 
 pub use embed::{Embedder, HashingEmbedder};
 pub use error::{Result, StoreError};
-pub use graph::{Direction, GraphIndex, Reach, Reached, Traversal, TraversalJson, TraversalQuery};
+pub use graph::{
+    Direction, GraphIndex, NameList, Reach, Reached, Traversal, TraversalJson, TraversalQuery,
+};
 pub use kb::{Counts, IndexStats, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::error::Result;
-use crate::graph::{Direction, TraversalQuery};
+use crate::graph::{Direction, NameList, TraversalQuery};
 use crate::kb::KnowledgeBase;
 use crate::model::Document;
 use crate::search::DocumentHit;
@@ -55,7 +55,7 @@ pub struct GraphDocument {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GraphDocuments {
     pub results: Vec<GraphDocument>,
-    pub related_entities: Vec<String>,
+    pub related_entities: NameList,
 }
 
 impl KnowledgeBase {
@@ -78,10 +78,10 @@ impl KnowledgeBase {
         if !query.resolve_documents {
             return Ok(GraphDocuments {
                 results: Vec::new(),
-                related_entities: related_entities(reach.names),
+                related_entities: reach.names.without_first(),
             });
         }
-        let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = reach.names.iter().collect();
         let text = format!("{start} {}", reach.start_type);
         let numbered = reach.numbered.as_ref().map(|(id, n)| (*id, n.as_slice()));
         let docs = self
@@ -112,15 +112,9 @@ impl KnowledgeBase {
         results.truncate(query.limit);
         Ok(GraphDocuments {
             results,
-            related_entities: related_entities(reach.names),
+            related_entities: reach.names.without_first(),
         })
     }
-}
-
-/// The names of a walk's entities without its start entity.
-fn related_entities(mut names: Vec<String>) -> Vec<String> {
-    names.remove(0);
-    names
 }
 
 /// The places, in order, of the `candidates` (each its entity's place in `depths` and its
@@ -510,7 +504,8 @@ mod tests {
                 .graph_documents(&query(start.clone(), None))
                 .await
                 .unwrap();
-            let reached = *start == lost_entity || before.related_entities.contains(&lost_entity);
+            let reached =
+                *start == lost_entity || before.related_entities.iter().any(|n| n == lost_entity);
             if !reached {
                 assert_eq!(&after, before, "from {start}");
                 continue;
@@ -557,8 +552,7 @@ mod tests {
                 .documents_walk(&walk(crate::generate::entity_name(hub), 1), None)
                 .await
                 .unwrap();
-            let tied: Vec<crate::NewDocument> = reach.names[1..]
-                .iter()
+            let tied: Vec<crate::NewDocument> = (reach.names.iter().skip(1))
                 .enumerate()
                 .map(|(i, name)| crate::NewDocument {
                     title: format!("Tie {hub} {i}"),
@@ -567,7 +561,7 @@ mod tests {
                     source_id: format!("tie-{hub}-{i}"),
                     content_type: "text/plain".into(),
                     url: None,
-                    entity_name: Some(name.clone()),
+                    entity_name: Some(name.to_string()),
                 })
                 .collect();
             kb.upsert_documents(&tied).await.unwrap();
@@ -577,7 +571,7 @@ mod tests {
             for depth in [1, 2] {
                 let reach = kb.documents_walk(&walk(start.clone(), depth), None).await;
                 let reach = reach.unwrap();
-                let names: Vec<&str> = reach.names.iter().map(String::as_str).collect();
+                let names: Vec<&str> = reach.names.iter().collect();
                 let numbered = reach.numbered.as_ref().map(|(id, n)| (*id, n.as_slice()));
                 let Some(Found::Slots(linked)) = kb.linked_documents(&names, numbered) else {
                     continue;

@@ -401,8 +401,8 @@ async fn graph_documents_resolve_self_and_related_entities() {
     let found = kb.graph_documents(&query).await.unwrap();
     // Babbage has no document of its own; Ada (knows, depth 1) and Engine (designed, depth 1) do.
     assert_eq!(
-        found.related_entities,
-        vec!["Ada", "Engine", "London", "Zed"]
+        found.related_entities.iter().collect::<Vec<_>>(),
+        ["Ada", "Engine", "London", "Zed"]
     );
     assert_eq!(found.results.len(), 2);
     assert!(
@@ -438,7 +438,10 @@ async fn graph_documents_resolve_self_and_related_entities() {
         })
         .await
         .unwrap();
-    assert_eq!(typed.related_entities, vec!["Engine"]);
+    assert_eq!(
+        typed.related_entities.iter().collect::<Vec<_>>(),
+        ["Engine"]
+    );
     assert_eq!(typed.results.len(), 1);
 
     let names_only = kb

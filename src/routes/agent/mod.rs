@@ -6,6 +6,7 @@ mod stream;
 pub use stream::{ChatDelta, ChatEvent};
 
 use actix_web::http::StatusCode;
+use actix_web::http::header::ContentType;
 use actix_web::middleware::from_fn;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use std::future::Future;
@@ -284,7 +285,49 @@ async fn chat(
             m.observe_tool_call(&call.tool, call.result.get("error").is_none());
         }
     }
-    Ok(HttpResponse::Ok().json(response))
+    Ok(HttpResponse::Ok()
+        .insert_header(ContentType::json())
+        .body(chat_body(&response)))
+}
+
+/// The bytes `serde_json` writes for a [`ChatResponse`] (a unit test holds both ways to the
+/// same bytes). The tool calls' results, documents' texts for the most part, go through
+/// [`kbq_store::json`], which escapes long strings a word at a time.
+fn chat_body(r: &ChatResponse) -> Vec<u8> {
+    use kbq_store::json::{write_serialized, write_str, write_value};
+    let mut out = String::with_capacity(4096);
+    out.push_str(if r.success {
+        "{\"success\":true"
+    } else {
+        "{\"success\":false"
+    });
+    if let Some(text) = &r.response {
+        out.push_str(",\"response\":");
+        write_str(&mut out, text);
+    }
+    out.push_str(",\"tool_calls\":[");
+    for (i, call) in r.tool_calls.iter().enumerate() {
+        out.push_str(if i > 0 { ",{\"tool\":" } else { "{\"tool\":" });
+        write_str(&mut out, &call.tool);
+        out.push_str(",\"arguments\":");
+        write_value(&mut out, &call.arguments);
+        out.push_str(",\"result\":");
+        write_value(&mut out, &call.result);
+        out.push('}');
+    }
+    out.push(']');
+    if let Some(error) = &r.error {
+        out.push_str(",\"error\":");
+        write_str(&mut out, error);
+    }
+    out.push_str(",\"stop_reason\":");
+    write_serialized(&mut out, &r.stop_reason);
+    out.push_str(",\"usage\":");
+    write_serialized(&mut out, &r.usage);
+    out.push_str(",\"provider\":");
+    write_serialized(&mut out, &r.provider);
+    out.push('}');
+    out.into_bytes()
 }
 
 /// The providers' health, from the cached report: never waits on a provider.
@@ -311,4 +354,52 @@ async fn health(agent: web::Data<Agent>) -> HttpResponse {
     HttpResponse::build(status)
         .insert_header(("Cache-Control", "no-store"))
         .json(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use kbq_actors::{StopReason, ToolCallRecord};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The hand-written body of a chat is what serde_json writes: with and without an answer,
+    /// an error, tool calls and a provider, for results that hold text needing escapes.
+    #[test]
+    fn chat_body_is_what_serde_json_writes() {
+        let call = |tool: &str, result: serde_json::Value| ToolCallRecord {
+            tool: tool.into(),
+            arguments: json!({"query": "Ada \"L\"", "limit": 5, "w": 0.25}),
+            result,
+        };
+        let usage = ChatUsage {
+            prompt_tokens: 120,
+            completion_tokens: 7,
+            total_tokens: 127,
+            steps: 2,
+        };
+        let answered = ChatResponse {
+            success: true,
+            response: Some("Ada wrote:\n\t\"notes\" \\ é 😀".into()),
+            tool_calls: vec![
+                call(
+                    "hybrid_search",
+                    json!({"results": [{"content": "a\u{1}b", "score": 0.5}], "total": 1}),
+                ),
+                call("memory_stats", json!({"error": "no \"memory\""})),
+            ],
+            error: None,
+            stop_reason: StopReason::Answered,
+            usage,
+            provider: Some("builtin".into()),
+        };
+        let mut failed = ChatResponse::failed("provider \"x\" failed".into());
+        failed.stop_reason = StopReason::TimeLimit;
+        for r in [answered, failed, ChatResponse::failed(String::new())] {
+            assert_eq!(
+                String::from_utf8(chat_body(&r)).unwrap(),
+                serde_json::to_string(&r).unwrap()
+            );
+        }
+    }
 }
