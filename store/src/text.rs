@@ -503,6 +503,33 @@ impl TextIndex {
             .collect()
     }
 
+    /// About how many postings [`search`](Self::search) reads for `terms` (`filtered`: with
+    /// a `keep` that may turn documents away), so that a caller can tell a search that costs
+    /// an answer's worth of work from one that costs a scan. The postings of the words that
+    /// are not common are read; a set of common words is read in full unless its kept list
+    /// answers for it (made since the last write, and no filter that could need more).
+    pub fn search_reads(&self, terms: &[String], filtered: bool) -> usize {
+        let ids: Vec<u32> = terms
+            .iter()
+            .filter_map(|t| self.term_ids.get(t.as_str()).copied())
+            .collect();
+        let len = |id: u32| self.postings[id as usize].len();
+        let (common, rare): (Vec<u32>, Vec<u32>) = ids
+            .iter()
+            .partition(|&&id| len(id) >= self.common_at.postings);
+        let rare_reads: usize = rare.iter().map(|&id| len(id)).sum();
+        if common.is_empty() {
+            return rare_reads;
+        }
+        let kept = !filtered && self.common.get(self.generation, &common).is_some();
+        if kept {
+            // Each document the other words reach is looked up in every list.
+            rare_reads * ids.len()
+        } else {
+            rare_reads + common.iter().map(|&id| len(id)).sum::<usize>()
+        }
+    }
+
     /// The BM25 parts every posting of one search shares.
     fn norms(&self) -> Norms {
         let n = self.slots.len() as f32;
@@ -839,6 +866,36 @@ mod tests {
         // A script is folded to ASCII words where it has a form there.
         assert!(!terms("東京").is_empty());
         assert_eq!(terms("東京"), terms("東京"));
+    }
+
+    #[test]
+    fn search_reads_counts_the_postings_a_search_reads() {
+        let mut index = index(&[
+            ("a", "kernel", "the graph"),
+            ("b", "", "the graph of the kernel"),
+            ("c", "", "the rare word"),
+            ("d", "", "the end"),
+        ]);
+        // "kernel" 2 postings, "rare" 1, "graph" 2, "the" 4; "nothing" none.
+        let q = |s: &str| query_terms(s);
+        assert_eq!(index.search_reads(&q("kernel rare nothing"), false), 3);
+        assert_eq!(index.search_reads(&q("kernel rare"), true), 3);
+        assert_eq!(index.search_reads(&q("nothing"), false), 0);
+        // "the" and "graph" common from 2 postings: read in full until a search keeps
+        // their best documents, then only the other words' documents, looked up in each
+        // of the query's lists.
+        index.common_at = Thresholds {
+            postings: 2,
+            kept: 8,
+        };
+        assert_eq!(index.search_reads(&q("the rare graph"), false), 1 + 4 + 2);
+        index.search(&q("the rare graph"), 3, &|_| true);
+        assert_eq!(index.search_reads(&q("the rare graph"), false), 3);
+        // A filter may need more than the kept list: read in full.
+        assert_eq!(index.search_reads(&q("the rare graph"), true), 7);
+        // A write makes the kept list stale.
+        index.upsert("e", &Analysed::new("", "the"), tags("s"));
+        assert_eq!(index.search_reads(&q("the rare graph"), false), 1 + 5 + 2);
     }
 
     #[test]

@@ -601,6 +601,24 @@ impl VectorIndex {
         self.search_with(query, k, Some(keep))
     }
 
+    /// About how many bytes of codes [`search`](Self::search) reads for `query`
+    /// (`filtered`: with a `keep` that may turn vectors away), so that a caller can tell a
+    /// search that costs an answer's worth of work from one that costs a scan. With an
+    /// inverted file a search reads the probed lists' share of the index, and of each code
+    /// only the query's components that are not zero (see `List`); without one, or when a
+    /// filter may send it to the full scan, it reads every code.
+    pub fn search_reads(&self, query: &[f32], filtered: bool) -> usize {
+        let all = self.len() * self.dimension;
+        match &self.ivf {
+            Some(ivf) if !filtered && self.len() >= self.ivf_min => {
+                let components = query.iter().filter(|&&x| x != 0.0).count();
+                let probed = self.len() * self.probes() / ivf.lists().max(1);
+                probed * components
+            }
+            _ => all,
+        }
+    }
+
     /// [`search`](Self::search) among every document. The same answer as a `keep` that
     /// accepts all, without reading each candidate's tags (a cache miss per vector scanned).
     pub fn search_all(&self, query: &[f32], k: usize) -> Vec<(VectorKey, f32)> {
@@ -1251,6 +1269,26 @@ mod tests {
         }
         let recall = found as f64 / wanted as f64;
         assert!(recall >= 0.95, "recall@10 {recall:.3}");
+    }
+
+    #[test]
+    fn search_reads_counts_the_codes_a_search_reads() {
+        let d = crate::HashingEmbedder::DEFAULT_DIMENSION;
+        let sparse = crate::HashingEmbedder::default().embed_one("kernel graph");
+        let components = sparse.iter().filter(|&&x| x != 0.0).count();
+        assert!(components > 0 && components < d);
+        // Without an inverted file every code is read.
+        let small = generated(300, 1000);
+        assert_eq!(small.lists(), 0);
+        assert_eq!(small.search_reads(&sparse, false), 300 * d);
+        // With one: the probed share of the slots, the query's components of each.
+        let index = generated(3000, 1000);
+        assert!(index.lists() > 1);
+        let probed = 3000 * index.probes() / index.lists();
+        assert_eq!(index.search_reads(&sparse, false), probed * components);
+        assert!(index.search_reads(&sparse, false) < 3000 * d / 4);
+        // A filter may send the search to the full scan.
+        assert_eq!(index.search_reads(&sparse, true), 3000 * d);
     }
 
     #[test]
