@@ -329,11 +329,7 @@ async fn documents(
 fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
     use std::fmt::Write as _;
 
-    use kbq_store::json::{write_f64, write_str};
-    let optional = |out: &mut String, s: Option<&str>| match s {
-        Some(s) => write_str(out, s),
-        None => out.push_str("null"),
-    };
+    use kbq_store::json::{write_f64, write_optional_str as optional, write_str};
     let text: usize = (r.results.iter())
         .map(|d| d.content.len() + d.title.len() + d.id.len() + 160)
         .chain(r.related_entities.iter().map(|n| n.len() + 3))

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use kbq_store::{DocumentFilter, KnowledgeBase};
 use kbq_tools::EntityExtractor;
@@ -194,7 +195,10 @@ impl RagService {
         method: Method,
         body: impl SearchBody,
     ) -> Result<HttpResponse, ApiError> {
-        Ok(HttpResponse::Ok().json(self.answer(method, body).await?))
+        let answer = self.answer(method, body).await?;
+        Ok(HttpResponse::Ok()
+            .insert_header(ContentType::json())
+            .body(answer.to_json()))
     }
 }
 

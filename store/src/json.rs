@@ -82,6 +82,22 @@ pub fn write_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Appends `s` as [`write_str`] does, or `null` for `None`.
+pub fn write_optional_str(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => write_str(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// Appends `x` as [`write_f64`] does, or `null` for `None`.
+pub fn write_optional_f64(out: &mut String, x: Option<f64>) {
+    match x {
+        Some(x) => write_f64(out, x),
+        None => out.push_str("null"),
+    }
+}
+
 /// Appends a float as `serde_json` writes an `f64`: the shortest form that reads back the
 /// same, `null` when not finite.
 pub fn write_f64(out: &mut String, x: f64) {

@@ -13,10 +13,10 @@ enum Recalled {
 }
 
 impl Recalled {
-    fn id(&self) -> String {
+    fn id(&self) -> &str {
         match self {
-            Recalled::Memory(m) => m.id.clone(),
-            Recalled::Document(d) => d.document.id.clone(),
+            Recalled::Memory(m) => &m.id,
+            Recalled::Document(d) => &d.document.id,
         }
     }
 }
@@ -79,11 +79,11 @@ impl Tool for MemorySearchTool {
             .map(Recalled::Document)
             .collect();
         let mut fused = rrf(
-            vec![
-                ("vector", vector),
-                ("keyword", keyword),
-                ("graph", graph),
-                ("knowledge_base", documents),
+            &[
+                ("vector", &vector[..]),
+                ("keyword", &keyword),
+                ("graph", &graph),
+                ("knowledge_base", &documents),
             ],
             Recalled::id,
         );
@@ -92,7 +92,7 @@ impl Tool for MemorySearchTool {
             .iter()
             .map(|f| {
                 let score = (f.score * 1e6).round() / 1e6;
-                match &f.item {
+                match f.item {
                     Recalled::Memory(m) => json!({
                         "kind": "memory", "id": m.id, "content": m.content, "tags": m.tags,
                         "created_at": m.created_at, "score": score, "sources": f.sources

@@ -2,12 +2,12 @@
 //! plus the documents around entities named in the query, fused by reciprocal rank fusion),
 //! each under the same document filters.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use kbq_store::{
     Document, DocumentFilter, DocumentHit, DocumentsQuery, GraphDocument, KnowledgeBase, StoreError,
 };
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::extract::EntityExtractor;
@@ -74,6 +74,72 @@ pub struct RagAnswer {
     /// The number of results.
     pub total: usize,
     pub results: Vec<RagResult>,
+}
+
+impl RagAnswer {
+    /// The bytes `serde_json` writes for this answer (a unit test holds both to the same
+    /// bytes), written through [`kbq_store::json`], which escapes the documents' contents a
+    /// word at a time.
+    pub fn to_json(&self) -> String {
+        use std::fmt::Write as _;
+
+        use kbq_store::json::{write_f64, write_optional_f64, write_optional_str, write_str};
+        let text: usize = (self.results.iter())
+            .map(|r| r.document.content.len() + r.document.title.len() + 300)
+            .sum();
+        let mut out = String::with_capacity(text + self.query.len() + 100);
+        out.push_str("{\"query\":");
+        write_str(&mut out, &self.query);
+        out.push_str(",\"method\":");
+        kbq_store::json::write_serialized(&mut out, &self.method);
+        out.push_str(",\"entities\":[");
+        for (i, e) in self.entities.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_str(&mut out, e);
+        }
+        // Writing to a `String` cannot fail.
+        let _ = write!(out, "],\"total\":{},\"results\":[", self.total);
+        for (i, r) in self.results.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let d = &r.document;
+            for (field, value) in [
+                ("{\"id\":", &d.id),
+                (",\"title\":", &d.title),
+                (",\"content\":", &d.content),
+                (",\"source\":", &d.source),
+                (",\"source_id\":", &d.source_id),
+                (",\"content_type\":", &d.content_type),
+            ] {
+                out.push_str(field);
+                write_str(&mut out, value);
+            }
+            out.push_str(",\"url\":");
+            write_optional_str(&mut out, d.url.as_deref());
+            out.push_str(",\"entity_name\":");
+            write_optional_str(&mut out, d.entity_name.as_deref());
+            out.push_str(",\"score\":");
+            write_f64(&mut out, r.score);
+            for (field, value) in [
+                (",\"scores\":{\"semantic\":", r.scores.semantic),
+                (",\"keyword\":", r.scores.keyword),
+                (",\"graph\":", r.scores.graph),
+            ] {
+                out.push_str(field);
+                write_optional_f64(&mut out, value);
+            }
+            out.push_str("},\"relationship\":");
+            write_optional_str(&mut out, r.relationship.as_deref());
+            out.push_str(",\"related_entity\":");
+            write_optional_str(&mut out, r.related_entity.as_deref());
+            out.push('}');
+        }
+        out.push_str("]}");
+        out
+    }
 }
 
 fn result(d: Arc<Document>, score: f64, scores: Scores) -> RagResult {
@@ -162,16 +228,15 @@ pub async fn around_entities(
     // A document reached from two named entities counts once, where it scored best: a
     // fusion then ranks it once in the graph list rather than adding two of its ranks.
     out.sort_by(|a, b| b.score.total_cmp(&a.score));
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|d| seen.insert(d.document.id.clone()));
+    let mut seen = FxHashSet::default();
+    let first: Vec<bool> = out
+        .iter()
+        .map(|d| seen.insert(d.document.id.as_str()))
+        .collect();
+    drop(seen);
+    let mut first = first.into_iter();
+    out.retain(|_| first.next().unwrap_or(false));
     Ok(out)
-}
-
-/// How a graph-expanded document was reached.
-struct Reached {
-    score: f64,
-    relationship: String,
-    related_entity: Option<String>,
 }
 
 async fn hybrid(
@@ -186,64 +251,50 @@ async fn hybrid(
         kb.keyword_search_filtered(&q.query, pool, &q.filter),
     )?;
     let mut entities = Vec::new();
-    let mut graph: Vec<DocumentHit> = Vec::new();
-    let mut reached: HashMap<String, Reached> = HashMap::new();
+    // The documents graph expansion reached that the filter accepts, best first, each once.
+    let mut reached: Vec<GraphDocument> = Vec::new();
     if q.graph_depth > 0 {
         entities = extractor.extract(&q.query).await?;
         entities.truncate(MAX_QUERY_ENTITIES);
-        for r in around_entities(kb, &entities, q.graph_depth, pool).await? {
-            if !q.filter.accepts_document(&r.document) {
-                continue;
-            }
-            let better = reached
-                .get(&r.document.id)
-                .is_none_or(|seen| r.score > seen.score);
-            if better {
-                reached.insert(
-                    r.document.id.clone(),
-                    Reached {
-                        score: r.score,
-                        relationship: r.relationship.clone(),
-                        related_entity: r.related_entity.clone(),
-                    },
-                );
-            }
-            graph.push(DocumentHit {
-                document: r.document,
-                score: r.score,
-            });
-        }
-        graph.sort_by(|a, b| b.score.total_cmp(&a.score));
-        let mut seen = std::collections::HashSet::new();
-        graph.retain(|h| seen.insert(h.document.id.clone()));
-        graph.truncate(pool);
+        reached = around_entities(kb, &entities, q.graph_depth, pool).await?;
+        reached.retain(|r| q.filter.accepts_document(&r.document));
     }
-    let score_map = |hits: &[DocumentHit]| -> HashMap<String, f64> {
-        hits.iter()
-            .map(|h| (h.document.id.clone(), h.score))
-            .collect()
-    };
-    let (s_scores, k_scores) = (score_map(&semantic), score_map(&keyword));
-    let mut fused = rrf(
-        vec![
-            ("semantic", semantic),
-            ("keyword", keyword),
-            ("graph", graph),
+    // The best `pool` of them are the graph's list; a document further down still tells how
+    // it was reached when another method finds it.
+    let graph: Vec<DocumentHit> = (reached.iter().take(pool))
+        .map(|r| DocumentHit {
+            document: r.document.clone(),
+            score: r.score,
+        })
+        .collect();
+    fn id(h: &DocumentHit) -> &str {
+        &h.document.id
+    }
+    fn scores(hits: &[DocumentHit]) -> FxHashMap<&str, f64> {
+        hits.iter().map(|h| (id(h), h.score)).collect()
+    }
+    let (s_scores, k_scores) = (scores(&semantic), scores(&keyword));
+    let via: FxHashMap<&str, &GraphDocument> = (reached.iter())
+        .map(|r| (r.document.id.as_str(), r))
+        .collect();
+    let fused = rrf(
+        &[
+            ("semantic", &semantic[..]),
+            ("keyword", &keyword),
+            ("graph", &graph),
         ],
-        |h: &DocumentHit| h.document.id.clone(),
+        id,
     );
-    fused.truncate(q.limit);
-    let results = fused
-        .into_iter()
+    let results = (fused.into_iter().take(q.limit))
         .map(|f| {
-            let id = f.item.document.id.clone();
-            let via = reached.get(&id);
+            let id = id(f.item);
+            let via = via.get(id);
             let scores = Scores {
-                semantic: s_scores.get(&id).copied(),
-                keyword: k_scores.get(&id).copied(),
+                semantic: s_scores.get(id).copied(),
+                keyword: k_scores.get(id).copied(),
                 graph: via.map(|r| r.score),
             };
-            let mut r = result(f.item.document, f.score, scores);
+            let mut r = result(f.item.document.clone(), f.score, scores);
             if let Some(via) = via {
                 r.relationship = Some(via.relationship.clone());
                 r.related_entity = via.related_entity.clone();
@@ -252,4 +303,75 @@ async fn hybrid(
         })
         .collect();
     Ok((entities, results))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document(n: usize, content: &str, url: Option<&str>, entity: Option<&str>) -> Arc<Document> {
+        Arc::new(Document {
+            id: format!("document:d{n}"),
+            title: format!("About \"{n}\""),
+            content: content.to_string(),
+            source: "generated".into(),
+            source_id: format!("doc-{n}"),
+            content_type: "text/plain".into(),
+            url: url.map(str::to_string),
+            entity_name: entity.map(str::to_string),
+        })
+    }
+
+    /// The hand-written answer is what serde_json writes: every method, optional fields set
+    /// and not, text that needs escapes, no results.
+    #[test]
+    fn to_json_is_what_serde_json_writes() {
+        let hybrid = RagAnswer {
+            query: "What is \"Ada\"?\n".into(),
+            method: Method::Hybrid,
+            entities: vec!["Ada".into(), "C\\D \u{1}".into()],
+            total: 3,
+            results: vec![
+                RagResult {
+                    document: document(1, "a line\nand a tab\t, \\ é 😀 \u{1}", None, Some("Ada")),
+                    score: 0.032_522_474_881_015_35,
+                    scores: Scores {
+                        semantic: Some(0.812_345_678_9),
+                        keyword: Some(7.25),
+                        graph: Some(1.0),
+                    },
+                    relationship: Some("self".into()),
+                    related_entity: None,
+                },
+                RagResult {
+                    document: document(2, "", Some("https://example.org/a?b=\"c\""), None),
+                    score: 1e-7,
+                    scores: Scores {
+                        semantic: None,
+                        keyword: Some(-0.5),
+                        graph: None,
+                    },
+                    relationship: None,
+                    related_entity: None,
+                },
+                RagResult {
+                    document: document(3, "plain", None, Some("Bob")),
+                    score: 0.0,
+                    scores: Scores::default(),
+                    relationship: Some("works_at".into()),
+                    related_entity: Some("Bob".into()),
+                },
+            ],
+        };
+        let empty = |method| RagAnswer {
+            query: "nothing".into(),
+            method,
+            entities: Vec::new(),
+            total: 0,
+            results: Vec::new(),
+        };
+        for answer in [hybrid, empty(Method::Semantic), empty(Method::Keyword)] {
+            assert_eq!(answer.to_json(), serde_json::to_string(&answer).unwrap());
+        }
+    }
 }

@@ -96,14 +96,14 @@ impl Tool for HybridSearchTool {
             })
             .collect();
         graph.sort_by(|a, b| b.score.total_cmp(&a.score));
-        let mut fused = rrf(vec![("graph", graph), ("semantic", semantic)], |h| {
-            h.document.id.clone()
+        let mut fused = rrf(&[("graph", &graph[..]), ("semantic", &semantic)], |h| {
+            h.document.id.as_str()
         });
         fused.truncate(limit);
         let results: Vec<Value> = fused
             .iter()
             .map(|f| {
-                let mut v = hit_json(&f.item);
+                let mut v = hit_json(f.item);
                 v["score"] = json!((f.score * 1e6).round() / 1e6);
                 v["sources"] = json!(f.sources);
                 v
