@@ -29,11 +29,25 @@ pub struct AgentRequest {
 
 /// One tool call the agent made, in call order.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ToolCallRecord {
     pub tool: String,
     pub arguments: Value,
     pub result: Value,
+    /// `result` as JSON text, `serde_json`'s bytes, when the session has written it already
+    /// (for the tool's message to the model): an answer's body takes it as it is rather
+    /// than writing the result a second time. Not a field of the answer.
+    #[serde(skip)]
+    pub result_json: Option<String>,
+}
+
+/// Two records are equal when their tool, arguments and result are: the result's text is
+/// only a copy of the result, kept or not.
+impl PartialEq for ToolCallRecord {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.tool, &self.arguments, &self.result)
+            == (&other.tool, &other.arguments, &other.result)
+    }
 }
 
 /// What a session reports while it runs, for a streamed chat: each tool call as it starts

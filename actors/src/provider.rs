@@ -61,18 +61,27 @@ impl Worker for ProviderWorker {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let ProviderMessage::Complete(request, reply) = msg;
-        let attempt = || async {
-            let started = Instant::now();
-            let result = state.backend.complete(&request).await;
-            report(
-                &state.health,
-                Outcome::of(state.name.clone(), started, &result, false),
-            );
+        let retry = state.retry;
+        let state = &*state;
+        let work = async move {
+            let attempt = || async {
+                let started = Instant::now();
+                let result = state.backend.complete(&request).await;
+                report(
+                    &state.health,
+                    Outcome::of(state.name.clone(), started, &result, false),
+                );
+                result
+            };
+            let result = with_retries(attempt, retry).await;
+            // The request goes before the answer: the session that sent it then holds the
+            // only copy of the turn's tool results and takes them without copying them.
+            drop(request);
             result
         };
         // A requester that went away (a cancelled session) stops the attempt in flight and
         // every retry after it.
-        answer(reply, with_retries(attempt, state.retry)).await;
+        answer(reply, work).await;
         Ok(key)
     }
 }

@@ -142,9 +142,10 @@ async fn run(
         steps: 0,
         provider: None,
     };
-    // Each call's tool and arguments, and (by the same place) its result: the results stay
-    // shared with the provider's requests until the turn ends (see `ChatRequest::tool_results`).
-    let mut called: Vec<(String, Value)> = Vec::new();
+    // Each call's tool, arguments and result as JSON text, and (by the same place) its result:
+    // the results stay shared with the provider's requests until the turn ends (see
+    // `ChatRequest::tool_results`; a provider drops its request before it answers).
+    let mut called: Vec<(String, Value, String)> = Vec::new();
     let mut results: Arc<Vec<Value>> = Arc::default();
     let outcome = loop {
         if reply.steps >= limits.max_steps {
@@ -263,12 +264,13 @@ async fn run(
         let mut told = Vec::with_capacity(done.len());
         let held = Arc::make_mut(&mut results);
         for (call, (tool, arguments, result)) in calls.iter().zip(done) {
+            let text = kbq_store::json::to_string(&result);
             told.push(json!({
                 "role": "tool",
                 "tool_call_id": call["id"].as_str().unwrap_or_default(),
-                "content": kbq_store::json::to_string(&result),
+                "content": text.clone(),
             }));
-            called.push((tool, arguments));
+            called.push((tool, arguments, text));
             held.push(result);
         }
         // The assistant's message goes into the conversation as it came, tool calls included,
@@ -282,10 +284,11 @@ async fn run(
     reply.tool_calls = called
         .into_iter()
         .zip(results)
-        .map(|((tool, arguments), result)| ToolCallRecord {
+        .map(|((tool, arguments, text), result)| ToolCallRecord {
             tool,
             arguments,
             result,
+            result_json: Some(text),
         })
         .collect();
     outcome.map(|()| reply)

@@ -312,7 +312,10 @@ fn chat_body(r: &ChatResponse) -> Vec<u8> {
         out.push_str(",\"arguments\":");
         write_value(&mut out, &call.arguments);
         out.push_str(",\"result\":");
-        write_value(&mut out, &call.result);
+        match &call.result_json {
+            Some(text) => out.push_str(text),
+            None => write_value(&mut out, &call.result),
+        }
         out.push('}');
     }
     out.push(']');
@@ -367,9 +370,11 @@ mod tests {
     /// an error, tool calls and a provider, for results that hold text needing escapes.
     #[test]
     fn chat_body_is_what_serde_json_writes() {
+        // Every other call with its result's text, as a session keeps it.
         let call = |tool: &str, result: serde_json::Value| ToolCallRecord {
             tool: tool.into(),
             arguments: json!({"query": "Ada \"L\"", "limit": 5, "w": 0.25}),
+            result_json: (tool != "memory_stats").then(|| kbq_store::json::to_string(&result)),
             result,
         };
         let usage = ChatUsage {
