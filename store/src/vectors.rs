@@ -891,7 +891,10 @@ impl CodeScan<'_> {
                     .map(|(j, &q)| (j, i32::from(q)))
                     .collect();
                 let mut sums = Vec::new();
-                for list in lists {
+                for (i, list) in lists.iter().enumerate() {
+                    if let Some(next) = lists.get(i + 1) {
+                        next.fetch_start(&query);
+                    }
                     list.dots(&query, &mut sums);
                     if self.keep.is_none() {
                         examined += list.slots.len();

@@ -12,7 +12,7 @@
 
 use crate::generate::Rng;
 use crate::heap;
-use crate::hint::prefetch;
+use crate::hint::{prefetch, prefetch_lines};
 
 use super::{dot, quantise};
 
@@ -47,39 +47,77 @@ pub(crate) struct Ivf {
 pub(super) struct List {
     pub(super) slots: Vec<u32>,
     /// `dimension` runs of `capacity` codes; a run's places past the last slot are unused.
-    codes: Vec<i8>,
+    /// Held as cache lines (see [`Line`]): with `capacity` a multiple of [`BLOCK`], each
+    /// block of a run that [`List::dots`] reads is one line.
+    lines: Vec<Line>,
     capacity: usize,
     pub(super) scales: Vec<f32>,
 }
 
+/// 64 codes on a 64-byte boundary: one cache line.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([i8; BLOCK]);
+
+/// `n` codes as whole lines, all zero.
+fn zeroed_lines(n: usize) -> Vec<Line> {
+    vec![Line([0; BLOCK]); n.div_ceil(BLOCK)]
+}
+
 impl List {
-    /// An empty list with room for `capacity` slots of `d` components.
+    /// An empty list with room for `capacity` slots (rounded up to whole blocks) of `d`
+    /// components.
     fn with_capacity(capacity: usize, d: usize) -> Self {
+        let capacity = capacity.next_multiple_of(BLOCK);
         List {
             slots: Vec::with_capacity(capacity),
-            codes: vec![0; capacity * d],
+            lines: zeroed_lines(capacity * d),
             capacity,
             scales: Vec::with_capacity(capacity),
         }
+    }
+
+    /// The codes, by component.
+    fn codes(&self) -> &[i8] {
+        let lines: &[[i8; BLOCK]] = self.lines_as_arrays();
+        lines.as_flattened()
+    }
+
+    fn codes_mut(&mut self) -> &mut [i8] {
+        // SAFETY: as in `lines_as_arrays`.
+        let lines: &mut [[i8; BLOCK]] = unsafe {
+            std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.lines.len())
+        };
+        lines.as_flattened_mut()
+    }
+
+    fn lines_as_arrays(&self) -> &[[i8; BLOCK]] {
+        // SAFETY: `Line` is `repr(C)` around one `[i8; BLOCK]` and as large as it (its
+        // alignment, 64, is its size): a slice of lines is a slice of those arrays.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.lines.len()) }
     }
 
     /// Appends `slot` with its codes and scale, moving the runs apart when they are full.
     fn push(&mut self, slot: u32, codes: &[i8], scale: f32) {
         let (pos, d) = (self.slots.len(), codes.len());
         if pos == self.capacity {
-            let capacity = (2 * self.capacity).max(8);
-            let mut grown = vec![0; capacity * d];
-            for (to, from) in grown
-                .chunks_exact_mut(capacity)
-                .zip(self.codes.chunks_exact(self.capacity.max(1)))
+            let capacity = (2 * self.capacity).max(BLOCK);
+            let mut grown = List {
+                lines: zeroed_lines(capacity * d),
+                ..List::default()
+            };
+            for (to, from) in (grown.codes_mut().chunks_exact_mut(capacity))
+                .zip(self.codes().chunks_exact(self.capacity.max(1)))
             {
                 to[..pos].copy_from_slice(&from[..pos]);
             }
-            self.codes = grown;
+            self.lines = grown.lines;
             self.capacity = capacity;
         }
+        let capacity = self.capacity;
+        let runs = self.codes_mut();
         for (j, &c) in codes.iter().enumerate() {
-            self.codes[j * self.capacity + pos] = c;
+            runs[j * capacity + pos] = c;
         }
         self.slots.push(slot);
         self.scales.push(scale);
@@ -88,9 +126,11 @@ impl List {
     /// Removes the entry at `pos`, moving the last one into its place.
     fn swap_remove(&mut self, pos: usize, d: usize) {
         let last = self.slots.len() - 1;
+        let capacity = self.capacity;
+        let runs = self.codes_mut();
         for j in 0..d {
-            let run = j * self.capacity;
-            self.codes[run + pos] = self.codes[run + last];
+            let run = j * capacity;
+            runs[run + pos] = runs[run + last];
         }
         self.slots.swap_remove(pos);
         self.scales.swap_remove(pos);
@@ -98,7 +138,7 @@ impl List {
 
     /// Approximate heap bytes.
     pub(super) fn heap_bytes(&self) -> usize {
-        heap::vec(&self.slots) + heap::vec(&self.codes) + heap::vec(&self.scales)
+        heap::vec(&self.slots) + heap::vec(&self.lines) + heap::vec(&self.scales)
     }
 
     /// The code of each slot, in order: for tests.
@@ -107,10 +147,25 @@ impl List {
         (0..self.slots.len())
             .map(|pos| {
                 (0..d)
-                    .map(|j| self.codes[j * self.capacity + pos])
+                    .map(|j| self.codes()[j * self.capacity + pos])
                     .collect()
             })
             .collect()
+    }
+
+    /// Asks for what [`dots`](Self::dots) reads first for `query` (its first blocks) and for
+    /// the scales the scan reads after it. A list holds a few blocks, so the blocks `dots`
+    /// fetches ahead within a list came too late for its first ones: a scan asks for the
+    /// next list's start while it sums this one.
+    #[inline(always)]
+    pub(super) fn fetch_start(&self, query: &[(usize, i32)]) {
+        let codes = self.codes();
+        for start in (0..self.slots.len()).step_by(BLOCK).take(BLOCKS_AHEAD) {
+            for &(j, _) in query {
+                prefetch(codes[j * self.capacity + start..].as_ptr());
+            }
+        }
+        prefetch_lines(&self.scales);
     }
 
     /// Fills `sums` with the dot product of each entry's code and the query, in order. The
@@ -124,12 +179,13 @@ impl List {
     #[inline(always)]
     pub(super) fn dots(&self, query: &[(usize, i32)], sums: &mut Vec<i32>) {
         let n = self.slots.len();
+        let codes = self.codes();
         sums.clear();
         sums.resize(n, 0);
         let fetch = |start: usize| {
             if start < n {
                 for &(j, _) in query {
-                    prefetch(self.codes[j * self.capacity + start..].as_ptr());
+                    prefetch(codes[j * self.capacity + start..].as_ptr());
                 }
             }
         };
@@ -140,7 +196,7 @@ impl List {
             let start = b * BLOCK;
             fetch(start + BLOCKS_AHEAD * BLOCK);
             let len = out.len();
-            let run = |j: usize| &self.codes[j * self.capacity + start..][..len];
+            let run = |j: usize| &codes[j * self.capacity + start..][..len];
             // A whole block as arrays of a fixed length, which the compiler keeps in
             // registers and unrolls; the last block, shorter, as slices.
             if let Ok(out) = <&mut [i32; BLOCK]>::try_from(&mut *out) {
@@ -450,7 +506,9 @@ impl Ivf {
         assert_eq!(self.place.len(), n);
         let mut seen = vec![false; n];
         for (l, list) in self.lists.iter().enumerate() {
-            assert_eq!(list.codes.len(), list.capacity * self.dimension);
+            assert_eq!(list.codes().len(), list.capacity * self.dimension);
+            assert_eq!(list.capacity % BLOCK, 0);
+            assert_eq!(list.lines.as_ptr() as usize % 64, 0);
             assert!(list.slots.len() <= list.capacity);
             assert_eq!(list.scales.len(), list.slots.len());
             for (p, &slot) in list.slots.iter().enumerate() {
