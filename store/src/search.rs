@@ -69,7 +69,7 @@ const INLINE_POSTINGS: usize = 1 << 14;
 /// (about a tenth of a millisecond: the limits above), else on tokio's blocking pool, so that
 /// a scan of every code or of a common word's postings (milliseconds at 100k documents)
 /// holds no async worker. Handing every search to the pool cost two thread wake-ups per
-/// search, about a sixth of a hybrid search's CPU when the searches themselves were small.
+/// search, about a tenth of a hybrid search's CPU when the searches themselves were small.
 async fn in_memory<T: Send + 'static>(
     small: bool,
     what: &str,
