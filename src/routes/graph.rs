@@ -329,7 +329,7 @@ async fn documents(
 fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
     use std::fmt::Write as _;
 
-    use kbq_store::json::{write_f64, write_optional_str as optional, write_str};
+    use kbq_store::json::{write_f64, write_optional_str as optional, write_str, write_str_array};
     let text: usize = (r.results.iter())
         .map(|d| d.content.len() + d.title.len() + d.id.len() + 160)
         .chain(r.related_entities.iter().map(|n| n.len() + 3))
@@ -365,15 +365,10 @@ fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
         optional(&mut out, d.related_entity);
         out.push('}');
     }
-    out.push_str("],\"related_entities\":[");
-    for (i, name) in r.related_entities.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_str(&mut out, name);
-    }
+    out.push_str("],\"related_entities\":");
+    write_str_array(&mut out, r.related_entities.iter());
     // Writing to a `String` cannot fail.
-    let _ = write!(out, "],\"total\":{}}}", r.total);
+    let _ = write!(out, ",\"total\":{}}}", r.total);
     out.into_bytes()
 }
 

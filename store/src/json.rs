@@ -82,6 +82,18 @@ pub fn write_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Appends `items` as a JSON array of strings, each as [`write_str`] writes it.
+pub fn write_str_array<'a>(out: &mut String, items: impl IntoIterator<Item = &'a str>) {
+    out.push('[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_str(out, item);
+    }
+    out.push(']');
+}
+
 /// Appends `s` as [`write_str`] does, or `null` for `None`.
 pub fn write_optional_str(out: &mut String, s: Option<&str>) {
     match s {
@@ -226,6 +238,15 @@ mod tests {
         ];
         for v in values {
             assert_eq!(to_string(&v), serde_json::to_string(&v).unwrap(), "{v}");
+        }
+    }
+
+    #[test]
+    fn string_arrays_are_written_as_serde_json_writes_them() {
+        for items in [vec![], vec!["a"], vec!["Bob", "C\"q\"\\", "中", ""]] {
+            let mut out = String::new();
+            write_str_array(&mut out, items.iter().copied());
+            assert_eq!(out, serde_json::to_string(&items).unwrap());
         }
     }
 

@@ -83,7 +83,9 @@ impl RagAnswer {
     pub fn to_json(&self) -> String {
         use std::fmt::Write as _;
 
-        use kbq_store::json::{write_f64, write_optional_f64, write_optional_str, write_str};
+        use kbq_store::json::{
+            write_f64, write_optional_f64, write_optional_str, write_str, write_str_array,
+        };
         let text: usize = (self.results.iter())
             .map(|r| r.document.content.len() + r.document.title.len() + 300)
             .sum();
@@ -92,15 +94,10 @@ impl RagAnswer {
         write_str(&mut out, &self.query);
         out.push_str(",\"method\":");
         kbq_store::json::write_serialized(&mut out, &self.method);
-        out.push_str(",\"entities\":[");
-        for (i, e) in self.entities.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            write_str(&mut out, e);
-        }
+        out.push_str(",\"entities\":");
+        write_str_array(&mut out, self.entities.iter().map(String::as_str));
         // Writing to a `String` cannot fail.
-        let _ = write!(out, "],\"total\":{},\"results\":[", self.total);
+        let _ = write!(out, ",\"total\":{},\"results\":[", self.total);
         for (i, r) in self.results.iter().enumerate() {
             if i > 0 {
                 out.push(',');
