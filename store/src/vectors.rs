@@ -891,6 +891,9 @@ impl CodeScan<'_> {
                     .map(|(j, &q)| (j, i32::from(q)))
                     .collect();
                 let mut sums = Vec::new();
+                if let Some(first) = lists.first() {
+                    first.fetch_start(&query);
+                }
                 for (i, list) in lists.iter().enumerate() {
                     if let Some(next) = lists.get(i + 1) {
                         next.fetch_start(&query);

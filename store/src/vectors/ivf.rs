@@ -79,22 +79,19 @@ impl List {
 
     /// The codes, by component.
     fn codes(&self) -> &[i8] {
-        let lines: &[[i8; BLOCK]] = self.lines_as_arrays();
+        // SAFETY: `Line` is `repr(C)` around one `[i8; BLOCK]` and as large as it (its
+        // alignment, 64, is its size): a slice of lines is a slice of those arrays.
+        let lines: &[[i8; BLOCK]] =
+            unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.lines.len()) };
         lines.as_flattened()
     }
 
     fn codes_mut(&mut self) -> &mut [i8] {
-        // SAFETY: as in `lines_as_arrays`.
+        // SAFETY: as in `codes`.
         let lines: &mut [[i8; BLOCK]] = unsafe {
             std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.lines.len())
         };
         lines.as_flattened_mut()
-    }
-
-    fn lines_as_arrays(&self) -> &[[i8; BLOCK]] {
-        // SAFETY: `Line` is `repr(C)` around one `[i8; BLOCK]` and as large as it (its
-        // alignment, 64, is its size): a slice of lines is a slice of those arrays.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.lines.len()) }
     }
 
     /// Appends `slot` with its codes and scale, moving the runs apart when they are full.
@@ -154,18 +151,26 @@ impl List {
     }
 
     /// Asks for what [`dots`](Self::dots) reads first for `query` (its first blocks) and for
-    /// the scales the scan reads after it. A list holds a few blocks, so the blocks `dots`
-    /// fetches ahead within a list came too late for its first ones: a scan asks for the
-    /// next list's start while it sums this one.
+    /// the scales the scan reads after it; `dots` fetches the blocks after those itself. A
+    /// list holds a few blocks, so blocks fetched ahead within a list come too late for its
+    /// first ones: a scan asks for the next list's start while it sums this one.
     #[inline(always)]
     pub(super) fn fetch_start(&self, query: &[(usize, i32)]) {
-        let codes = self.codes();
-        for start in (0..self.slots.len()).step_by(BLOCK).take(BLOCKS_AHEAD) {
+        for b in 0..BLOCKS_AHEAD {
+            self.fetch_block(query, b * BLOCK);
+        }
+        prefetch_lines(&self.scales);
+    }
+
+    /// Asks for the block at `start` of each of `query`'s runs, if the list reaches it.
+    #[inline(always)]
+    fn fetch_block(&self, query: &[(usize, i32)], start: usize) {
+        if start < self.slots.len() {
+            let codes = self.codes();
             for &(j, _) in query {
                 prefetch(codes[j * self.capacity + start..].as_ptr());
             }
         }
-        prefetch_lines(&self.scales);
     }
 
     /// Fills `sums` with the dot product of each entry's code and the query, in order. The
@@ -178,23 +183,12 @@ impl List {
     /// kilobytes, for each list probed. Each sum adds the same products in the same order.
     #[inline(always)]
     pub(super) fn dots(&self, query: &[(usize, i32)], sums: &mut Vec<i32>) {
-        let n = self.slots.len();
         let codes = self.codes();
         sums.clear();
-        sums.resize(n, 0);
-        let fetch = |start: usize| {
-            if start < n {
-                for &(j, _) in query {
-                    prefetch(codes[j * self.capacity + start..].as_ptr());
-                }
-            }
-        };
-        for b in 0..BLOCKS_AHEAD {
-            fetch(b * BLOCK);
-        }
+        sums.resize(self.slots.len(), 0);
         for (b, out) in sums.chunks_mut(BLOCK).enumerate() {
             let start = b * BLOCK;
-            fetch(start + BLOCKS_AHEAD * BLOCK);
+            self.fetch_block(query, start + BLOCKS_AHEAD * BLOCK);
             let len = out.len();
             let run = |j: usize| &codes[j * self.capacity + start..][..len];
             // A whole block as arrays of a fixed length, which the compiler keeps in
