@@ -334,6 +334,20 @@ fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
         .map(|d| d.content.len() + d.title.len() + d.id.len() + 160)
         .chain(r.related_entities.iter().map(|n| n.len() + 3))
         .sum();
+    // Each document's fields are allocations of their own: asked for together, their
+    // misses overlap rather than each waiting on the last.
+    for d in &r.results {
+        for s in [
+            d.id,
+            d.title,
+            d.content,
+            d.source,
+            d.source_id,
+            d.content_type,
+        ] {
+            kbq_store::json::prefetch_str(s);
+        }
+    }
     let mut out = String::with_capacity(text + r.entity_name.len() + 100);
     out.push_str("{\"entity_name\":");
     write_str(&mut out, r.entity_name);

@@ -43,6 +43,16 @@ fn needs_escape(word: u64) -> bool {
     control | quote | backslash != 0
 }
 
+/// Asks the processor to fetch `s` (up to its first kilobyte) ahead of writing it. A held
+/// document's fields are separate allocations scattered over the heap: written one after
+/// another, each is a cache miss that the writing waits on. Asked for together first, the
+/// misses overlap.
+#[inline]
+pub fn prefetch_str(s: &str) {
+    let bytes = s.as_bytes();
+    crate::hint::prefetch_lines(&bytes[..bytes.len().min(1024)]);
+}
+
 /// Appends `s` as a JSON string, quoted and escaped as `serde_json` does.
 pub fn write_str(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
@@ -174,6 +184,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A prefetch is only a hint: any string, of any length and of multi-byte characters cut
+    /// anywhere by the kilobyte limit, is asked for without a panic and written the same.
+    #[test]
+    fn prefetch_str_takes_any_string() {
+        for s in [String::new(), "a".into(), "é".repeat(700), "x".repeat(5000)] {
+            prefetch_str(&s);
+            assert_eq!(written(&s), serde_json::to_string(&s).unwrap());
+        }
+    }
 
     fn written(s: &str) -> String {
         let mut out = String::new();

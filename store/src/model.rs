@@ -197,6 +197,27 @@ fn check_names(fields: &[(&str, &str)]) -> Result<()> {
         .try_for_each(|(field, value)| check_name(field, value))
 }
 
+impl Document {
+    /// Asks the processor to fetch every text field ahead of writing the document out (see
+    /// [`crate::json::prefetch_str`]).
+    pub fn prefetch_text(&self) {
+        use crate::json::prefetch_str;
+        for field in [
+            &self.id,
+            &self.title,
+            &self.content,
+            &self.source,
+            &self.source_id,
+            &self.content_type,
+        ] {
+            prefetch_str(field);
+        }
+        for field in [&self.url, &self.entity_name].into_iter().flatten() {
+            prefetch_str(field);
+        }
+    }
+}
+
 impl NewEntity {
     pub fn validate(&self) -> Result<()> {
         check_names(&[("name", &self.name), ("entity_type", &self.entity_type)])

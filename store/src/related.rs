@@ -230,6 +230,10 @@ impl KnowledgeBase {
         let hits = self
             .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
+        // The foreseen check below reads each document, and the answer's writer all of it.
+        for h in &hits {
+            h.document.prefetch_text();
+        }
         // Each read document with its entity's place, when every one is as foreseen.
         let foreseen: Option<Vec<usize>> = (hits.len() == expected.len())
             .then(|| {

@@ -89,6 +89,9 @@ impl RagAnswer {
         let text: usize = (self.results.iter())
             .map(|r| r.document.content.len() + r.document.title.len() + 300)
             .sum();
+        for r in &self.results {
+            r.document.prefetch_text();
+        }
         let mut out = String::with_capacity(text + self.query.len() + 100);
         out.push_str("{\"query\":");
         write_str(&mut out, &self.query);
