@@ -71,7 +71,7 @@ pub use chat::{
 };
 pub use config::{ProviderConfig, ProviderKind, RuntimeConfig};
 pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
-pub use graph::{GraphError, GraphLane, GraphPool, GraphRequest, GraphWorker};
+pub use graph::{GraphError, GraphLane, GraphPool, GraphRequest, GraphWorker, Render};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use pool::PoolStats;
 pub use root::{RootMessage, RootSupervisor};

@@ -5,7 +5,9 @@ use std::io::Write;
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::GraphPool;
-use kbq_store::{Direction, DocumentsQuery, Entity, Relationship, TraversalJson, TraversalQuery};
+use kbq_store::{
+    Direction, DocumentsQuery, Entity, GraphDocuments, Relationship, TraversalJson, TraversalQuery,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -315,12 +317,16 @@ async fn documents(
     graph: web::Data<GraphPool>,
     ValidJson(req): ValidJson<DocumentsRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    documents_answer(&graph, req, |r| {
-        HttpResponse::Ok()
-            .insert_header(ContentType::json())
-            .body(documents_body(&r))
-    })
-    .await
+    let query = documents_query(req)?;
+    let (start, entity_type) = (query.start.clone(), query.entity_type.clone());
+    let body = graph
+        .documents_rendered(query, move |found| {
+            documents_body(&documents_response(&start, entity_type.as_deref(), found))
+        })
+        .await?;
+    Ok(HttpResponse::Ok()
+        .insert_header(ContentType::json())
+        .body(body))
 }
 
 /// The bytes `serde_json` writes for a [`DocumentsResponse`] (a unit test holds both ways to
@@ -334,20 +340,6 @@ fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
         .map(|d| d.content.len() + d.title.len() + d.id.len() + 160)
         .chain(r.related_entities.iter().map(|n| n.len() + 3))
         .sum();
-    // Each document's fields are allocations of their own: asked for together, their
-    // misses overlap rather than each waiting on the last.
-    for d in &r.results {
-        for s in [
-            d.id,
-            d.title,
-            d.content,
-            d.source,
-            d.source_id,
-            d.content_type,
-        ] {
-            kbq_store::json::prefetch_str(s);
-        }
-    }
     let mut out = String::with_capacity(text + r.entity_name.len() + 100);
     out.push_str("{\"entity_name\":");
     write_str(&mut out, r.entity_name);
@@ -392,16 +384,34 @@ pub async fn documents_answer<R>(
     req: DocumentsRequest,
     respond: impl FnOnce(DocumentsResponse<'_>) -> R,
 ) -> Result<R, ApiError> {
+    let query = documents_query(req)?;
+    let found = graph.documents(query.clone()).await?;
+    Ok(respond(documents_response(
+        &query.start,
+        query.entity_type.as_deref(),
+        &found,
+    )))
+}
+
+/// The query a graph-documents request asks for, once its fields are checked.
+fn documents_query(req: DocumentsRequest) -> Result<DocumentsQuery, ApiError> {
     name("entity_name", &req.entity_name)?;
-    let query = DocumentsQuery {
+    Ok(DocumentsQuery {
         entity_type: entity_type(req.entity_type)?,
         relationship_types: relationship_types(req.relationship_types)?,
         max_depth: DocumentsRequest::MAX_DEPTH.check(req.max_depth)? as u32,
         limit: DocumentsRequest::LIMIT.check(req.limit)? as usize,
         resolve_documents: req.resolve_documents.unwrap_or(true),
         start: req.entity_name,
-    };
-    let found = graph.documents(query.clone()).await?;
+    })
+}
+
+/// The answer to a graph-documents request from `start` (of `entity_type`, when asked).
+fn documents_response<'a>(
+    start: &'a str,
+    entity_type: Option<&'a str>,
+    found: &'a GraphDocuments,
+) -> DocumentsResponse<'a> {
     let results: Vec<GraphDocumentResult> = found
         .results
         .iter()
@@ -418,13 +428,13 @@ pub async fn documents_answer<R>(
             related_entity: r.related_entity.as_deref(),
         })
         .collect();
-    Ok(respond(DocumentsResponse {
-        entity_name: &query.start,
-        entity_type: query.entity_type.as_deref(),
+    DocumentsResponse {
+        entity_name: start,
+        entity_type,
         total: results.len(),
         results,
         related_entities: &found.related_entities,
-    }))
+    }
 }
 
 #[cfg(test)]

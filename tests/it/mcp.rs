@@ -247,3 +247,54 @@ async fn a_session_is_the_key_s_that_opened_it() {
     assert_eq!(gone["error"]["code"], "not_found");
     t.stop().await;
 }
+
+/// Graph documents are answered two ways: the HTTP route has the worker that found them write
+/// its body, the MCP tool serializes them on its own side. Both answer the same, with and
+/// without a type filter, resolved or not.
+#[tokio::test]
+async fn graph_documents_over_mcp_are_the_http_routes_answer() {
+    let t = TestServer::start_with(test_config(), Arc::new(SystemClock), true).await;
+    for (n, args) in [
+        json!({"entity_name": "Babbage"}),
+        json!({"entity_name": "Ada", "max_depth": 1}),
+        json!({"entity_name": "Babbage", "entity_type": "place"}),
+        json!({"entity_name": "Babbage", "resolve_documents": false, "limit": 2}),
+        json!({"entity_name": "nobody at all"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, http) = t.post("/data/v1/query/graph/documents", args.clone()).await;
+        assert_eq!(status, 200, "{http}");
+        let res = t
+            .http
+            .post(t.url("/mcp"))
+            .bearer_auth(KEY)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "GraphDocumentsTool")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                    "name": "GraphDocumentsTool", "arguments": args,
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {}
+                    }
+                }}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let text = res.text().await.unwrap();
+        let data = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .rfind(|d| !d.trim().is_empty())
+            .unwrap_or_else(|| panic!("no data in {text:?}"));
+        let body: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(body["result"]["structuredContent"], http, "{args}");
+    }
+    t.stop().await;
+}
