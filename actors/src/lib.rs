@@ -17,7 +17,8 @@
 //! has a timeout, and a worker drops a request whose caller has gone.
 //!
 //! A graph request travels: handler -> [`GraphPool`] (timeout) -> its lane's factory ->
-//! GraphWorker -> `KnowledgeBase`. Lanes ([`GraphLane`]): lookups (entity, traverse; on a
+//! GraphWorker -> `KnowledgeBase` (graph documents for HTTP come back written out by the
+//! route's [`Render`], on the worker). Lanes ([`GraphLane`]): lookups (entity, traverse; on a
 //! runtime of their own), search, documents, so that no class of request waits behind another. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor, which loops
 //! ProviderRouter (healthy providers in priority order, fallback; each a worker pool) ->
 //! tool calls through [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
