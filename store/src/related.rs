@@ -167,6 +167,14 @@ fn within_reach(
     (0..best.len()).filter(|&n| best[n] >= floor).collect()
 }
 
+/// Asks for the fields of every document of `hits` at once (see [`Document::prefetch_text`]):
+/// each is an allocation of its own, and read in turn each was a miss that waited on the last.
+fn fetch_fields(hits: &[DocumentHit]) {
+    for h in hits {
+        h.document.prefetch_text();
+    }
+}
+
 /// A document's score from its entity's depth and its similarity (rounded to 6 places, so
 /// that ties are ties whatever the float noise).
 fn score(depth: u32, similarity: f64) -> f64 {
@@ -231,9 +239,7 @@ impl KnowledgeBase {
             .documents_by_key(chosen.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
         // The foreseen check below reads each document, and the answer's writer all of it.
-        for h in &hits {
-            h.document.prefetch_text();
-        }
+        fetch_fields(&hits);
         // Each read document with its entity's place, when every one is as foreseen.
         let foreseen: Option<Vec<usize>> = (hits.len() == expected.len())
             .then(|| {
@@ -253,6 +259,7 @@ impl KnowledgeBase {
         let hits = self
             .documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
+        fetch_fields(&hits);
         // What was read decides: each document's place is its entity's, by name.
         let places: FxHashMap<&str, usize> =
             names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
