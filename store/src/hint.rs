@@ -14,13 +14,18 @@ pub(crate) fn prefetch<T: ?Sized>(p: *const T) {
     let _ = p;
 }
 
-/// A hint to fetch every cache line of `items` (64 bytes each).
+/// A hint to fetch every cache line (64 bytes) that `items` touch: the last one too when
+/// they do not start a line.
 #[inline(always)]
 pub(crate) fn prefetch_lines<T>(items: &[T]) {
     let bytes = std::mem::size_of_val(items);
-    let start = items.as_ptr().cast::<u8>();
-    for offset in (0..bytes).step_by(64) {
-        prefetch(start.wrapping_add(offset));
+    if bytes == 0 {
+        return;
+    }
+    let skew = items.as_ptr() as usize % 64;
+    let line = items.as_ptr().cast::<u8>().wrapping_sub(skew);
+    for offset in (0..skew + bytes).step_by(64) {
+        prefetch(line.wrapping_add(offset));
     }
 }
 

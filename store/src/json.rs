@@ -49,16 +49,7 @@ fn needs_escape(word: u64) -> bool {
 /// misses overlap.
 #[inline]
 pub fn prefetch_str(s: &str) {
-    let bytes = &s.as_bytes()[..s.len().min(1024)];
-    if bytes.is_empty() {
-        return;
-    }
-    // Every line the bytes touch, the last one included when they do not start a line.
-    let start = bytes.as_ptr() as usize;
-    let skew = start % 64;
-    for offset in (0..skew + bytes.len()).step_by(64) {
-        crate::hint::prefetch(bytes.as_ptr().wrapping_sub(skew).wrapping_add(offset));
-    }
+    crate::hint::prefetch_lines(&s.as_bytes()[..s.len().min(1024)]);
 }
 
 /// Appends `s` as a JSON string, quoted and escaped as `serde_json` does.
