@@ -608,15 +608,20 @@ impl VectorIndex {
     /// only the query's components that are not zero (see `List`); without one, or when a
     /// filter may send it to the full scan, it reads every code.
     pub fn search_reads(&self, query: &[f32], filtered: bool) -> usize {
-        let all = self.len() * self.dimension;
-        match &self.ivf {
-            Some(ivf) if !filtered && self.len() >= self.ivf_min => {
+        match self.live_ivf() {
+            Some(ivf) if !filtered => {
                 let components = query.iter().filter(|&&x| x != 0.0).count();
                 let probed = self.len() * self.probes() / ivf.lists().max(1);
                 probed * components
             }
-            _ => all,
+            _ => self.len() * self.dimension,
         }
+    }
+
+    /// The inverted file, when a search uses it: trained, and the index holds at least
+    /// `ivf_min` vectors.
+    fn live_ivf(&self) -> Option<&Ivf> {
+        self.ivf.as_ref().filter(|_| self.len() >= self.ivf_min)
     }
 
     /// [`search`](Self::search) among every document. The same answer as a `keep` that
@@ -634,7 +639,7 @@ impl VectorIndex {
         let Some((q, pool)) = self.prepare(query, k) else {
             return Vec::new();
         };
-        if let Some(ivf) = self.ivf.as_ref().filter(|_| self.len() >= self.ivf_min) {
+        if let Some(ivf) = self.live_ivf() {
             let lists = ivf.probe(&q, self.probes());
             let scan = self.code_scan(&q, pool, keep, Some(&lists));
             let (candidates, examined, passed) = scan.run();
