@@ -11,6 +11,7 @@ use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use backon::{ExponentialBuilder, Retryable};
+use kbq_tools::ToolResult;
 use serde_json::{Value, json};
 
 /// One request to a model: OpenAI chat messages and tool definitions, as JSON.
@@ -22,10 +23,10 @@ pub struct ChatRequest {
     pub messages: Arc<Vec<Value>>,
     pub tools: Arc<Vec<Value>>,
     /// The results of the conversation's tool calls as the chat session that ran them holds
-    /// them, one per `tool` message in `messages`, in their order (the messages carry them
-    /// as JSON text). A provider in this process (the built-in one) reads them here instead
-    /// of parsing the text back; empty when the request came from elsewhere. Sent nowhere.
-    pub tool_results: Arc<Vec<Value>>,
+    /// them, one per `tool` message in `messages`, in their order (the messages carry the
+    /// same JSON text). A provider in this process (the built-in one) reads them here, where
+    /// it knows who wrote them; empty when the request came from elsewhere. Sent nowhere.
+    pub tool_results: Arc<Vec<ToolResult>>,
     /// OpenAI's `tool_choice` (`"auto"`, `"none"`, `"required"` or a named function); `None`
     /// means `"auto"` when tools are offered.
     pub tool_choice: Option<Value>,

@@ -21,7 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kbq_store::KnowledgeBase;
-use kbq_tools::{EntityExtractor, ToolContext};
+use std::borrow::Cow;
+
+use kbq_tools::{EntityExtractor, ToolContext, ToolResult};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::backend::{Backend, ChatRequest, ChatResponse, ProviderError, Usage};
@@ -114,7 +117,7 @@ impl BuiltinBackend {
                 continue;
             }
             let result = self.tools.call_for_model(name, &ctx, args).await;
-            parts.push(describe(name, &result));
+            parts.push(describe_held(name, &result));
         }
         Ok(parts.join("\n\n"))
     }
@@ -177,60 +180,214 @@ impl BuiltinBackend {
     }
 }
 
+/// A string of a result's text: borrowed from it, or unescaped into a copy when it holds
+/// escapes. (`Cow`'s own `Deserialize` always copies.)
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s.to_string())))
+            }
+            fn visit_string<E>(self, s: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s)))
+            }
+        }
+        deserializer.deserialize_str(Visit(std::marker::PhantomData))
+    }
+}
+
+impl Text<'_> {
+    fn of(v: &Value) -> Option<Text<'_>> {
+        v.as_str().map(|s| Text(Cow::Borrowed(s)))
+    }
+}
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What [`describe`] reads of a KnowledgeGraphTool result. Each field is absent, `null` or
+/// of the type `describe` reads it as; anything else fails to read.
+#[derive(Deserialize)]
+struct GraphFields<'a> {
+    #[serde(borrow)]
+    entity: Option<Text<'a>>,
+    found: Option<bool>,
+    #[serde(borrow)]
+    entities: Option<Vec<EntityFields<'a>>>,
+    #[serde(borrow)]
+    relationships: Option<Vec<RelationshipFields<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct EntityFields<'a> {
+    #[serde(borrow)]
+    entity_type: Option<Text<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RelationshipFields<'a> {
+    #[serde(borrow)]
+    source_name: Option<Text<'a>>,
+    #[serde(borrow)]
+    target_name: Option<Text<'a>>,
+    #[serde(borrow)]
+    relationship_type: Option<Text<'a>>,
+}
+
+/// What [`describe`] reads of a search tool's result.
+#[derive(Deserialize)]
+struct SearchFields<'a> {
+    #[serde(borrow)]
+    results: Option<Vec<HitFields<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct HitFields<'a> {
+    #[serde(borrow)]
+    title: Option<Text<'a>>,
+    #[serde(borrow)]
+    snippet: Option<Text<'a>>,
+}
+
+/// [`describe`] of a result a tool of this process returned, read from its text.
+///
+/// The graph and search tools' results are read into the few fields the sentence needs,
+/// skipping the rest (the entities' properties, the documents' ids and sources) rather than
+/// building all of it as values. A result those fields do not read (not an object, a field
+/// of another type or given twice) is described from its value, as any other.
+fn describe_held(tool: &str, result: &ToolResult) -> String {
+    if let Some(err) = result.error() {
+        return format!("({tool} could not answer: {err})");
+    }
+    describe_read(tool, result.json()).unwrap_or_else(|| describe(tool, &result.value()))
+}
+
+/// [`describe`] of a graph or search tool's result read into the fields it needs, or `None`
+/// for another tool's, or a result those fields do not read.
+fn describe_read(tool: &str, text: &str) -> Option<String> {
+    if !text.starts_with('{') {
+        return None;
+    }
+    match tool {
+        "KnowledgeGraphTool" => serde_json::from_str::<GraphFields>(text)
+            .ok()
+            .map(|r| describe_graph(&r)),
+        "HybridSearchTool" | "SemanticSearchTool" => serde_json::from_str::<SearchFields>(text)
+            .ok()
+            .map(|r| describe_search(r.results.as_deref().unwrap_or_default())),
+        _ => None,
+    }
+}
+
+/// A KnowledgeGraphTool result in a sentence: the entity, its type and up to eight of its
+/// relationships.
+fn describe_graph(r: &GraphFields) -> String {
+    if r.found != Some(true) {
+        return "I found no entity by that name in the knowledge graph.".into();
+    }
+    let entity = r.entity.as_deref().unwrap_or_default();
+    let kind = r
+        .entities
+        .as_ref()
+        .and_then(|e| e.first())
+        .and_then(|e| e.entity_type.as_deref())
+        .unwrap_or("entity");
+    let links: Vec<String> = r
+        .relationships
+        .iter()
+        .flatten()
+        .filter_map(|r| {
+            let (s, t, ty) = (
+                r.source_name.as_deref()?,
+                r.target_name.as_deref()?,
+                r.relationship_type.as_deref()?,
+            );
+            Some(link(entity, s, t, ty))
+        })
+        .take(8)
+        .collect();
+    graph_sentence(entity, kind, &links)
+}
+
+/// One relationship of `entity` in words.
+fn link(entity: &str, source: &str, target: &str, ty: &str) -> String {
+    let ty = ty.replace('_', " ");
+    if source == entity {
+        format!("{ty} {target}")
+    } else {
+        format!("{source} {ty} {entity}")
+    }
+}
+
+fn graph_sentence(entity: &str, kind: &str, links: &[String]) -> String {
+    if links.is_empty() {
+        format!("{entity} is a {kind} in the knowledge base, with no recorded relationships.")
+    } else {
+        format!("{entity} ({kind}): {}.", links.join("; "))
+    }
+}
+
+/// A search tool's hits in words: the first sentence of the best, and every title.
+fn describe_search(docs: &[HitFields]) -> String {
+    let Some(top) = docs.first() else {
+        return "I found no documents about that in the knowledge base.".into();
+    };
+    let titles: Vec<String> = docs
+        .iter()
+        .filter_map(|d| d.title.as_deref())
+        .map(|t| format!("\"{t}\""))
+        .collect();
+    let lead = top.snippet.as_deref().unwrap_or_default();
+    let first_sentence = lead.split_inclusive(". ").next().unwrap_or(lead).trim();
+    format!("{first_sentence}\n\nSources: {}.", titles.join(", "))
+}
+
 /// Describes one tool result in a sentence or a short list.
 fn describe(tool: &str, result: &Value) -> String {
     if let Some(err) = result.get("error").and_then(Value::as_str) {
         return format!("({tool} could not answer: {err})");
     }
     match tool {
-        "KnowledgeGraphTool" if result["found"] == true => {
-            let entity = result["entity"].as_str().unwrap_or_default();
-            let kind = result["entities"][0]["entity_type"]
-                .as_str()
-                .unwrap_or("entity");
-            let links: Vec<String> = result["relationships"]
-                .as_array()
-                .map(|rels| {
-                    rels.iter()
-                        .filter_map(|r| {
-                            let (s, t, ty) = (
-                                r["source_name"].as_str()?,
-                                r["target_name"].as_str()?,
-                                r["relationship_type"].as_str()?,
-                            );
-                            let ty = ty.replace('_', " ");
-                            Some(if s == entity {
-                                format!("{ty} {t}")
-                            } else {
-                                format!("{s} {ty} {entity}")
-                            })
-                        })
-                        .take(8)
-                        .collect()
-                })
-                .unwrap_or_default();
-            if links.is_empty() {
-                format!(
-                    "{entity} is a {kind} in the knowledge base, with no recorded relationships."
-                )
-            } else {
-                format!("{entity} ({kind}): {}.", links.join("; "))
-            }
-        }
-        "KnowledgeGraphTool" => "I found no entity by that name in the knowledge graph.".into(),
+        "KnowledgeGraphTool" => describe_graph(&GraphFields {
+            entity: Text::of(&result["entity"]),
+            found: Some(result["found"] == true),
+            entities: Some(vec![EntityFields {
+                entity_type: Text::of(&result["entities"][0]["entity_type"]),
+            }]),
+            relationships: result["relationships"].as_array().map(|rels| {
+                rels.iter()
+                    .map(|r| RelationshipFields {
+                        source_name: Text::of(&r["source_name"]),
+                        target_name: Text::of(&r["target_name"]),
+                        relationship_type: Text::of(&r["relationship_type"]),
+                    })
+                    .collect()
+            }),
+        }),
         "HybridSearchTool" | "SemanticSearchTool" => {
             let docs = result["results"].as_array().map_or(&[][..], Vec::as_slice);
-            let Some(top) = docs.first() else {
-                return "I found no documents about that in the knowledge base.".into();
-            };
-            let titles: Vec<String> = docs
+            let hits: Vec<HitFields> = docs
                 .iter()
-                .filter_map(|d| d["title"].as_str())
-                .map(|t| format!("\"{t}\""))
+                .map(|d| HitFields {
+                    title: Text::of(&d["title"]),
+                    snippet: Text::of(&d["snippet"]),
+                })
                 .collect();
-            let lead = top["snippet"].as_str().unwrap_or_default();
-            let first_sentence = lead.split_inclusive(". ").next().unwrap_or(lead).trim();
-            format!("{first_sentence}\n\nSources: {}.", titles.join(", "))
+            describe_search(&hits)
         }
         "MemoryStoreTool" => format!(
             "I'll remember that: {}",
@@ -412,7 +569,7 @@ impl Backend for BuiltinBackend {
                         .get(m["tool_call_id"].as_str().unwrap_or_default())
                         .map_or("tool", String::as_str);
                     match held {
-                        Some(held) => describe(tool, &held[k]),
+                        Some(held) => describe_held(tool, &held[k]),
                         None => {
                             let content = text_of(&m["content"]);
                             let result: Value =
@@ -455,6 +612,124 @@ impl Backend for BuiltinBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A held result is described as its value is, for results of every shape the fields
+    /// may take: absent, null, of the type read, of another type, in lists with items of
+    /// other types, texts with escapes; and results that are not objects, or hold `error`.
+    #[test]
+    fn held_results_are_described_as_their_values_are() {
+        let text = [
+            None,
+            Some(Value::Null),
+            Some(json!("Ada")),
+            Some(json!("O'Brien \"Jr\"\nline")),
+            Some(json!(5)),
+        ];
+        let rel = |s: &str, t: &str| json!({"source_name": s, "target_name": t, "relationship_type": "works_at", "x": {"y": [1]}});
+        let many: Vec<Value> = (0..12)
+            .map(|i| rel(if i % 2 == 0 { "Ada" } else { "Bob \"B\"" }, "Ada"))
+            .collect();
+        let lists = [
+            None,
+            Some(Value::Null),
+            Some(json!([])),
+            Some(Value::Array(many.clone())),
+            Some(json!([{"source_name": 1, "target_name": "Ada", "relationship_type": "x"}])),
+            Some(json!([{"source_name": "Ada", "relationship_type": "x"}, rel("Ada", "Cy")])),
+            Some(json!([rel("Ada", "Cy"), "x"])),
+            Some(json!("x")),
+        ];
+        let entities = [
+            None,
+            Some(Value::Null),
+            Some(json!([])),
+            Some(json!([{"entity_type": "person", "properties": {"a": "\t"}}, {"entity_type": 3}])),
+            Some(json!([{"entity_type": 7}])),
+            Some(json!([1])),
+            Some(json!({"0": {"entity_type": "person"}})),
+        ];
+        let found = [
+            None,
+            Some(json!(true)),
+            Some(json!(false)),
+            Some(json!("true")),
+            Some(Value::Null),
+        ];
+        let mut results = Vec::new();
+        for e in &text {
+            for f in &found {
+                for es in &entities {
+                    for rs in &lists {
+                        let mut m = serde_json::Map::new();
+                        for (k, v) in [
+                            ("entity", e),
+                            ("found", f),
+                            ("entities", es),
+                            ("relationships", rs),
+                        ] {
+                            if let Some(v) = v {
+                                m.insert(k.into(), v.clone());
+                            }
+                        }
+                        results.push(("KnowledgeGraphTool", Value::Object(m)));
+                    }
+                }
+            }
+        }
+        let hits = [
+            None,
+            Some(Value::Null),
+            Some(json!([])),
+            Some(
+                json!([{"title": "A \"t\"", "snippet": "First. Second. Third"}, {"title": "B"}, {"snippet": "x"}]),
+            ),
+            Some(json!([{"title": 1, "snippet": "x"}])),
+            Some(json!([{"title": "A", "snippet": ["x"]}])),
+            Some(json!([{"title": "A"}, 2])),
+            Some(json!({"title": "A"})),
+        ];
+        for tool in ["HybridSearchTool", "SemanticSearchTool"] {
+            for h in &hits {
+                let mut v = json!({"query": "q", "total": 1});
+                if let Some(h) = h {
+                    v["results"] = h.clone();
+                }
+                results.push((tool, v));
+            }
+        }
+        for tool in [
+            "KnowledgeGraphTool",
+            "HybridSearchTool",
+            "MemoryStoreTool",
+            "OtherTool",
+        ] {
+            for v in [
+                json!({"error": "no \"x\"", "error_type": "failed"}),
+                json!({"error": 5, "found": true, "entity": "Ada"}),
+                json!([1, 2]),
+                json!("text"),
+                Value::Null,
+                json!({"content": "kept", "results": []}),
+            ] {
+                results.push((tool, v));
+            }
+        }
+        assert!(results.len() > 1000);
+        let mut read = 0;
+        for (tool, v) in &results {
+            let held = ToolResult::from_value(v);
+            read +=
+                usize::from(held.error().is_none() && describe_read(tool, held.json()).is_some());
+            assert_eq!(
+                describe_held(tool, &ToolResult::from_value(v)),
+                describe(tool, v),
+                "{tool}: {v}"
+            );
+        }
+        // Many are read from their fields (every result whose fields are absent, null or of
+        // the type read), not only described from their values.
+        assert!(read > results.len() / 8, "{read} of {}", results.len());
+    }
 
     #[test]
     fn words_are_counted_as_split_whitespace_counts_them() {

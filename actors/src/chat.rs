@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use kbq_tools::ToolResult;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -29,25 +30,13 @@ pub struct AgentRequest {
 
 /// One tool call the agent made, in call order.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ToolCallRecord {
     pub tool: String,
     pub arguments: Value,
-    pub result: Value,
-    /// `result` as JSON text, `serde_json`'s bytes, when the session has written it already
-    /// (for the tool's message to the model): an answer's body takes it as it is rather
-    /// than writing the result a second time. Not a field of the answer.
-    #[serde(skip)]
-    pub result_json: Option<String>,
-}
-
-/// Two records are equal when their tool, arguments and result are: the result's text is
-/// only a copy of the result, kept or not.
-impl PartialEq for ToolCallRecord {
-    fn eq(&self, other: &Self) -> bool {
-        (&self.tool, &self.arguments, &self.result)
-            == (&other.tool, &other.arguments, &other.result)
-    }
+    // Held as JSON text, which the answer's body takes as it is.
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+    pub result: ToolResult,
 }
 
 /// What a session reports while it runs, for a streamed chat: each tool call as it starts
@@ -86,7 +75,8 @@ pub struct ToolCallCompleted {
     pub tool: String,
     pub arguments: Value,
     /// The tool's result; a failed call's holds `error`.
-    pub result: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
+    pub result: ToolResult,
     /// The failure's message when the call failed, else absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(nullable = false))]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kbq_store::KnowledgeBase;
-use kbq_tools::{EntityExtractor, ToolContext, Toolbox};
+use kbq_tools::{EntityExtractor, ToolContext, ToolResult, Toolbox};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
@@ -142,11 +142,11 @@ async fn run(
         steps: 0,
         provider: None,
     };
-    // Each call's tool, arguments and result as JSON text, and (by the same place) its result:
-    // the results stay shared with the provider's requests until the turn ends (see
-    // `ChatRequest::tool_results`; a provider drops its request before it answers).
-    let mut called: Vec<(String, Value, String)> = Vec::new();
-    let mut results: Arc<Vec<Value>> = Arc::default();
+    // Each call's tool and arguments, and (by the same place) its result: the results stay
+    // shared with the provider's requests until the turn ends (see `ChatRequest::tool_results`;
+    // a provider drops its request before it answers).
+    let mut called: Vec<(String, Value)> = Vec::new();
+    let mut results: Arc<Vec<ToolResult>> = Arc::default();
     let outcome = loop {
         if reply.steps >= limits.max_steps {
             reply.stop_reason = StopReason::StepLimit;
@@ -253,7 +253,7 @@ async fn run(
                         tool: name.clone(),
                         arguments: arguments.clone(),
                         result: result.clone(),
-                        error: result["error"].as_str().map(str::to_string),
+                        error: result.error().map(str::to_string),
                         duration_ms: began.elapsed().as_secs_f64() * 1000.0,
                     })
                 });
@@ -264,13 +264,12 @@ async fn run(
         let mut told = Vec::with_capacity(done.len());
         let held = Arc::make_mut(&mut results);
         for (call, (tool, arguments, result)) in calls.iter().zip(done) {
-            let text = kbq_store::json::to_string(&result);
             told.push(json!({
                 "role": "tool",
                 "tool_call_id": call["id"].as_str().unwrap_or_default(),
-                "content": text.clone(),
+                "content": result.json(),
             }));
-            called.push((tool, arguments, text));
+            called.push((tool, arguments));
             held.push(result);
         }
         // The assistant's message goes into the conversation as it came, tool calls included,
@@ -284,11 +283,10 @@ async fn run(
     reply.tool_calls = called
         .into_iter()
         .zip(results)
-        .map(|((tool, arguments, text), result)| ToolCallRecord {
+        .map(|((tool, arguments), result)| ToolCallRecord {
             tool,
             arguments,
             result,
-            result_json: Some(text),
         })
         .collect();
     outcome.map(|()| reply)

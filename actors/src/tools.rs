@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kbq_tools::{Tool, ToolContext, ToolError};
+use kbq_tools::{Tool, ToolContext, ToolError, ToolResult};
 use ractor::factory::{FactoryMessage, Job, Worker, WorkerId};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
@@ -17,7 +17,7 @@ pub enum ToolJob {
     Call {
         ctx: Box<ToolContext>,
         args: Value,
-        reply: RpcReplyPort<Result<Value, ToolError>>,
+        reply: RpcReplyPort<Result<ToolResult, ToolError>>,
     },
     /// Panic inside the worker: only for tests of supervision.
     #[cfg(feature = "fault-injection")]
@@ -129,7 +129,7 @@ impl ToolPool {
         name: &str,
         ctx: &ToolContext,
         args: Value,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<ToolResult, ToolError> {
         let pool = self.pool(name)?;
         let ctx = Box::new(ctx.clone());
         pool.call(|reply| ToolJob::Call { ctx, args, reply })
@@ -138,7 +138,7 @@ impl ToolPool {
     }
 
     /// The result object for a call, successful or not.
-    pub async fn call_for_model(&self, name: &str, ctx: &ToolContext, args: Value) -> Value {
+    pub async fn call_for_model(&self, name: &str, ctx: &ToolContext, args: Value) -> ToolResult {
         match self.call(name, ctx, args).await {
             Ok(v) => v,
             Err(e) => e.to_result(),
@@ -155,7 +155,7 @@ impl ToolPool {
 }
 
 /// An error result for a call the model made with arguments that are not a JSON object.
-pub fn malformed_arguments(raw: &str) -> Value {
+pub fn malformed_arguments(raw: &str) -> ToolResult {
     ToolError::InvalidArguments(format!(
         "arguments are not a JSON object: {}",
         raw.chars().take(200).collect::<String>()

@@ -205,7 +205,7 @@ impl KbqMcp {
             .catalogue
             .iter()
             .find(|t| t.name == name)
-            .ok_or_else(|| ToolError::UnknownTool(name.into()).to_result())?;
+            .ok_or_else(|| ToolError::UnknownTool(name.into()).to_result().value())?;
         let read_only = tool
             .annotations
             .as_ref()
@@ -286,7 +286,8 @@ impl KbqMcp {
                 d.tools
                     .call(name, &ctx, args)
                     .await
-                    .map_err(|e| e.to_result())
+                    .map(|r| r.value())
+                    .map_err(|e| e.to_result().value())
             }
         }
     }

@@ -150,19 +150,22 @@ pub fn write_value(out: &mut String, value: &Value) {
             }
             out.push(']');
         }
-        Value::Object(fields) => {
-            out.push('{');
-            for (i, (key, item)) in fields.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_str(out, key);
-                out.push(':');
-                write_value(out, item);
-            }
-            out.push('}');
-        }
+        Value::Object(fields) => write_map(out, fields),
     }
+}
+
+/// Appends `fields` as `serde_json::to_string` writes a JSON object of them.
+pub fn write_map(out: &mut String, fields: &serde_json::Map<String, Value>) {
+    out.push('{');
+    for (i, (key, item)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_str(out, key);
+        out.push(':');
+        write_value(out, item);
+    }
+    out.push('}');
 }
 
 /// Appends what `serde_json::to_string` writes for `value`, for the small parts of an

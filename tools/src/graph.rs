@@ -1,10 +1,13 @@
 //! KnowledgeGraphTool: an entity's relationships, by walking the graph.
 
+use std::fmt::Write;
+
 use async_trait::async_trait;
-use kbq_store::{Direction, TraversalQuery};
+use kbq_store::json::{write_map, write_str};
+use kbq_store::{Direction, Traversal, TraversalQuery};
 use serde_json::{Value, json};
 
-use crate::tool::{Args, Tool, ToolContext, ToolError};
+use crate::tool::{Args, Tool, ToolContext, ToolError, ToolResult};
 
 pub struct KnowledgeGraphTool;
 
@@ -32,7 +35,7 @@ impl Tool for KnowledgeGraphTool {
             "additionalProperties": false
         })
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args = Args::new(args, &["entity", "depth", "relationship_types", "limit"])?;
         let asked = args.string("entity", 512)?;
         let depth = args.int("depth", 1, 1, 3)? as u32;
@@ -49,9 +52,9 @@ impl Tool for KnowledgeGraphTool {
                 .map(|e| e.name.clone()),
         };
         let Some(name) = name else {
-            return Ok(
-                json!({"entity": Value::Null, "found": false, "entities": [], "relationships": []}),
-            );
+            return Ok(ToolResult::from_value(
+                &json!({"entity": Value::Null, "found": false, "entities": [], "relationships": []}),
+            ));
         };
         let walk = ctx
             .kb
@@ -63,50 +66,142 @@ impl Tool for KnowledgeGraphTool {
                 limit,
             })
             .await?;
-        // Built as values, not through `json!`, which would serialize each field (and the
-        // lists, a second time) into a copy.
-        let entities: Vec<Value> = walk
-            .entities
-            .iter()
-            .map(|r| {
-                object([
-                    ("name", Value::String(r.entity.name.clone())),
-                    ("entity_type", Value::String(r.entity.entity_type.clone())),
-                    ("depth", Value::from(r.depth)),
-                    ("properties", Value::Object(r.entity.properties.clone())),
-                ])
-            })
-            .collect();
-        let relationships: Vec<Value> = walk
-            .relationships
-            .iter()
-            .map(|r| {
-                object([
-                    ("source_name", Value::String(r.source_name.clone())),
-                    ("target_name", Value::String(r.target_name.clone())),
-                    (
-                        "relationship_type",
-                        Value::String(r.relationship_type.clone()),
-                    ),
-                ])
-            })
-            .collect();
-        Ok(object([
-            ("entity", Value::String(name)),
-            ("found", Value::Bool(true)),
-            ("entities", Value::Array(entities)),
-            ("relationships", Value::Array(relationships)),
-            ("truncated", Value::Bool(walk.truncated)),
-        ]))
+        Ok(ToolResult::from_json(walk_json(&name, &walk)))
     }
 }
 
-/// A JSON object of `fields`.
-fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(
-        fields
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-    )
+/// The result of a walk from `name`, written as `serde_json` writes the object
+/// `{"entity", "found": true, "entities": [{"name", "entity_type", "depth", "properties"}],
+/// "relationships": [{"source_name", "target_name", "relationship_type"}], "truncated"}`:
+/// keys in order, without building the values (the entities' strings and property maps
+/// would each be copied into them, and dropped again).
+fn walk_json(name: &str, walk: &Traversal) -> String {
+    let mut out = String::with_capacity(256 + 160 * walk.entities.len());
+    out.push_str("{\"entities\":[");
+    for (i, r) in walk.entities.iter().enumerate() {
+        out.push_str(if i > 0 { ",{\"depth\":" } else { "{\"depth\":" });
+        let _ = write!(out, "{}", r.depth);
+        out.push_str(",\"entity_type\":");
+        write_str(&mut out, &r.entity.entity_type);
+        out.push_str(",\"name\":");
+        write_str(&mut out, &r.entity.name);
+        out.push_str(",\"properties\":");
+        write_map(&mut out, &r.entity.properties);
+        out.push('}');
+    }
+    out.push_str("],\"entity\":");
+    write_str(&mut out, name);
+    out.push_str(",\"found\":true,\"relationships\":[");
+    for (i, r) in walk.relationships.iter().enumerate() {
+        out.push_str(if i > 0 {
+            ",{\"relationship_type\":"
+        } else {
+            "{\"relationship_type\":"
+        });
+        write_str(&mut out, &r.relationship_type);
+        out.push_str(",\"source_name\":");
+        write_str(&mut out, &r.source_name);
+        out.push_str(",\"target_name\":");
+        write_str(&mut out, &r.target_name);
+        out.push('}');
+    }
+    out.push_str(if walk.truncated {
+        "],\"truncated\":true}"
+    } else {
+        "],\"truncated\":false}"
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kbq_store::{Entity, Reached, Relationship};
+
+    use super::*;
+
+    /// The result as it was built before it was written as text: values, then `serde_json`.
+    fn as_values(name: &str, walk: &Traversal) -> Value {
+        json!({
+            "entity": name,
+            "found": true,
+            "entities": walk.entities.iter().map(|r| json!({
+                "name": r.entity.name,
+                "entity_type": r.entity.entity_type,
+                "depth": r.depth,
+                "properties": r.entity.properties,
+            })).collect::<Vec<_>>(),
+            "relationships": walk.relationships.iter().map(|r| json!({
+                "source_name": r.source_name,
+                "target_name": r.target_name,
+                "relationship_type": r.relationship_type,
+            })).collect::<Vec<_>>(),
+            "truncated": walk.truncated,
+        })
+    }
+
+    /// The written result is `serde_json`'s bytes for the values it replaced: empty and
+    /// full walks, names that need escapes, nested and odd properties, depths past 9.
+    #[test]
+    fn a_walk_is_written_as_serde_json_writes_its_values() {
+        let entity = |name: &str, kind: &str, properties: Value| {
+            Arc::new(Entity {
+                id: format!("entity:{name}"),
+                name: name.into(),
+                entity_type: kind.into(),
+                properties: properties.as_object().cloned().unwrap_or_default(),
+            })
+        };
+        let rel = |s: &str, t: &str, ty: &str| {
+            Arc::new(Relationship {
+                source_name: s.into(),
+                target_name: t.into(),
+                relationship_type: ty.into(),
+                properties: Default::default(),
+            })
+        };
+        let names = [
+            "Ada",
+            "O'Brien \"Jr\"",
+            "tab\there\\",
+            "é 😀 \u{1}",
+            "a.b.c",
+            "",
+        ];
+        let mut walks = vec![Traversal {
+            entities: Vec::new(),
+            relationships: Vec::new(),
+            truncated: false,
+        }];
+        let entities: Vec<Reached> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Reached {
+                entity: entity(
+                    n,
+                    if i % 2 == 0 { "person" } else { "place \"x\"" },
+                    json!({"z": [1, 2.5, null], "a": {"n": "\n", "b": true}, "k": i, "f": 1e300}),
+                ),
+                depth: [0, 1, 2, 3, 10, 123][i],
+                via: None,
+            })
+            .collect();
+        walks.push(Traversal {
+            entities,
+            relationships: vec![
+                rel("Ada", "O'Brien \"Jr\"", "knows"),
+                rel("é 😀 \u{1}", "Ada", "works_at"),
+                rel("", "", ""),
+            ],
+            truncated: true,
+        });
+        for walk in &walks {
+            for name in names {
+                let text = walk_json(name, walk);
+                assert_eq!(text, serde_json::to_string(&as_values(name, walk)).unwrap());
+                assert_eq!(ToolResult::from_json(text).value(), as_values(name, walk));
+            }
+        }
+    }
 }

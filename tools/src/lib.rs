@@ -23,7 +23,7 @@ pub mod tool;
 use std::sync::Arc;
 
 pub use extract::EntityExtractor;
-pub use tool::{Tool, ToolContext, ToolError, openai_definition};
+pub use tool::{Tool, ToolContext, ToolError, ToolResult, openai_definition};
 
 /// The six built-in tools, by name.
 #[derive(Clone)]

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use crate::fusion::rrf;
-use crate::tool::{Args, Tool, ToolContext, ToolError, snippet};
+use crate::tool::{Args, Tool, ToolContext, ToolError, ToolResult, snippet};
 
 #[derive(Clone)]
 enum Recalled {
@@ -46,7 +46,7 @@ impl Tool for MemorySearchTool {
             "additionalProperties": false
         })
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args = Args::new(args, &["query", "limit"])?;
         let query = args.string("query", 1000)?;
         let limit = args.int("limit", 5, 1, 20)? as usize;
@@ -108,7 +108,7 @@ impl Tool for MemorySearchTool {
         let mut answer =
             json!({"query": query, "total": results.len(), "memories_found": memories_found});
         answer["results"] = Value::Array(results);
-        Ok(answer)
+        Ok(ToolResult::from_value(&answer))
     }
 }
 
@@ -140,7 +140,7 @@ impl Tool for MemoryStoreTool {
             "additionalProperties": false
         })
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args = Args::new(args, &["content", "tags"])?;
         let content = args.string("content", 4000)?;
         let tags = args.strings("tags", 10)?.unwrap_or_default();
@@ -149,9 +149,9 @@ impl Tool for MemoryStoreTool {
             .kb
             .remember(&ctx.owner, &content, &tags, &entities)
             .await?;
-        Ok(
-            json!({"stored": true, "id": memory.id, "content": memory.content, "tags": memory.tags, "entities": memory.entities}),
-        )
+        Ok(ToolResult::from_value(
+            &json!({"stored": true, "id": memory.id, "content": memory.content, "tags": memory.tags, "entities": memory.entities}),
+        ))
     }
 }
 
@@ -172,19 +172,19 @@ impl Tool for MemoryStatsTool {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {}, "additionalProperties": false})
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         // Models sometimes send null for no arguments.
         if !args.is_null() {
             Args::new(args, &[])?;
         }
         let stats = ctx.kb.memory_stats(&ctx.owner).await?;
         let counts = ctx.kb.counts().await?;
-        Ok(json!({
+        Ok(ToolResult::from_value(&json!({
             "healthy": true,
             "memories": stats.memories,
             "oldest": stats.oldest,
             "newest": stats.newest,
             "knowledge_base": {"entities": counts.entities, "relationships": counts.relationships, "documents": counts.documents}
-        }))
+        })))
     }
 }

@@ -1,12 +1,15 @@
 //! SemanticSearchTool and HybridSearchTool.
 
+use std::fmt::Write;
+
 use async_trait::async_trait;
 use kbq_store::DocumentHit;
+use kbq_store::json::{write_f64, write_optional_str, write_str, write_str_array};
 use serde_json::{Value, json};
 
 use crate::fusion::rrf;
 use crate::rag::around_entities;
-use crate::tool::{Args, Tool, ToolContext, ToolError, snippet};
+use crate::tool::{Args, Tool, ToolContext, ToolError, ToolResult, snippet};
 
 const SNIPPET_CHARS: usize = 320;
 /// Entities from a query whose neighbourhoods a hybrid search reads.
@@ -24,15 +27,49 @@ fn query_schema(what: &str) -> Value {
     })
 }
 
-fn hit_json(d: &DocumentHit) -> Value {
-    json!({
-        "id": d.document.id,
-        "title": d.document.title,
-        "snippet": snippet(&d.document.content, SNIPPET_CHARS),
-        "source": d.document.source,
-        "entity_name": d.document.entity_name,
-        "score": d.score,
-    })
+/// Appends a hit as `serde_json` writes the object `{"id", "title", "snippet", "source",
+/// "entity_name", "score"}`, with `"sources"` too when given: keys in order.
+fn write_hit(out: &mut String, d: &DocumentHit, score: f64, sources: Option<&[&str]>) {
+    out.push_str("{\"entity_name\":");
+    write_optional_str(out, d.document.entity_name.as_deref());
+    out.push_str(",\"id\":");
+    write_str(out, &d.document.id);
+    out.push_str(",\"score\":");
+    write_f64(out, score);
+    out.push_str(",\"snippet\":");
+    write_str(out, &snippet(&d.document.content, SNIPPET_CHARS));
+    out.push_str(",\"source\":");
+    write_str(out, &d.document.source);
+    if let Some(sources) = sources {
+        out.push_str(",\"sources\":");
+        write_str_array(out, sources.iter().copied());
+    }
+    out.push_str(",\"title\":");
+    write_str(out, &d.document.title);
+    out.push('}');
+}
+
+/// The end of a search's result: `"query"`, the hits (each as [`write_hit`] writes it) and
+/// `"total"`, after whatever keys come before `"query"`.
+fn finish_search<'a>(
+    mut out: String,
+    query: &str,
+    hits: impl ExactSizeIterator<Item = (&'a DocumentHit, f64, Option<&'a [&'a str]>)>,
+) -> ToolResult {
+    let total = hits.len();
+    out.push_str("\"query\":");
+    write_str(&mut out, query);
+    out.push_str(",\"results\":[");
+    for (i, (hit, score, sources)) in hits.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_hit(&mut out, hit, score, sources);
+    }
+    out.push_str("],\"total\":");
+    let _ = write!(out, "{total}");
+    out.push('}');
+    ToolResult::from_json(out)
 }
 
 /// Vector similarity search across the knowledge base's documents.
@@ -52,14 +89,17 @@ impl Tool for SemanticSearchTool {
     fn parameters(&self) -> Value {
         query_schema("What to search for, in natural language")
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args = Args::new(args, &["query", "limit"])?;
         let query = args.string("query", 1000)?;
         let limit = args.int("limit", 5, 1, 20)? as usize;
         let hits = ctx.kb.semantic_search(&query, limit).await?;
-        let mut answer = json!({"query": query, "total": hits.len()});
-        answer["results"] = Value::Array(hits.iter().map(hit_json).collect());
-        Ok(answer)
+        let out = String::with_capacity(128 + 512 * hits.len());
+        Ok(finish_search(
+            out + "{",
+            &query,
+            hits.iter().map(|h| (h, h.score, None)),
+        ))
     }
 }
 
@@ -80,7 +120,7 @@ impl Tool for HybridSearchTool {
     fn parameters(&self) -> Value {
         query_schema("The question or search text; entity names in it are recognised")
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError> {
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError> {
         let args = Args::new(args, &["query", "limit"])?;
         let query = args.string("query", 1000)?;
         let limit = args.int("limit", 5, 1, 20)? as usize;
@@ -100,18 +140,109 @@ impl Tool for HybridSearchTool {
             h.document.id.as_str()
         });
         fused.truncate(limit);
-        let results: Vec<Value> = fused
-            .iter()
-            .map(|f| {
-                let mut v = hit_json(f.item);
-                v["score"] = json!((f.score * 1e6).round() / 1e6);
-                v["sources"] = json!(f.sources);
-                v
-            })
-            .collect();
-        // The results move into the answer (`json!` would copy them).
-        let mut answer = json!({"query": query, "entities": entities, "total": results.len()});
-        answer["results"] = Value::Array(results);
-        Ok(answer)
+        let mut out = String::with_capacity(128 + 512 * fused.len());
+        out.push_str("{\"entities\":");
+        write_str_array(&mut out, entities.iter().map(String::as_str));
+        out.push(',');
+        Ok(finish_search(
+            out,
+            &query,
+            fused.iter().map(|f| {
+                let score = (f.score * 1e6).round() / 1e6;
+                (f.item, score, Some(&f.sources[..]))
+            }),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kbq_store::Document;
+
+    use super::*;
+
+    /// A hit as it was built before it was written as text.
+    fn hit_value(d: &DocumentHit, score: f64, sources: Option<&[&str]>) -> Value {
+        let mut v = json!({
+            "id": d.document.id,
+            "title": d.document.title,
+            "snippet": snippet(&d.document.content, SNIPPET_CHARS),
+            "source": d.document.source,
+            "entity_name": d.document.entity_name,
+            "score": d.score,
+        });
+        v["score"] = json!(score);
+        if let Some(sources) = sources {
+            v["sources"] = json!(sources);
+        }
+        v
+    }
+
+    /// Both search tools' results are `serde_json`'s bytes for the values they replaced:
+    /// no hits, texts that need escapes, long contents cut to a snippet, scores that are
+    /// whole, tiny or not finite.
+    #[test]
+    fn search_results_are_written_as_serde_json_writes_their_values() {
+        let long = "word \"quoted\"\n".repeat(60);
+        let hits: Vec<DocumentHit> = [
+            ("doc:1", "Ada \"L\"", "short\tcontent", Some("Ada")),
+            ("doc:2", "é 😀 \u{1f}", long.as_str(), None),
+            ("", "", "", Some("")),
+        ]
+        .iter()
+        .zip([0.5, 1.0, 1e-9])
+        .map(|(&(id, title, content, entity), score)| DocumentHit {
+            document: Arc::new(Document {
+                id: id.into(),
+                title: title.into(),
+                content: content.into(),
+                source: "wiki\\src".into(),
+                source_id: "s".into(),
+                content_type: "text/plain".into(),
+                url: None,
+                entity_name: entity.map(str::to_string),
+            }),
+            score,
+        })
+        .collect();
+        let sources: [&'static str; 2] = ["graph", "semantic"];
+        for n in 0..=hits.len() {
+            for query in ["Ada", "q \"x\"\n"] {
+                let semantic = finish_search(
+                    String::from("{"),
+                    query,
+                    hits[..n].iter().map(|h| (h, h.score, None)),
+                );
+                let want = json!({
+                    "query": query,
+                    "total": n,
+                    "results": hits[..n].iter().map(|h| hit_value(h, h.score, None)).collect::<Vec<_>>(),
+                });
+                assert_eq!(semantic.json(), serde_json::to_string(&want).unwrap());
+
+                let entities = vec!["Ada".to_string(), "é \"x\"".to_string()];
+                let scores = [f64::NAN, 2.0, 0.016393];
+                let mut out = String::from("{\"entities\":");
+                write_str_array(&mut out, entities.iter().map(String::as_str));
+                out.push(',');
+                let hybrid = finish_search(
+                    out,
+                    query,
+                    hits[..n]
+                        .iter()
+                        .zip(scores)
+                        .map(|(h, s)| (h, s, Some(&sources[..]))),
+                );
+                let want = json!({
+                    "query": query,
+                    "entities": entities,
+                    "total": n,
+                    "results": hits[..n].iter().zip(scores).map(|(h, s)| hit_value(h, s, Some(&sources))).collect::<Vec<_>>(),
+                });
+                assert_eq!(hybrid.json(), serde_json::to_string(&want).unwrap());
+            }
+        }
     }
 }

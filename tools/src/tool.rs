@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use kbq_store::{KnowledgeBase, StoreError};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::extract::EntityExtractor;
@@ -42,13 +43,84 @@ impl From<StoreError> for ToolError {
 
 impl ToolError {
     /// The result object a model sees for a failed call.
-    pub fn to_result(&self) -> Value {
+    pub fn to_result(&self) -> ToolResult {
         let kind = match self {
             ToolError::InvalidArguments(_) => "invalid_arguments",
             ToolError::UnknownTool(_) => "unknown_tool",
             ToolError::Failed(_) => "failed",
         };
-        json!({"error": self.to_string(), "error_type": kind})
+        ToolResult::from_value(&json!({"error": self.to_string(), "error_type": kind}))
+    }
+}
+
+/// A call's result: a JSON object, held as the text `serde_json` writes for it.
+///
+/// A tool writes its result once. The model's tool message, the answer's `tool_calls` and a
+/// streamed event take that text as it is; [`ToolResult::value`] reads it back where a
+/// caller needs its fields. Building the result as `serde_json::Value`s first (each object a
+/// B-tree, every string and property map a copy) and dropping them again was about a sixth
+/// of a chat's time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    json: String,
+    /// The `error` field of the result, when it is a string: the message of a failed call.
+    error: Option<String>,
+}
+
+impl ToolResult {
+    /// The result `value` is.
+    pub fn from_value(value: &Value) -> Self {
+        ToolResult {
+            json: kbq_store::json::to_string(value),
+            error: value
+                .get("error")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+
+    /// A result a tool wrote as text: a JSON object without an `error` field, in exactly the
+    /// bytes `serde_json` writes for the value it reads back as (keys in order, numbers and
+    /// strings as `serde_json` writes them). Debug builds, and so every test, check it.
+    pub(crate) fn from_json(json: String) -> Self {
+        #[cfg(debug_assertions)]
+        {
+            let value: Value = serde_json::from_str(&json)
+                .unwrap_or_else(|e| panic!("a tool wrote invalid JSON ({e}): {json}"));
+            assert!(
+                value.is_object() && value.get("error").is_none(),
+                "a tool's result must be an object without `error`: {json}"
+            );
+            assert_eq!(
+                kbq_store::json::to_string(&value),
+                json,
+                "a tool's result must be the bytes serde_json writes for it"
+            );
+        }
+        ToolResult { json, error: None }
+    }
+
+    /// The result as JSON text.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The result's `error` message: `Some` for a failed call.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// The result read back as a value.
+    pub fn value(&self) -> Value {
+        // Only ever made from a value or checked text: it reads back.
+        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    }
+}
+
+/// Serializes as the JSON object it holds.
+impl Serialize for ToolResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(serializer)
     }
 }
 
@@ -65,7 +137,7 @@ pub trait Tool: Send + Sync + 'static {
     fn read_only(&self) -> bool {
         true
     }
-    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<Value, ToolError>;
+    async fn call(&self, ctx: &ToolContext, args: &Value) -> Result<ToolResult, ToolError>;
 }
 
 /// The OpenAI function-tool definition of a tool.

@@ -30,7 +30,12 @@ async fn context(owner: &str) -> ToolContext {
 }
 
 async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<Value, ToolError> {
-    Toolbox::default().get(tool).unwrap().call(ctx, &args).await
+    Toolbox::default()
+        .get(tool)
+        .unwrap()
+        .call(ctx, &args)
+        .await
+        .map(|r| r.value())
 }
 
 #[tokio::test]
@@ -261,6 +266,6 @@ async fn invalid_arguments_are_errors_not_crashes() {
             "{tool} {args}: {err:?}"
         );
         assert!(err.to_string().contains(needle), "{tool} {args}: {err}");
-        assert_eq!(err.to_result()["error_type"], "invalid_arguments");
+        assert_eq!(err.to_result().value()["error_type"], "invalid_arguments");
     }
 }

@@ -282,7 +282,7 @@ async fn chat(
     .await??;
     if let Some(m) = http.app_data::<web::Data<crate::metrics::Metrics>>() {
         for call in &response.tool_calls {
-            m.observe_tool_call(&call.tool, call.result.get("error").is_none());
+            m.observe_tool_call(&call.tool, call.result.error().is_none());
         }
     }
     Ok(HttpResponse::Ok()
@@ -312,10 +312,7 @@ fn chat_body(r: &ChatResponse) -> Vec<u8> {
         out.push_str(",\"arguments\":");
         write_value(&mut out, &call.arguments);
         out.push_str(",\"result\":");
-        match &call.result_json {
-            Some(text) => out.push_str(text),
-            None => write_value(&mut out, &call.result),
-        }
+        out.push_str(call.result.json());
         out.push('}');
     }
     out.push(']');
@@ -370,12 +367,10 @@ mod tests {
     /// an error, tool calls and a provider, for results that hold text needing escapes.
     #[test]
     fn chat_body_is_what_serde_json_writes() {
-        // Every other call with its result's text, as a session keeps it.
         let call = |tool: &str, result: serde_json::Value| ToolCallRecord {
             tool: tool.into(),
             arguments: json!({"query": "Ada \"L\"", "limit": 5, "w": 0.25}),
-            result_json: (tool != "memory_stats").then(|| kbq_store::json::to_string(&result)),
-            result,
+            result: kbq_tools::ToolResult::from_value(&result),
         };
         let usage = ChatUsage {
             prompt_tokens: 120,
