@@ -2,7 +2,8 @@
 //! call itself over the knowledge base. No actor or HTTP code lives here.
 //!
 //! # Layout
-//! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolError`] and argument validation.
+//! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolResult`] (a result as JSON text),
+//!   [`ToolError`] and argument validation.
 //! - [`search`]: SemanticSearchTool and HybridSearchTool.
 //! - [`graph`]: the KnowledgeGraphTool.
 //! - [`memory`]: MemorySearchTool, MemoryStoreTool, MemoryStatsTool.
