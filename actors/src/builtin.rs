@@ -219,6 +219,26 @@ impl std::ops::Deref for Text<'_> {
     }
 }
 
+/// `T` read only from a JSON object. A derived `Deserialize` also takes an array, as the
+/// fields in order, where [`describe`] reads no fields at all.
+struct Obj<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Visit<T> {
+            type Value = Obj<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Obj<T>, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Obj)
+            }
+        }
+        deserializer.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
 /// What [`describe`] reads of a KnowledgeGraphTool result. Each field is absent, `null` or
 /// of the type `describe` reads it as; anything else fails to read.
 #[derive(Deserialize)]
@@ -227,9 +247,9 @@ struct GraphFields<'a> {
     entity: Option<Text<'a>>,
     found: Option<bool>,
     #[serde(borrow)]
-    entities: Option<Vec<EntityFields<'a>>>,
+    entities: Option<Vec<Obj<EntityFields<'a>>>>,
     #[serde(borrow)]
-    relationships: Option<Vec<RelationshipFields<'a>>>,
+    relationships: Option<Vec<Obj<RelationshipFields<'a>>>>,
 }
 
 #[derive(Deserialize)]
@@ -252,7 +272,7 @@ struct RelationshipFields<'a> {
 #[derive(Deserialize)]
 struct SearchFields<'a> {
     #[serde(borrow)]
-    results: Option<Vec<HitFields<'a>>>,
+    results: Option<Vec<Obj<HitFields<'a>>>>,
 }
 
 #[derive(Deserialize)]
@@ -283,12 +303,14 @@ fn describe_read(tool: &str, text: &str) -> Option<String> {
         return None;
     }
     match tool {
-        "KnowledgeGraphTool" => serde_json::from_str::<GraphFields>(text)
+        "KnowledgeGraphTool" => serde_json::from_str::<Obj<GraphFields>>(text)
             .ok()
-            .map(|r| describe_graph(&r)),
-        "HybridSearchTool" | "SemanticSearchTool" => serde_json::from_str::<SearchFields>(text)
-            .ok()
-            .map(|r| describe_search(r.results.as_deref().unwrap_or_default())),
+            .map(|r| describe_graph(&r.0)),
+        "HybridSearchTool" | "SemanticSearchTool" => {
+            serde_json::from_str::<Obj<SearchFields>>(text)
+                .ok()
+                .map(|r| describe_search(r.0.results.as_deref().unwrap_or_default()))
+        }
         _ => None,
     }
 }
@@ -304,13 +326,13 @@ fn describe_graph(r: &GraphFields) -> String {
         .entities
         .as_ref()
         .and_then(|e| e.first())
-        .and_then(|e| e.entity_type.as_deref())
+        .and_then(|e| e.0.entity_type.as_deref())
         .unwrap_or("entity");
     let links: Vec<String> = r
         .relationships
         .iter()
         .flatten()
-        .filter_map(|r| {
+        .filter_map(|Obj(r)| {
             let (s, t, ty) = (
                 r.source_name.as_deref()?,
                 r.target_name.as_deref()?,
@@ -342,13 +364,13 @@ fn graph_sentence(entity: &str, kind: &str, links: &[String]) -> String {
 }
 
 /// A search tool's hits in words: the first sentence of the best, and every title.
-fn describe_search(docs: &[HitFields]) -> String {
-    let Some(top) = docs.first() else {
+fn describe_search(docs: &[Obj<HitFields>]) -> String {
+    let Some(Obj(top)) = docs.first() else {
         return "I found no documents about that in the knowledge base.".into();
     };
     let titles: Vec<String> = docs
         .iter()
-        .filter_map(|d| d.title.as_deref())
+        .filter_map(|d| d.0.title.as_deref())
         .map(|t| format!("\"{t}\""))
         .collect();
     let lead = top.snippet.as_deref().unwrap_or_default();
@@ -365,26 +387,30 @@ fn describe(tool: &str, result: &Value) -> String {
         "KnowledgeGraphTool" => describe_graph(&GraphFields {
             entity: Text::of(&result["entity"]),
             found: Some(result["found"] == true),
-            entities: Some(vec![EntityFields {
+            entities: Some(vec![Obj(EntityFields {
                 entity_type: Text::of(&result["entities"][0]["entity_type"]),
-            }]),
+            })]),
             relationships: result["relationships"].as_array().map(|rels| {
                 rels.iter()
-                    .map(|r| RelationshipFields {
-                        source_name: Text::of(&r["source_name"]),
-                        target_name: Text::of(&r["target_name"]),
-                        relationship_type: Text::of(&r["relationship_type"]),
+                    .map(|r| {
+                        Obj(RelationshipFields {
+                            source_name: Text::of(&r["source_name"]),
+                            target_name: Text::of(&r["target_name"]),
+                            relationship_type: Text::of(&r["relationship_type"]),
+                        })
                     })
                     .collect()
             }),
         }),
         "HybridSearchTool" | "SemanticSearchTool" => {
             let docs = result["results"].as_array().map_or(&[][..], Vec::as_slice);
-            let hits: Vec<HitFields> = docs
+            let hits: Vec<Obj<HitFields>> = docs
                 .iter()
-                .map(|d| HitFields {
-                    title: Text::of(&d["title"]),
-                    snippet: Text::of(&d["snippet"]),
+                .map(|d| {
+                    Obj(HitFields {
+                        title: Text::of(&d["title"]),
+                        snippet: Text::of(&d["snippet"]),
+                    })
                 })
                 .collect();
             describe_search(&hits)
@@ -613,9 +639,108 @@ impl Backend for BuiltinBackend {
 mod tests {
     use super::*;
 
-    /// A held result is described as its value is, for results of every shape the fields
-    /// may take: absent, null, of the type read, of another type, in lists with items of
-    /// other types, texts with escapes; and results that are not objects, or hold `error`.
+    /// `describe` as it was before results were held as text, word for word: the reference
+    /// both ways of describing are held to.
+    fn old_describe(tool: &str, result: &Value) -> String {
+        if let Some(err) = result.get("error").and_then(Value::as_str) {
+            return format!("({tool} could not answer: {err})");
+        }
+        match tool {
+            "KnowledgeGraphTool" if result["found"] == true => {
+                let entity = result["entity"].as_str().unwrap_or_default();
+                let kind = result["entities"][0]["entity_type"]
+                    .as_str()
+                    .unwrap_or("entity");
+                let links: Vec<String> = result["relationships"]
+                    .as_array()
+                    .map(|rels| {
+                        rels.iter()
+                            .filter_map(|r| {
+                                let (s, t, ty) = (
+                                    r["source_name"].as_str()?,
+                                    r["target_name"].as_str()?,
+                                    r["relationship_type"].as_str()?,
+                                );
+                                let ty = ty.replace('_', " ");
+                                Some(if s == entity {
+                                    format!("{ty} {t}")
+                                } else {
+                                    format!("{s} {ty} {entity}")
+                                })
+                            })
+                            .take(8)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if links.is_empty() {
+                    format!(
+                        "{entity} is a {kind} in the knowledge base, with no recorded relationships."
+                    )
+                } else {
+                    format!("{entity} ({kind}): {}.", links.join("; "))
+                }
+            }
+            "KnowledgeGraphTool" => "I found no entity by that name in the knowledge graph.".into(),
+            "HybridSearchTool" | "SemanticSearchTool" => {
+                let docs = result["results"].as_array().map_or(&[][..], Vec::as_slice);
+                let Some(top) = docs.first() else {
+                    return "I found no documents about that in the knowledge base.".into();
+                };
+                let titles: Vec<String> = docs
+                    .iter()
+                    .filter_map(|d| d["title"].as_str())
+                    .map(|t| format!("\"{t}\""))
+                    .collect();
+                let lead = top["snippet"].as_str().unwrap_or_default();
+                let first_sentence = lead.split_inclusive(". ").next().unwrap_or(lead).trim();
+                format!("{first_sentence}\n\nSources: {}.", titles.join(", "))
+            }
+            "MemoryStoreTool" => format!(
+                "I'll remember that: {}",
+                result["content"].as_str().unwrap_or_default()
+            ),
+            "MemorySearchTool" => {
+                let memories: Vec<&str> = result["results"]
+                    .as_array()
+                    .map(|r| {
+                        r.iter()
+                            .filter(|x| x["kind"] == "memory")
+                            .filter_map(|x| x["content"].as_str())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if memories.is_empty() {
+                    "I don't have anything stored about that yet.".into()
+                } else {
+                    format!("Here is what I remember:\n- {}", memories.join("\n- "))
+                }
+            }
+            "MemoryStatsTool" => format!(
+                "Memory is healthy and holds {} fact(s) for your key. The knowledge base has {} entities, {} relationships and {} documents.",
+                result["memories"],
+                result["knowledge_base"]["entities"],
+                result["knowledge_base"]["relationships"],
+                result["knowledge_base"]["documents"]
+            ),
+            other => {
+                let text = match result {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                };
+                let cut = (0..=text.len().min(400))
+                    .rev()
+                    .find(|i| text.is_char_boundary(*i))
+                    .unwrap_or(0);
+                format!("{other} answered: {}", &text[..cut])
+            }
+        }
+    }
+
+    /// A result is described as it was before results were held as text, from its value and
+    /// from its text, for results of every shape the fields may take: absent, null, of the
+    /// type read, of another type, objects given as arrays, in lists with items of other
+    /// types, texts with escapes, floats that print with 17 digits; and results that are not
+    /// objects, or hold `error`.
     #[test]
     fn held_results_are_described_as_their_values_are() {
         let text = [
@@ -637,6 +762,7 @@ mod tests {
             Some(json!([{"source_name": 1, "target_name": "Ada", "relationship_type": "x"}])),
             Some(json!([{"source_name": "Ada", "relationship_type": "x"}, rel("Ada", "Cy")])),
             Some(json!([rel("Ada", "Cy"), "x"])),
+            Some(json!([["Ada", "Cy", "works_at"], rel("Ada", "Dee")])),
             Some(json!("x")),
         ];
         let entities = [
@@ -645,6 +771,7 @@ mod tests {
             Some(json!([])),
             Some(json!([{"entity_type": "person", "properties": {"a": "\t"}}, {"entity_type": 3}])),
             Some(json!([{"entity_type": 7}])),
+            Some(json!([["person"]])),
             Some(json!([1])),
             Some(json!({"0": {"entity_type": "person"}})),
         ];
@@ -686,6 +813,8 @@ mod tests {
             Some(json!([{"title": 1, "snippet": "x"}])),
             Some(json!([{"title": "A", "snippet": ["x"]}])),
             Some(json!([{"title": "A"}, 2])),
+            Some(json!([["T", "S. more"]])),
+            Some(json!([{"title": "A", "snippet": "S", "score": 0.381_003_4_f32 as f64}])),
             Some(json!({"title": "A"})),
         ];
         for tool in ["HybridSearchTool", "SemanticSearchTool"] {
@@ -710,6 +839,7 @@ mod tests {
                 json!("text"),
                 Value::Null,
                 json!({"content": "kept", "results": []}),
+                json!({"score": -0.381_003_4_f32 as f64, "n": 1e-7_f32 as f64}),
             ] {
                 results.push((tool, v));
             }
@@ -720,11 +850,9 @@ mod tests {
             let held = ToolResult::from_value(v);
             read +=
                 usize::from(held.error().is_none() && describe_read(tool, held.json()).is_some());
-            assert_eq!(
-                describe_held(tool, &ToolResult::from_value(v)),
-                describe(tool, v),
-                "{tool}: {v}"
-            );
+            let want = old_describe(tool, v);
+            assert_eq!(describe(tool, v), want, "{tool}: {v}");
+            assert_eq!(describe_held(tool, &held), want, "{tool}: {v}");
         }
         // Many are read from their fields (every result whose fields are absent, null or of
         // the type read), not only described from their values.

@@ -181,7 +181,7 @@ mod tests {
                 entity: entity(
                     n,
                     if i % 2 == 0 { "person" } else { "place \"x\"" },
-                    json!({"z": [1, 2.5, null], "a": {"n": "\n", "b": true}, "k": i, "f": 1e300}),
+                    json!({"z": [1, 2.5, null], "a": {"n": "\n", "b": true}, "k": i, "f": 1e300, "w": f64::from(0.381_003_4_f32) * i as f64}),
                 ),
                 depth: [0, 1, 2, 3, 10, 123][i],
                 via: None,

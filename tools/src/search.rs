@@ -192,7 +192,8 @@ mod tests {
             ("", "", "", Some("")),
         ]
         .iter()
-        .zip([0.5, 1.0, 1e-9])
+        // Scores as the store gives them: f32 similarities widened, 17 digits when written.
+        .zip([0.5, f64::from(-0.381_003_4_f32), f64::from(1e-9_f32)])
         .map(|(&(id, title, content, entity), score)| DocumentHit {
             document: Arc::new(Document {
                 id: id.into(),
@@ -223,7 +224,7 @@ mod tests {
                 assert_eq!(semantic.json(), serde_json::to_string(&want).unwrap());
 
                 let entities = vec!["Ada".to_string(), "é \"x\"".to_string()];
-                let scores = [f64::NAN, 2.0, 0.016393];
+                let scores = [f64::NAN, 2.0, f64::from(0.016_393_4_f32)];
                 let mut out = String::from("{\"entities\":");
                 write_str_array(&mut out, entities.iter().map(String::as_str));
                 out.push(',');

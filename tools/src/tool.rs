@@ -65,6 +65,8 @@ pub struct ToolResult {
     json: String,
     /// The `error` field of the result, when it is a string: the message of a failed call.
     error: Option<String>,
+    /// Whether the result has an `error` field (of any type): the call failed.
+    failed: bool,
 }
 
 impl ToolResult {
@@ -76,6 +78,7 @@ impl ToolResult {
                 .get("error")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            failed: value.get("error").is_some(),
         }
     }
 
@@ -97,7 +100,11 @@ impl ToolResult {
                 "a tool's result must be the bytes serde_json writes for it"
             );
         }
-        ToolResult { json, error: None }
+        ToolResult {
+            json,
+            error: None,
+            failed: false,
+        }
     }
 
     /// The result as JSON text.
@@ -110,7 +117,13 @@ impl ToolResult {
         self.error.as_deref()
     }
 
-    /// The result read back as a value.
+    /// Whether the result has an `error` field: a failed call's does.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// The result read back as a value (exactly: serde_json reads its floats back with
+    /// `float_roundtrip`).
     pub fn value(&self) -> Value {
         // Only ever made from a value or checked text: it reads back.
         serde_json::from_str(&self.json).unwrap_or(Value::Null)

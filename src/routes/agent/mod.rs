@@ -282,7 +282,7 @@ async fn chat(
     .await??;
     if let Some(m) = http.app_data::<web::Data<crate::metrics::Metrics>>() {
         for call in &response.tool_calls {
-            m.observe_tool_call(&call.tool, call.result.error().is_none());
+            m.observe_tool_call(&call.tool, !call.result.failed());
         }
     }
     Ok(HttpResponse::Ok()

@@ -78,7 +78,7 @@ fn event(name: &str, data: &impl Serialize) -> Bytes {
 /// A session event's bytes; a finished tool call is counted in /metrics as it goes out.
 fn session_event(e: SessionEvent, metrics: Option<&Data<Metrics>>) -> Bytes {
     if let (Some(m), SessionEvent::ToolCallCompleted(c)) = (metrics, &e) {
-        m.observe_tool_call(&c.tool, c.error.is_none());
+        m.observe_tool_call(&c.tool, !c.result.failed());
     }
     match e {
         SessionEvent::ToolCallStarted(s) => event(STARTED, &s),
