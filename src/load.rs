@@ -7,6 +7,11 @@
 //! to one route each (a probe measured while the mix saturates the server). A warm-up runs the
 //! same load first and drops its samples. Bounded in seconds and in requests.
 //!
+//! The dedicated clients run on a thread and a runtime of their own, with connections of
+//! their own, as a load balancer's probes come from another process: on the mix's runtime a
+//! probe's response waited behind the mix's responses for the client to read it, and that
+//! wait was measured as the server's (see docs/benchmarks.md).
+//!
 //! # Layout
 //!
 //! - `load.rs` (this file): the run: entity names from the server, the clients, the window.
@@ -107,7 +112,6 @@ async fn entity_names(http: &reqwest::Client, o: &LoadOptions) -> Result<Vec<Str
 
 /// What every client of a run shares.
 struct Shared {
-    http: reqwest::Client,
     requests: Requests,
     mix: Vec<(Route, u32)>,
     total_weight: u32,
@@ -121,6 +125,8 @@ struct Shared {
     route_interval: Duration,
     /// Measured requests sent so far (counted only when `max_requests` bounds them).
     issued: AtomicU64,
+    /// The run's seed, for the dedicated clients' generators.
+    seed: u64,
 }
 
 impl Shared {
@@ -154,6 +160,7 @@ async fn send(request: reqwest::RequestBuilder) -> Option<u16> {
 /// routes by their index in the mix, a dedicated client's in slot `only.0`.
 async fn client(
     shared: Arc<Shared>,
+    http: reqwest::Client,
     only: Option<(usize, Route)>,
     mut rng: Rng,
     slots: usize,
@@ -185,7 +192,7 @@ async fn client(
             let i = shared.pick(&mut rng);
             (i, shared.mix[i].0)
         });
-        let status = send(shared.requests.request(&shared.http, route, &mut rng)).await;
+        let status = send(shared.requests.request(&http, route, &mut rng)).await;
         let answered = Instant::now();
         let tally = &mut tallies[slot];
         if measured {
@@ -201,22 +208,62 @@ async fn client(
     tallies
 }
 
+/// An HTTP client with room for `clients` idle connections.
+fn http_client(clients: usize) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(clients)
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Starts `clients` (each its report slot and route) on a thread of their own, with a
+/// single-threaded runtime and connections of their own; their tallies come back on the
+/// receiver.
+fn dedicated(
+    shared: &Arc<Shared>,
+    clients: Vec<(usize, usize, Route)>,
+    slots: usize,
+) -> Result<tokio::sync::oneshot::Receiver<Vec<Vec<Tally>>>, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let shared = shared.clone();
+    let http = http_client(clients.len())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the dedicated clients' runtime: {e}"))?;
+    std::thread::Builder::new()
+        .name("kbq-load-dedicated".into())
+        .spawn(move || {
+            let tallies = runtime.block_on(futures::future::join_all(clients.into_iter().map(
+                |(i, slot, route)| {
+                    let rng = Rng::new(shared.seed ^ (i as u64 + 1));
+                    client(
+                        shared.clone(),
+                        http.clone(),
+                        Some((slot, route)),
+                        rng,
+                        slots,
+                    )
+                },
+            )));
+            // The run stops listening only on an error of its own.
+            let _ = tx.send(tallies);
+        })
+        .map_err(|e| format!("cannot start the dedicated clients' thread: {e}"))?;
+    Ok(rx)
+}
+
 /// Runs the load and reports its measured window.
 pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
     o.check()?;
     check_loopback(&o.url)?;
-    let dedicated: usize = o.route_concurrency.iter().map(|(_, n)| n).sum();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .pool_max_idle_per_host(o.concurrency + dedicated)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let http = http_client(o.concurrency)?;
     wait_until_ready(&http, &o).await?;
     let names = entity_names(&http, &o).await?;
     let requests = Requests::new(&o.url, &o.key, &names, o.search_len)?;
     let measured_from = Instant::now() + o.warmup;
     let shared = Arc::new(Shared {
-        http,
         requests,
         mix: o.mix.clone(),
         total_weight: o.mix.iter().map(|(_, w)| w).sum(),
@@ -225,26 +272,41 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
         max_requests: o.max_requests,
         route_interval: o.route_interval,
         issued: AtomicU64::new(0),
+        seed: o.seed,
     });
-    // Report slots: the mix's routes, then each dedicated route.
+    // Report slots: the mix's routes, then each dedicated route. Client `i` (the mix's
+    // first, then the dedicated ones) draws from the seed's `i`-th generator (`kbq gen`'s):
+    // a seed gives the same routes and arguments.
     let slots = o.mix.len() + o.route_concurrency.len();
-    let dedicated_clients = o
-        .route_concurrency
-        .iter()
+    let own: Vec<(usize, usize, Route)> = (o.route_concurrency.iter().enumerate())
+        .flat_map(|(j, &(route, n))| std::iter::repeat_n((o.mix.len() + j, route), n))
         .enumerate()
-        .flat_map(|(j, &(route, n))| std::iter::repeat_n(Some((o.mix.len() + j, route)), n));
-    let tasks: Vec<_> = std::iter::repeat_n(None, o.concurrency)
-        .chain(dedicated_clients)
-        .enumerate()
-        .map(|(i, only)| {
-            // The generator of `kbq gen`: a seed gives the same routes and arguments.
+        .map(|(k, (slot, route))| (o.concurrency + k, slot, route))
+        .collect();
+    let own = if own.is_empty() {
+        None
+    } else {
+        Some(dedicated(&shared, own, slots)?)
+    };
+    let tasks: Vec<_> = (0..o.concurrency)
+        .map(|i| {
             let rng = Rng::new(o.seed ^ (i as u64 + 1));
-            tokio::spawn(client(shared.clone(), only, rng, slots))
+            tokio::spawn(client(shared.clone(), http.clone(), None, rng, slots))
         })
         .collect();
-    let mut tallies = vec![Tally::default(); slots];
+    let mut all_tallies = Vec::new();
     for t in tasks {
-        for (all, mine) in tallies.iter_mut().zip(t.await.map_err(|e| e.to_string())?) {
+        all_tallies.push(t.await.map_err(|e| e.to_string())?);
+    }
+    if let Some(own) = own {
+        let own = own
+            .await
+            .map_err(|_| "the dedicated clients' thread stopped before it answered".to_string())?;
+        all_tallies.extend(own);
+    }
+    let mut tallies = vec![Tally::default(); slots];
+    for mine in all_tallies {
+        for (all, mine) in tallies.iter_mut().zip(mine) {
             all.outcomes.extend(mine.outcomes);
             all.completed += mine.completed;
         }

@@ -120,7 +120,8 @@ enum Command {
         /// (default: the name's first four).
         #[arg(long)]
         search_len: Option<usize>,
-        /// Threads of the client's own runtime (it shares the machine with the server).
+        /// Threads of the runtime of the mix's clients (it shares the machine with the server);
+        /// dedicated clients have a thread of their own.
         #[arg(long, default_value_t = 1)]
         threads: usize,
         /// Print the report as JSON instead of a table.

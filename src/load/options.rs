@@ -44,7 +44,8 @@ pub struct LoadOptions {
     /// Characters per search query, taken at a random offset in an entity's name; `None`: the
     /// name's first four.
     pub search_len: Option<usize>,
-    /// Threads of the client's own runtime: it shares the machine with the server it measures.
+    /// Threads of the runtime of the mix's clients: it shares the machine with the server it
+    /// measures. The dedicated clients have a thread and a runtime of their own.
     pub client_threads: usize,
 }
 
