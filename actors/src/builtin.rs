@@ -456,21 +456,63 @@ fn describe(tool: &str, result: &Value) -> String {
     }
 }
 
-/// Words in `text`, as `split_whitespace` counts them.
+/// Words in `text`, as `split_whitespace` counts them. The prompt's count reads every
+/// message, the tools' results with them (kilobytes of JSON a turn): ASCII text is read eight
+/// bytes at a time.
 fn words(text: &str) -> u64 {
-    let mut count = 0;
-    let mut in_word = false;
-    let mut step = |space: bool| {
-        count += u64::from(in_word && space);
-        in_word = !space;
+    ascii_words(text.as_bytes()).unwrap_or_else(|| {
+        let mut count = 0;
+        let mut in_word = false;
+        for c in text.chars() {
+            let space = c.is_whitespace();
+            count += u64::from(in_word && space);
+            in_word = !space;
+        }
+        count + u64::from(in_word)
+    })
+}
+
+/// Words in `bytes` as [`words`] counts them, or `None` when they are not all ASCII. In
+/// ASCII the whitespace is space and 9 to 13 (tab, line feed, vertical tab, form feed,
+/// carriage return); a word starts at each other byte that follows whitespace or the start.
+fn ascii_words(bytes: &[u8]) -> Option<u64> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // The high bit of each byte of `v` (ASCII) that is whitespace.
+    let spaces = |v: u64| {
+        // A byte is a space when `v ^ 0x20` is zero there: adding 0x7f to its low bits sets
+        // its high bit for any non-zero byte, and carries into no other byte.
+        let x = v ^ (0x20 * ONES);
+        let space = !(((x & !HIGH) + !HIGH) | x) & HIGH;
+        // 9 to 13: at least 9 (adding 0x77 reaches 0x80) and not at least 14.
+        let control = (v + 0x77 * ONES) & !(v + 0x72 * ONES) & HIGH;
+        space | control
     };
-    if text.is_ascii() {
-        text.bytes()
-            .for_each(|b| step(b.is_ascii_whitespace() || b == 0x0b));
-    } else {
-        text.chars().for_each(|c| step(c.is_whitespace()));
+    let mut count = 0u64;
+    // The high bit of the byte before the next word of eight: whitespace (the start counts).
+    let mut before = 0x80u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let v = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        if v & HIGH != 0 {
+            return None;
+        }
+        let space = spaces(v);
+        // Each byte's high bit: it is no space and the byte before it (one lower) was.
+        let starts = !space & HIGH & ((space << 8) | before);
+        count += u64::from(starts.count_ones());
+        before = space >> 56;
     }
-    count + u64::from(in_word)
+    let mut in_word = before == 0;
+    for &b in chunks.remainder() {
+        if !b.is_ascii() {
+            return None;
+        }
+        let space = b == b' ' || (9..=13).contains(&b);
+        count += u64::from(!in_word && !space);
+        in_word = !space;
+    }
+    Some(count)
 }
 
 /// Words in a message's `content` ([`text_of`]'s text), without copying it.
@@ -870,6 +912,8 @@ mod tests {
             "{\"results\":[{\"title\":\"A b\"}]}",
             "non\u{a0}breaking\u{2003}em\u{3000}ideographic \u{85}next",
             "é à ü \u{1680}ogham",
+            "exactly8 and sixteen!bytes....\x0b\x0c\r\n\t",
+            "\x08\x0e\x1f!~\x7f \x1c\x1d\x1e\x1f words around controls that are not spaces",
         ];
         for text in texts {
             assert_eq!(
@@ -878,6 +922,24 @@ mod tests {
                 "{text:?}"
             );
         }
+        // Every ASCII byte, at every offset of a word of eight, beside spaces and words.
+        let mut rng = kbq_store::generate::Rng::new(7);
+        for len in 0..200 {
+            for _ in 0..20 {
+                let text: String = (0..len)
+                    .map(|_| match rng.below(4) {
+                        0 => char::from(rng.below(128) as u8),
+                        1 => [' ', '\t', '\n', '\x0b', '\x0c', '\r'][rng.below(6)],
+                        _ => 'w',
+                    })
+                    .collect();
+                let want = text.split_whitespace().count() as u64;
+                assert_eq!(ascii_words(text.as_bytes()), Some(want), "{text:?}");
+                assert_eq!(words(&text), want, "{text:?}");
+            }
+        }
+        assert_eq!(ascii_words("eight by é".as_bytes()), None);
+        assert_eq!(ascii_words("é".as_bytes()), None);
         let parts = json!([{"type": "text", "text": "a b"}, {"type": "text", "text": "c"}]);
         assert_eq!(words_of(&parts), words(&text_of(&parts)));
         assert_eq!(words_of(&json!("x y z")), 3);

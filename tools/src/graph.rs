@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use async_trait::async_trait;
 use kbq_store::json::{write_map, write_str};
-use kbq_store::{Direction, Traversal, TraversalQuery};
+use kbq_store::{Direction, Traversal, TraversalJson, TraversalQuery};
 use serde_json::{Value, json};
 
 use crate::tool::{Args, Tool, ToolContext, ToolError, ToolResult};
@@ -56,16 +56,22 @@ impl Tool for KnowledgeGraphTool {
                 &json!({"entity": Value::Null, "found": false, "entities": [], "relationships": []}),
             ));
         };
-        let walk = ctx
-            .kb
-            .traverse(&TraversalQuery {
-                start: name.clone(),
-                relationship_types,
-                direction: Direction::Both,
-                depth,
-                limit,
-            })
-            .await?;
+        let query = TraversalQuery {
+            start: name.clone(),
+            relationship_types,
+            direction: Direction::Both,
+            depth,
+            limit,
+        };
+        // From the JSON the graph index keeps for each entity and relationship: one run of
+        // bytes each, where the walk's records are four to six allocations of their own.
+        let walk = ctx.kb.traverse_json(&query).await?;
+        if let Some(json) = from_traversal_json(&name, &walk) {
+            return Ok(ToolResult::from_json(json));
+        }
+        // Not written by serde_json as an entity or a relationship (never, while the models
+        // are what they are): from the walk's records.
+        let walk = ctx.kb.traverse(&query).await?;
         Ok(ToolResult::from_json(walk_json(&name, &walk)))
     }
 }
@@ -111,6 +117,144 @@ fn walk_json(name: &str, walk: &Traversal) -> String {
         "],\"truncated\":false}"
     });
     out
+}
+
+/// [`walk_json`]'s text for the same walk, from its JSON (the objects `serde_json` writes for
+/// each [`Entity`](kbq_store::Entity) with its depth, and each
+/// [`Relationship`](kbq_store::Relationship)): each field's value is copied as written there.
+/// `None` when an object lacks a field the result needs.
+fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
+    let mut out =
+        String::with_capacity(walk.entities.len() + walk.relationships.len() + name.len() + 100);
+    out.push_str("{\"entities\":[");
+    for (i, entity) in Objects(walk.entities.as_bytes()).enumerate() {
+        let [depth, entity_type, name, properties] =
+            fields(entity?, ["depth", "entity_type", "name", "properties"])?;
+        out.push_str(if i > 0 { ",{\"depth\":" } else { "{\"depth\":" });
+        out.push_str(depth);
+        out.push_str(",\"entity_type\":");
+        out.push_str(entity_type);
+        out.push_str(",\"name\":");
+        out.push_str(name);
+        out.push_str(",\"properties\":");
+        out.push_str(properties);
+        out.push('}');
+    }
+    out.push_str("],\"entity\":");
+    write_str(&mut out, name);
+    out.push_str(",\"found\":true,\"relationships\":[");
+    for (i, rel) in Objects(walk.relationships.as_bytes()).enumerate() {
+        let [ty, source, target] =
+            fields(rel?, ["relationship_type", "source_name", "target_name"])?;
+        out.push_str(if i > 0 {
+            ",{\"relationship_type\":"
+        } else {
+            "{\"relationship_type\":"
+        });
+        out.push_str(ty);
+        out.push_str(",\"source_name\":");
+        out.push_str(source);
+        out.push_str(",\"target_name\":");
+        out.push_str(target);
+        out.push('}');
+    }
+    out.push_str(if walk.truncated {
+        "],\"truncated\":true}"
+    } else {
+        "],\"truncated\":false}"
+    });
+    Some(out)
+}
+
+/// The objects of a comma-separated run of compact JSON objects, as `serde_json` writes them;
+/// `None` for one that is not an object, and then the end.
+struct Objects<'a>(&'a [u8]);
+
+impl<'a> Iterator for Objects<'a> {
+    type Item = Option<&'a [u8]>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let end = match self.0.first() {
+            Some(b'{') => value_end(self.0),
+            _ => None,
+        };
+        let Some(end) = end else {
+            self.0 = &[];
+            return Some(None);
+        };
+        let (object, rest) = self.0.split_at(end);
+        self.0 = rest.strip_prefix(b",").unwrap_or(rest);
+        Some(Some(object))
+    }
+}
+
+/// The values of the fields `names` of the compact JSON object `object`, each as written
+/// there; `None` when one is missing or the object is not well formed.
+fn fields<'a, const N: usize>(object: &'a [u8], names: [&str; N]) -> Option<[&'a str; N]> {
+    let mut found: [Option<&'a [u8]>; N] = [None; N];
+    let mut rest = object.strip_prefix(b"{")?;
+    while let Some(after_quote) = rest.strip_prefix(b"\"") {
+        // Keys here are field names: no escapes.
+        let close = after_quote.iter().position(|&b| b == b'"' || b == b'\\')?;
+        let (key, after_key) = after_quote.split_at(close);
+        let value = after_key.strip_prefix(b"\":")?;
+        let end = value_end(value)?;
+        if let Some(i) = names.iter().position(|n| n.as_bytes() == key) {
+            found[i] = Some(&value[..end]);
+        }
+        rest = &value[end..];
+        rest = rest.strip_prefix(b",").unwrap_or(rest);
+    }
+    if rest != b"}" {
+        return None;
+    }
+    let mut out = [""; N];
+    for (o, f) in out.iter_mut().zip(found) {
+        // A value's bytes start and end at ASCII bytes of a `str`: its own bounds.
+        *o = std::str::from_utf8(f?).ok()?;
+    }
+    Some(out)
+}
+
+/// The length of the compact JSON value at the start of `json`: a string (to its closing
+/// quote), an object or an array (to its closing bracket, brackets inside strings not
+/// counted), else a number or a literal (to the next `,`, `}` or `]`). `None` when it does not
+/// end.
+fn value_end(json: &[u8]) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, &b) in json.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            b',' | b'}' | b']' if depth == 0 => return (i > 0).then_some(i),
+            _ => {}
+        }
+    }
+    (depth == 0 && !in_string && !json.is_empty() && !matches!(json[0], b'"' | b'{' | b'['))
+        .then_some(json.len())
 }
 
 #[cfg(test)]
@@ -200,8 +344,109 @@ mod tests {
             for name in names {
                 let text = walk_json(name, walk);
                 assert_eq!(text, serde_json::to_string(&as_values(name, walk)).unwrap());
+                let json = TraversalJson::of(walk);
+                assert_eq!(from_traversal_json(name, &json).as_deref(), Some(&*text));
                 assert_eq!(ToolResult::from_json(text).value(), as_values(name, walk));
             }
         }
+    }
+
+    /// What the tool writes from the graph index's JSON is what it wrote from the walk's
+    /// records, byte for byte: every entity of a graph with hubs, names with dots, quotes,
+    /// backslashes and other scripts, and nested properties, at depths 1 to 3, with limits
+    /// and type filters; and with the graph index off (SurrealDB's walk).
+    #[tokio::test]
+    async fn the_walk_is_written_from_the_index_json_as_from_its_records() {
+        use kbq_store::generate::Rng;
+        use kbq_store::import::{Silent, import};
+        use kbq_store::{HashingEmbedder, KnowledgeBase, StoreConfig};
+
+        let names: Vec<String> = (0..60)
+            .map(|i| match i % 6 {
+                0 => format!("Node {i}"),
+                1 => format!("a.b.{i}"),
+                2 => format!("O'Brien \"{i}\" \\ x"),
+                3 => format!("é 😀 {i}"),
+                4 => format!("{{[{i}]}},"),
+                _ => format!("{i}"),
+            })
+            .collect();
+        let mut ndjson = String::new();
+        let kinds = ["person", "place \"x\""];
+        for (i, n) in names.iter().enumerate() {
+            let properties = json!({
+                "rank": i, "w": f64::from(0.381_003_4_f32) * i as f64,
+                "nested": {"s": "\"}{,\\", "list": [1, {"a": null}, "]"]}, "": true,
+            });
+            let line = json!({"kind": "entity", "name": n, "entity_type": kinds[i % 2], "properties": properties});
+            ndjson.push_str(&format!("{line}\n"));
+        }
+        let mut rng = Rng::new(11);
+        for _ in 0..240 {
+            // Node 0 and a.b.1 are hubs.
+            let source = match rng.below(4) {
+                0 => 0,
+                1 => 1,
+                _ => rng.below(names.len()),
+            };
+            let target = rng.below(names.len());
+            let ty = ["knows", "works_at", "part \"of\""][rng.below(3)];
+            let line = json!({"kind": "relationship", "source_name": names[source], "target_name": names[target], "relationship_type": ty, "properties": {"since": 1}});
+            ndjson.push_str(&format!("{line}\n"));
+        }
+        for graph_index in [true, false] {
+            let mut config = StoreConfig::memory();
+            config.graph_index = graph_index;
+            let kb = KnowledgeBase::open(config, Arc::new(HashingEmbedder::default())).await;
+            import(&kb, ndjson.as_bytes(), &Silent).await.unwrap();
+            let mut compared = 0;
+            for name in &names {
+                for depth in 1..=3 {
+                    for (limit, types) in [
+                        (25, None),
+                        (1, None),
+                        (100, None),
+                        (5, Some(vec!["knows".to_string()])),
+                    ] {
+                        let query = TraversalQuery {
+                            start: name.clone(),
+                            relationship_types: types,
+                            direction: Direction::Both,
+                            depth,
+                            limit,
+                        };
+                        let want = walk_json(name, &kb.traverse(&query).await.unwrap());
+                        let json = kb.traverse_json(&query).await.unwrap();
+                        assert_eq!(from_traversal_json(name, &json).as_deref(), Some(&*want));
+                        compared += 1;
+                    }
+                }
+            }
+            assert_eq!(compared, names.len() * 12);
+        }
+    }
+
+    /// Text that is not objects of the fields the result needs is left to the walk's records.
+    #[test]
+    fn json_without_the_fields_is_not_read() {
+        let entities = |entities: &str| TraversalJson {
+            entities: entities.into(),
+            ..TraversalJson::default()
+        };
+        for bad in [
+            "{\"name\":\"a\",\"entity_type\":\"t\",\"properties\":{}}",
+            "{\"name\":\"a\",\"entity_type\":\"t\",\"properties\":{},\"depth\":1",
+            "[1]",
+            "{\"name\":\"a\\\"\",\"entity_type\":\"t\",\"properties\":{\"x\":\"}\"},\"depth\":1},7",
+            "{\"na\\u006de\":\"a\",\"entity_type\":\"t\",\"properties\":{},\"depth\":1}",
+        ] {
+            assert_eq!(from_traversal_json("a", &entities(bad)), None, "{bad}");
+        }
+        let good = "{\"id\":\"entity:a\",\"name\":\"a\\\"\",\"entity_type\":\"t\",\"properties\":{\"x\":\"}\"},\"depth\":1}";
+        let text = from_traversal_json("a", &entities(good)).unwrap();
+        assert_eq!(
+            text,
+            "{\"entities\":[{\"depth\":1,\"entity_type\":\"t\",\"name\":\"a\\\"\",\"properties\":{\"x\":\"}\"}}],\"entity\":\"a\",\"found\":true,\"relationships\":[],\"truncated\":false}"
+        );
     }
 }
