@@ -125,8 +125,6 @@ struct Shared {
     route_interval: Duration,
     /// Measured requests sent so far (counted only when `max_requests` bounds them).
     issued: AtomicU64,
-    /// The run's seed, for the dedicated clients' generators.
-    seed: u64,
 }
 
 impl Shared {
@@ -217,12 +215,12 @@ fn http_client(clients: usize) -> Result<reqwest::Client, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Starts `clients` (each its report slot and route) on a thread of their own, with a
-/// single-threaded runtime and connections of their own; their tallies come back on the
-/// receiver.
+/// Starts `clients` (each its generator, report slot and route) on a thread of their own,
+/// with a single-threaded runtime and connections of their own; their tallies come back on
+/// the receiver.
 fn dedicated(
     shared: &Arc<Shared>,
-    clients: Vec<(usize, usize, Route)>,
+    clients: Vec<(Rng, usize, Route)>,
     slots: usize,
 ) -> Result<tokio::sync::oneshot::Receiver<Vec<Vec<Tally>>>, String> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -236,8 +234,7 @@ fn dedicated(
         .name("kbq-load-dedicated".into())
         .spawn(move || {
             let tallies = runtime.block_on(futures::future::join_all(clients.into_iter().map(
-                |(i, slot, route)| {
-                    let rng = Rng::new(shared.seed ^ (i as u64 + 1));
+                |(rng, slot, route)| {
                     client(
                         shared.clone(),
                         http.clone(),
@@ -272,16 +269,16 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
         max_requests: o.max_requests,
         route_interval: o.route_interval,
         issued: AtomicU64::new(0),
-        seed: o.seed,
     });
     // Report slots: the mix's routes, then each dedicated route. Client `i` (the mix's
     // first, then the dedicated ones) draws from the seed's `i`-th generator (`kbq gen`'s):
     // a seed gives the same routes and arguments.
     let slots = o.mix.len() + o.route_concurrency.len();
-    let own: Vec<(usize, usize, Route)> = (o.route_concurrency.iter().enumerate())
+    let rng = |i: usize| Rng::new(o.seed ^ (i as u64 + 1));
+    let own: Vec<(Rng, usize, Route)> = (o.route_concurrency.iter().enumerate())
         .flat_map(|(j, &(route, n))| std::iter::repeat_n((o.mix.len() + j, route), n))
         .enumerate()
-        .map(|(k, (slot, route))| (o.concurrency + k, slot, route))
+        .map(|(k, (slot, route))| (rng(o.concurrency + k), slot, route))
         .collect();
     let own = if own.is_empty() {
         None
@@ -289,27 +286,23 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
         Some(dedicated(&shared, own, slots)?)
     };
     let tasks: Vec<_> = (0..o.concurrency)
-        .map(|i| {
-            let rng = Rng::new(o.seed ^ (i as u64 + 1));
-            tokio::spawn(client(shared.clone(), http.clone(), None, rng, slots))
-        })
+        .map(|i| tokio::spawn(client(shared.clone(), http.clone(), None, rng(i), slots)))
         .collect();
-    let mut all_tallies = Vec::new();
+    let mut tallies = vec![Tally::default(); slots];
+    let mut add = |client: Vec<Tally>| {
+        for (all, mine) in tallies.iter_mut().zip(client) {
+            all.outcomes.extend(mine.outcomes);
+            all.completed += mine.completed;
+        }
+    };
     for t in tasks {
-        all_tallies.push(t.await.map_err(|e| e.to_string())?);
+        add(t.await.map_err(|e| e.to_string())?);
     }
     if let Some(own) = own {
         let own = own
             .await
             .map_err(|_| "the dedicated clients' thread stopped before it answered".to_string())?;
-        all_tallies.extend(own);
-    }
-    let mut tallies = vec![Tally::default(); slots];
-    for mine in all_tallies {
-        for (all, mine) in tallies.iter_mut().zip(mine) {
-            all.outcomes.extend(mine.outcomes);
-            all.completed += mine.completed;
-        }
+        own.into_iter().for_each(&mut add);
     }
     // The window closes at its planned end, or when the last response came if that was
     // first (`max_requests` sent).

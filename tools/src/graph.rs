@@ -127,7 +127,7 @@ fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
     let mut out =
         String::with_capacity(walk.entities.len() + walk.relationships.len() + name.len() + 100);
     out.push_str("{\"entities\":[");
-    for (i, entity) in Objects(walk.entities.as_bytes()).enumerate() {
+    for (i, entity) in Objects(&walk.entities).enumerate() {
         let [depth, entity_type, name, properties] =
             fields(entity?, ["depth", "entity_type", "name", "properties"])?;
         out.push_str(if i > 0 { ",{\"depth\":" } else { "{\"depth\":" });
@@ -143,7 +143,7 @@ fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
     out.push_str("],\"entity\":");
     write_str(&mut out, name);
     out.push_str(",\"found\":true,\"relationships\":[");
-    for (i, rel) in Objects(walk.relationships.as_bytes()).enumerate() {
+    for (i, rel) in Objects(&walk.relationships).enumerate() {
         let [ty, source, target] =
             fields(rel?, ["relationship_type", "source_name", "target_name"])?;
         out.push_str(if i > 0 {
@@ -167,53 +167,53 @@ fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
 }
 
 /// The objects of a comma-separated run of compact JSON objects, as `serde_json` writes them;
-/// `None` for one that is not an object, and then the end.
-struct Objects<'a>(&'a [u8]);
+/// `None` for one that is not an object, and then the end. (The text is sliced only at ASCII
+/// bytes, so at its own character bounds.)
+struct Objects<'a>(&'a str);
 
 impl<'a> Iterator for Objects<'a> {
-    type Item = Option<&'a [u8]>;
+    type Item = Option<&'a str>;
     fn next(&mut self) -> Option<Self::Item> {
         if self.0.is_empty() {
             return None;
         }
-        let end = match self.0.first() {
-            Some(b'{') => value_end(self.0),
-            _ => None,
-        };
-        let Some(end) = end else {
-            self.0 = &[];
+        let end = self
+            .0
+            .starts_with('{')
+            .then(|| value_end(self.0.as_bytes()));
+        let Some(end) = end.flatten() else {
+            self.0 = "";
             return Some(None);
         };
         let (object, rest) = self.0.split_at(end);
-        self.0 = rest.strip_prefix(b",").unwrap_or(rest);
+        self.0 = rest.strip_prefix(',').unwrap_or(rest);
         Some(Some(object))
     }
 }
 
 /// The values of the fields `names` of the compact JSON object `object`, each as written
 /// there; `None` when one is missing or the object is not well formed.
-fn fields<'a, const N: usize>(object: &'a [u8], names: [&str; N]) -> Option<[&'a str; N]> {
-    let mut found: [Option<&'a [u8]>; N] = [None; N];
-    let mut rest = object.strip_prefix(b"{")?;
-    while let Some(after_quote) = rest.strip_prefix(b"\"") {
+fn fields<'a, const N: usize>(object: &'a str, names: [&str; N]) -> Option<[&'a str; N]> {
+    let mut found: [Option<&'a str>; N] = [None; N];
+    let mut rest = object.strip_prefix('{')?;
+    while let Some(after_quote) = rest.strip_prefix('"') {
         // Keys here are field names: no escapes.
-        let close = after_quote.iter().position(|&b| b == b'"' || b == b'\\')?;
+        let close = after_quote.find(['"', '\\'])?;
         let (key, after_key) = after_quote.split_at(close);
-        let value = after_key.strip_prefix(b"\":")?;
-        let end = value_end(value)?;
-        if let Some(i) = names.iter().position(|n| n.as_bytes() == key) {
+        let value = after_key.strip_prefix("\":")?;
+        let end = value_end(value.as_bytes())?;
+        if let Some(i) = names.iter().position(|&n| n == key) {
             found[i] = Some(&value[..end]);
         }
         rest = &value[end..];
-        rest = rest.strip_prefix(b",").unwrap_or(rest);
+        rest = rest.strip_prefix(',').unwrap_or(rest);
     }
-    if rest != b"}" {
+    if rest != "}" {
         return None;
     }
     let mut out = [""; N];
     for (o, f) in out.iter_mut().zip(found) {
-        // A value's bytes start and end at ASCII bytes of a `str`: its own bounds.
-        *o = std::str::from_utf8(f?).ok()?;
+        *o = f?;
     }
     Some(out)
 }
