@@ -7,7 +7,9 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use kbq_tools::EntityExtractor;
-use ractor::{Actor, ActorCell, ActorRef};
+use ractor::actor::ActorRuntime;
+use ractor::concurrency::JoinHandle;
+use ractor::{ActorCell, ActorRef, SpawnErr};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::backend::{ChatRequest, ChatResponse};
@@ -26,6 +28,9 @@ pub struct Agent {
     supervisor: Slot<ActorRef<SessionSupervisorMessage>>,
     /// Sessions running now.
     running: Arc<AtomicUsize>,
+    /// The runtime the sessions run on: the one the tool and provider workers run on (see
+    /// [`start`](Self::start)).
+    runtime: tokio::runtime::Handle,
 }
 
 /// Kills the session if the caller goes away before it answers.
@@ -40,14 +45,17 @@ impl Drop for KillOnDrop {
 }
 
 impl Agent {
+    /// An agent whose sessions run on `runtime`.
     pub(crate) fn new(
         deps: SessionDeps,
         supervisor: Slot<ActorRef<SessionSupervisorMessage>>,
+        runtime: tokio::runtime::Handle,
     ) -> Self {
         Agent {
             deps: Arc::new(deps),
             supervisor,
             running: Arc::default(),
+            runtime,
         }
     }
 
@@ -134,11 +142,20 @@ impl Agent {
             reply: tx.into(),
             events,
         };
-        let (session, _) = Actor::spawn_linked(None, ChatSessionActor, args, supervisor.get_cell())
-            .await
-            .map_err(|e| AgentError::SessionLost(e.to_string()))?;
+        // The session runs on the runtime of the workers it calls, not on the caller's (an
+        // HTTP worker's): each of a turn's calls (a model call, a tool call) is answered by a
+        // worker on that runtime, and an answer to a task on the same runtime is handed over
+        // on that runtime's threads, where one to the caller's thread wakes it. Only the
+        // turn's reply (and its events) cross to the caller. The session starts on its own;
+        // a start that fails drops the reply's sender and is read in `ChatTurn::reply`.
+        let (session, started) = {
+            let _on = self.runtime.enter();
+            ActorRuntime::spawn_linked_instant(None, ChatSessionActor, args, supervisor.get_cell())
+                .map_err(|e| AgentError::SessionLost(e.to_string()))?
+        };
         Ok(ChatTurn {
             reply: rx,
+            started,
             session: KillOnDrop(Some(session.get_cell())),
             _running: running,
             grace: self.deps.limits.max_wall
@@ -151,6 +168,8 @@ impl Agent {
 /// A chat turn that has started: its session runs until it replies or this is dropped.
 pub struct ChatTurn {
     reply: ractor::concurrency::OneshotReceiver<Result<AgentReply, AgentError>>,
+    /// The session's start: an error when it did not start.
+    started: JoinHandle<Result<JoinHandle<()>, SpawnErr>>,
     session: KillOnDrop,
     _running: Admission,
     /// The longest wait for the reply: the session's own limits, and a second.
@@ -162,9 +181,10 @@ impl ChatTurn {
     pub async fn reply(mut self) -> Result<AgentReply, AgentError> {
         let result = match tokio::time::timeout(self.grace, &mut self.reply).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(AgentError::SessionLost(
-                "the session ended without a reply".into(),
-            )),
+            Ok(Err(_)) => Err(AgentError::SessionLost(match (&mut self.started).await {
+                Ok(Err(e)) => e.to_string(),
+                _ => "the session ended without a reply".into(),
+            })),
             Err(_) => Err(AgentError::SessionLost(
                 "the session overran its time limit".into(),
             )),

@@ -219,7 +219,7 @@ impl Runtime {
         Ok(Runtime {
             graph: GraphPool::new(graph),
             pools: Pools::new(pools),
-            agent: Agent::new(deps, session_slot),
+            agent: Agent::new(deps, session_slot, tokio::runtime::Handle::current()),
             root,
             root_handle,
             _lane: lane,
