@@ -19,8 +19,10 @@
 //! A graph request travels: handler -> [`GraphPool`] (timeout) -> its lane's factory ->
 //! GraphWorker -> `KnowledgeBase` (graph documents for HTTP come back written out by the
 //! route's [`Render`], on the worker). Lanes ([`GraphLane`]): lookups (entity, traverse; on a
-//! runtime of their own), search, documents, so that no class of request waits behind another. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor, which loops
-//! ProviderRouter (healthy providers in priority order, fallback; each a worker pool) ->
+//! runtime of their own), search, documents, so that no class of request waits behind
+//! another. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor (on the main
+//! runtime, beside the workers it calls), which loops ProviderRouter (healthy providers in
+//! priority order, fallback; each a worker pool) ->
 //! tool calls through [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
 //! The built-in provider's own answers call the tools through the same [`ToolPool`].
 //!
