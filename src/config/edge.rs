@@ -47,7 +47,7 @@ impl Default for ServerConfig {
             shutdown_delay_ms: 0,
             header_timeout_ms: 5_000,
             body_timeout_ms: 30_000,
-            main_runtime_nice: 10,
+            main_runtime_nice: 2,
             huge_pages: true,
             cors_origins: Vec::new(),
         }
