@@ -14,10 +14,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::backend::{ChatRequest, ChatResponse};
 use crate::chat::{AgentError, AgentReply, AgentRequest, SessionEvent};
+use crate::edge_supervisor::EdgeSupervisorMessage;
 use crate::health::HealthBoard;
 use crate::pool::{Admission, Slot};
 use crate::session::{ChatSessionActor, Events, SessionArguments, SessionDeps};
-use crate::session_supervisor::SessionSupervisorMessage;
 use crate::tools::ToolPool;
 
 /// The edge's handle on the agent runtime.
@@ -25,7 +25,7 @@ use crate::tools::ToolPool;
 pub struct Agent {
     deps: Arc<SessionDeps>,
     /// The session supervisor, followed across its restarts by the root.
-    supervisor: Slot<ActorRef<SessionSupervisorMessage>>,
+    supervisor: Slot<ActorRef<EdgeSupervisorMessage>>,
     /// Sessions running now.
     running: Arc<AtomicUsize>,
     /// The runtime the sessions run on: the one the tool and provider workers run on (see
@@ -48,7 +48,7 @@ impl Agent {
     /// An agent whose sessions run on `runtime`.
     pub(crate) fn new(
         deps: SessionDeps,
-        supervisor: Slot<ActorRef<SessionSupervisorMessage>>,
+        supervisor: Slot<ActorRef<EdgeSupervisorMessage>>,
         runtime: tokio::runtime::Handle,
     ) -> Self {
         Agent {

@@ -5,7 +5,9 @@
 //! workers, so that a slow class of request cannot fill the workers a cheap one needs: entity
 //! lookups and traversals never wait behind name searches, nor either behind graph documents.
 //! The lookup and search lanes also run on a runtime of their own (see
-//! [`Runtime`](crate::Runtime) and [`GraphLane::on_lookup_runtime`]).
+//! [`Runtime`](crate::Runtime) and [`GraphLane::on_lookup_runtime`]). An HTTP worker's own
+//! lookups are answered on its thread by a [`LookupActor`](crate::lookup::LookupActor),
+//! within the lookup lane's bound.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use kbq_store::{
 use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use crate::lookup::LocalLookups;
 use crate::pool::{PoolError, PoolHandle, PoolStats, answer};
 
 /// What the graph workers do. Each variant answers through its reply port.
@@ -162,42 +165,48 @@ impl Worker for GraphWorker {
         Job { key, msg, .. }: Job<(), GraphRequest>,
         kb: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // A caller that gave up (it timed out, or its client went away) has closed its port:
-        // its request is not started, or stops where it is, and the worker moves on.
-        match msg {
-            GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse_json(&q)).await,
-            GraphRequest::Search {
-                query,
-                entity_type,
-                limit,
-                reply,
-            } => {
-                answer(
-                    reply,
-                    kb.search_entities(&query, entity_type.as_deref(), limit),
-                )
-                .await
-            }
-            GraphRequest::Entity(name, reply) => answer(reply, kb.entity(&name)).await,
-            GraphRequest::Documents(q, reply) => answer(reply, kb.graph_documents(&q)).await,
-            GraphRequest::DocumentsRendered(q, render, reply) => {
-                answer(reply, async {
-                    kb.graph_documents(&q).await.map(|found| (render.0)(&found))
-                })
-                .await
-            }
-            #[cfg(feature = "fault-injection")]
-            GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
-            #[cfg(feature = "fault-injection")]
-            GraphRequest::Hold(release, reply) => {
-                answer(reply, async {
-                    let _ = release.await;
-                    Ok(())
-                })
-                .await
-            }
-        }
+        serve(kb, msg).await;
         Ok(key)
+    }
+}
+
+/// Answers one graph request from `kb` through its reply port: what a [`GraphWorker`] of a
+/// lane and a [`LookupActor`](crate::lookup::LookupActor) beside an HTTP worker both do.
+pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
+    // A caller that gave up (it timed out, or its client went away) has closed its port:
+    // its request is not started, or stops where it is, and the worker moves on.
+    match msg {
+        GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse_json(&q)).await,
+        GraphRequest::Search {
+            query,
+            entity_type,
+            limit,
+            reply,
+        } => {
+            answer(
+                reply,
+                kb.search_entities(&query, entity_type.as_deref(), limit),
+            )
+            .await
+        }
+        GraphRequest::Entity(name, reply) => answer(reply, kb.entity(&name)).await,
+        GraphRequest::Documents(q, reply) => answer(reply, kb.graph_documents(&q)).await,
+        GraphRequest::DocumentsRendered(q, render, reply) => {
+            answer(reply, async {
+                kb.graph_documents(&q).await.map(|found| (render.0)(&found))
+            })
+            .await
+        }
+        #[cfg(feature = "fault-injection")]
+        GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
+        #[cfg(feature = "fault-injection")]
+        GraphRequest::Hold(release, reply) => {
+            answer(reply, async {
+                let _ = release.await;
+                Ok(())
+            })
+            .await
+        }
     }
 }
 
@@ -207,6 +216,8 @@ impl Worker for GraphWorker {
 #[derive(Clone)]
 pub struct GraphPool {
     lanes: [PoolHandle<GraphRequest>; 3],
+    /// The HTTP workers' own lookup actors, when the index answers lookups.
+    local: Option<LocalLookups>,
 }
 
 impl From<PoolError> for GraphError {
@@ -222,9 +233,10 @@ impl From<PoolError> for GraphError {
 }
 
 impl GraphPool {
-    /// `lanes` in the order of [`GraphLane::ALL`].
-    pub(crate) fn new(lanes: [PoolHandle<GraphRequest>; 3]) -> Self {
-        GraphPool { lanes }
+    /// `lanes` in the order of [`GraphLane::ALL`]; `local`: the lookup actors of the threads
+    /// that serve their own lookups.
+    pub(crate) fn new(lanes: [PoolHandle<GraphRequest>; 3], local: Option<LocalLookups>) -> Self {
+        GraphPool { lanes, local }
     }
 
     fn lane(&self, lane: GraphLane) -> &PoolHandle<GraphRequest> {
@@ -269,10 +281,8 @@ impl GraphPool {
 
     /// The walk from `query.start`, as the JSON an answer writes out.
     pub async fn traverse(&self, query: TraversalQuery) -> Result<TraversalJson, GraphError> {
-        self.call(GraphLane::Lookup, |reply| {
-            GraphRequest::Traverse(query, reply)
-        })
-        .await
+        self.lookup(|reply| GraphRequest::Traverse(query, reply))
+            .await
     }
 
     pub async fn search(
@@ -291,8 +301,7 @@ impl GraphPool {
     }
 
     pub async fn entity(&self, name: String) -> Result<Option<EntityRef>, GraphError> {
-        self.call(GraphLane::Lookup, |reply| GraphRequest::Entity(name, reply))
-            .await
+        self.lookup(|reply| GraphRequest::Entity(name, reply)).await
     }
 
     pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
@@ -326,6 +335,13 @@ impl GraphPool {
         }
     }
 
+    /// The calling thread's lookup actor (started if it has none running), when this thread
+    /// answers its own lookups (see [`crate::lookup`]). Only for tests.
+    #[cfg(feature = "fault-injection")]
+    pub fn lookup_actor_here(&self) -> Option<ActorRef<GraphRequest>> {
+        self.local.as_ref().and_then(LocalLookups::here)
+    }
+
     /// Workers and queued requests of the lookup lane, or `None` while it restarts.
     pub async fn stats(&self) -> Option<PoolStats> {
         self.lane(GraphLane::Lookup).stats().await
@@ -339,6 +355,20 @@ impl GraphPool {
     /// `lane`'s current factory, or `None` while it restarts.
     pub fn factory_in(&self, lane: GraphLane) -> Option<FactoryRef<(), GraphRequest>> {
         self.lane(lane).factory()
+    }
+
+    /// A call of the lookup lane: answered by the calling thread's own
+    /// [`LookupActor`](crate::lookup::LookupActor) on an HTTP worker, else by the lane's
+    /// factory. The lane's handle admits it either way.
+    async fn lookup<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
+    ) -> Result<T, GraphError> {
+        let lane = self.lane(GraphLane::Lookup);
+        match self.local.as_ref().and_then(LocalLookups::here) {
+            Some(actor) => Ok(lane.call_actor(&actor, build).await??),
+            None => Ok(lane.call(build).await??),
+        }
     }
 
     async fn call<T: Send + 'static>(

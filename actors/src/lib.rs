@@ -8,22 +8,27 @@
 //! ├── graph factory × 3 lanes         GraphWorker × graph.workers..=graph.max_workers per lane
 //! ├── CapacityController              sizes every elastic pool above to its queue
 //! ├── tool factory × 6                ToolWorker × agent.tool_workers..=tool_max_workers per tool
-//! └── SessionSupervisor               parent of one ChatSessionActor per chat request
-//!     └── ChatSessionActor × chats    one chat turn's tool loop; never restarted
+//! └── EdgeSupervisor                  parent of the actors beside the HTTP edge; restarts none
+//!     ├── ChatSessionActor × chats    one chat turn's tool loop
+//!     └── LookupActor × HTTP workers  a thread's lookups; the thread starts another if it fails
 //! ```
 //! Every pool is a factory behind one kind of handle (`PoolHandle`): its most workers plus a
 //! queue capacity are admitted at once, and the next request is shed at once (graph: 503;
 //! tool: a "busy" result the model sees; provider: the next provider, then 503). Every call
 //! has a timeout, and a worker drops a request whose caller has gone.
 //!
-//! A graph request travels: handler -> [`GraphPool`] (timeout) -> its lane's factory ->
-//! GraphWorker -> `KnowledgeBase` (graph documents for HTTP come back written out by the
-//! route's [`Render`], on the worker). Lanes ([`GraphLane`]): lookups (entity, traverse; on a
-//! runtime of their own), search, documents, so that no class of request waits behind
-//! another. A chat travels: handler -> [`Agent`] -> a new ChatSessionActor (on the main
-//! runtime, beside the workers it calls), which loops ProviderRouter (healthy providers in
-//! priority order, fallback; each a worker pool) ->
-//! tool calls through [`ToolPool`] (concurrently) -> provider again, until an answer or a cap.
+//! A graph request travels: handler -> [`GraphPool`] (admission, timeout) -> its lane's
+//! factory -> GraphWorker -> `KnowledgeBase` (graph documents for HTTP come back written out
+//! by the route's [`Render`], on the worker). Lanes ([`GraphLane`]): lookups (entity,
+//! traverse; on a runtime of their own), search, documents, so that no class of request
+//! waits behind another. An HTTP worker's own lookups skip the lane's factory: the lane's
+//! handle admits them and the [`LookupActor`](lookup::LookupActor) on the worker's own thread
+//! answers them (from the graph index; see [`lookup`]).
+//!
+//! A chat travels: handler -> [`Agent`] -> a new ChatSessionActor (on the main runtime,
+//! beside the workers it calls), which loops ProviderRouter (healthy providers in priority
+//! order, fallback; each a worker pool) -> tool calls through [`ToolPool`] (concurrently) ->
+//! provider again, until an answer or a cap.
 //! The built-in provider's own answers call the tools through the same [`ToolPool`].
 //!
 //! # Layout
@@ -34,6 +39,7 @@
 //!   supervisor refills, and the factory plumbing every pool shares.
 //! - [`capacity`]: the CapacityController that sizes every elastic pool, and [`Pools`].
 //! - [`graph`]: the graph worker, its request enum, the lanes, and the [`GraphPool`] handle.
+//! - [`lookup`]: the LookupActor of each HTTP worker thread, and how the pool finds it.
 //! - [`tools`]: one factory of ToolWorkers per tool, and the [`ToolPool`] handle.
 //! - [`backend`]: the chat protocol, the [`Backend`] trait, the OpenAI-compatible backend, and
 //!   the retry policy.
@@ -43,7 +49,7 @@
 //! - [`router`]: the ProviderRouter: healthy providers in priority order, with fallback.
 //! - [`chat`]: a chat turn's request, reply, errors and limits.
 //! - [`session`]: the ChatSessionActor and its tool loop.
-//! - [`session_supervisor`]: the SessionSupervisor, parent of the sessions.
+//! - [`edge_supervisor`]: the EdgeSupervisor, parent of the sessions and lookup actors.
 //! - [`agent`]: [`Agent`], the edge's handle on chats and completions.
 //! - [`embedder`]: the OpenAI-compatible embedder the knowledge base may use.
 
@@ -53,16 +59,17 @@ pub mod builtin;
 pub mod capacity;
 pub mod chat;
 pub mod config;
+pub mod edge_supervisor;
 pub mod embedder;
 pub mod graph;
 pub mod health;
+pub mod lookup;
 pub mod pool;
 pub mod provider;
 pub mod root;
 pub mod router;
 pub mod runtime;
 pub mod session;
-pub mod session_supervisor;
 pub mod tools;
 
 pub use agent::{Agent, ChatTurn};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use ractor::factory::{FactoryRef, JobKey, Worker};
 use ractor::rpc::CallResult;
-use ractor::{Actor, ActorCell, Message, RpcReplyPort, SpawnErr};
+use ractor::{Actor, ActorCell, ActorRef, Message, RpcReplyPort, SpawnErr};
 
 /// A child's current handle: the supervisor writes it at each (re)start, callers read it.
 pub(crate) type Slot<T> = Arc<RwLock<Option<T>>>;
@@ -238,13 +238,37 @@ impl<M: Message> PoolHandle<M> {
         // Shed instead of queueing without bound: a full pool answers at once.
         let _admitted =
             Admission::take(&self.in_flight, self.admit).map_err(PoolError::Overloaded)?;
-        match factory.call_job((), build, timeout).await {
-            Ok(CallResult::Success(answer)) => Ok(answer),
-            // Only a call with a timeout can time out.
-            Ok(CallResult::Timeout) => Err(PoolError::Timeout(timeout.unwrap_or_default())),
-            Ok(CallResult::SenderError) => Err(PoolError::WorkerLost),
-            Err(e) => Err(PoolError::Refused(e.to_string())),
-        }
+        outcome(factory.call_job((), build, timeout).await, timeout)
+    }
+
+    /// As [`call`](Self::call), sent to `actor` rather than to the pool's factory, within the
+    /// pool's bound and timeout: the lookup lane's calls that an HTTP worker's own
+    /// [`LookupActor`](crate::lookup::LookupActor) answers.
+    pub(crate) async fn call_actor<R: Send + 'static>(
+        &self,
+        actor: &ActorRef<M>,
+        build: impl FnOnce(RpcReplyPort<R>) -> M,
+    ) -> Result<R, PoolError> {
+        let _admitted =
+            Admission::take(&self.in_flight, self.admit).map_err(PoolError::Overloaded)?;
+        outcome(
+            actor.call(build, Some(self.timeout)).await,
+            Some(self.timeout),
+        )
+    }
+}
+
+/// A pool call's answer, or why there is none (`timeout`: the call's).
+fn outcome<R, E: std::fmt::Display>(
+    called: Result<CallResult<R>, E>,
+    timeout: Option<Duration>,
+) -> Result<R, PoolError> {
+    match called {
+        Ok(CallResult::Success(answer)) => Ok(answer),
+        // Only a call with a timeout can time out.
+        Ok(CallResult::Timeout) => Err(PoolError::Timeout(timeout.unwrap_or_default())),
+        Ok(CallResult::SenderError) => Err(PoolError::WorkerLost),
+        Err(e) => Err(PoolError::Refused(e.to_string())),
     }
 }
 

@@ -11,11 +11,11 @@ use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, Supervisio
 
 use crate::backend::{Backend, RetryPolicy};
 use crate::capacity::ElasticPool;
+use crate::edge_supervisor::{EdgeSupervisor, EdgeSupervisorMessage};
 use crate::graph::{GraphLane, GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
 use crate::pool::{PoolHandle, Slot, spawn_pool};
 use crate::provider::{ProviderArguments, ProviderMessage, ProviderWorker};
-use crate::session_supervisor::{SessionSupervisor, SessionSupervisorMessage};
 use crate::tools::{ToolJob, ToolWorker};
 
 /// A provider as the root builds it.
@@ -43,7 +43,7 @@ pub struct RootArguments {
     pub(crate) providers: Vec<ProviderSpec>,
     pub(crate) health_board: HealthBoard,
     pub(crate) health_slot: Slot<ActorRef<HealthMessage>>,
-    pub(crate) session_slot: Slot<ActorRef<SessionSupervisorMessage>>,
+    pub(crate) edge_slot: Slot<ActorRef<EdgeSupervisorMessage>>,
 }
 
 /// The arguments, kept to rebuild any child, and how many restarts there were.
@@ -70,7 +70,7 @@ enum Child {
     Tool(String),
     Provider(usize),
     Health,
-    Sessions,
+    Edge,
 }
 
 fn id_of<T: Clone + Into<ActorCell>>(slot: &Slot<T>) -> Option<ActorId> {
@@ -93,8 +93,8 @@ impl RootState {
         if id_of(&a.health_slot) == Some(id) {
             return Some(Child::Health);
         }
-        if id_of(&a.session_slot) == Some(id) {
-            return Some(Child::Sessions);
+        if id_of(&a.edge_slot) == Some(id) {
+            return Some(Child::Edge);
         }
         if let Some((name, _)) = a.tools.iter().find(|(_, t)| id_of(t.slot()) == Some(id)) {
             return Some(Child::Tool(name.clone()));
@@ -161,9 +161,9 @@ async fn spawn_child(
             let (h, _) = Actor::spawn_linked(None, HealthActor, health, root).await?;
             *args.health_slot.write() = Some(h);
         }
-        Child::Sessions => {
-            let (s, _) = Actor::spawn_linked(None, SessionSupervisor, (), root).await?;
-            *args.session_slot.write() = Some(s);
+        Child::Edge => {
+            let (s, _) = Actor::spawn_linked(None, EdgeSupervisor, (), root).await?;
+            *args.edge_slot.write() = Some(s);
         }
     }
     Ok(())
@@ -197,7 +197,7 @@ impl Actor for RootSupervisor {
         for name in names {
             spawn_child(&Child::Tool(name), &args, root.clone()).await?;
         }
-        spawn_child(&Child::Sessions, &args, root).await?;
+        spawn_child(&Child::Edge, &args, root).await?;
         Ok(RootState { args, restarts: 0 })
     }
 

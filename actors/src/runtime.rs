@@ -24,6 +24,7 @@ use crate::capacity::{ElasticPool, Pools};
 use crate::config::{ProviderConfig, ProviderKind, RuntimeConfig};
 use crate::graph::{GraphLane, GraphPool};
 use crate::health::HealthBoard;
+use crate::lookup::LocalLookups;
 use crate::pool::PoolHandle;
 use crate::root::{ProviderSpec, RootArguments, RootMessage, RootSupervisor};
 use crate::router::{ProviderHandle, ProviderRouter};
@@ -192,7 +193,7 @@ impl Runtime {
                 .collect(),
             board: board.clone(),
         };
-        let session_slot = Arc::new(RwLock::new(None));
+        let edge_slot = Arc::new(RwLock::new(None));
         let args = RootArguments {
             kb: kb.clone(),
             graph: graph.clone(),
@@ -204,9 +205,11 @@ impl Runtime {
             providers,
             health_board: board,
             health_slot: Arc::new(RwLock::new(None)),
-            session_slot: session_slot.clone(),
+            edge_slot: edge_slot.clone(),
         };
         let (root, root_handle) = Actor::spawn(None, RootSupervisor, args).await?;
+        // Entity lookups and traversals on the HTTP workers' own actors (crate::lookup).
+        let lookups = LocalLookups::new(kb.clone(), edge_slot.clone());
         let deps = SessionDeps {
             kb,
             extractor,
@@ -217,9 +220,9 @@ impl Runtime {
             limits: config.session,
         };
         Ok(Runtime {
-            graph: GraphPool::new(graph),
+            graph: GraphPool::new(graph, lookups),
             pools: Pools::new(pools),
-            agent: Agent::new(deps, session_slot, tokio::runtime::Handle::current()),
+            agent: Agent::new(deps, edge_slot, tokio::runtime::Handle::current()),
             root,
             root_handle,
             _lane: lane,

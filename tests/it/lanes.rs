@@ -184,3 +184,83 @@ async fn lookups_answer_on_the_main_runtime_when_the_lane_has_no_threads() {
     assert_eq!(body["entities_found"][0]["name"], "Ada");
     t.stop().await;
 }
+
+/// An HTTP worker answers entity lookups and traversals with a lookup actor of its own
+/// (`kbq_actors::lookup`): with the lookup lane's only worker held they still answer, while a
+/// lookup from a thread that is not an HTTP worker (this test's) waits in the lane.
+#[tokio::test]
+async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
+    let t = crate::agent::start(one_worker_lanes()).await;
+    let pool = t.server().graph.clone();
+    let (release, held) = oneshot::channel();
+    let hold = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.hold(held).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            pool.in_flight_in(GraphLane::Lookup) == 1
+        })
+        .await
+    );
+    for _ in 0..5 {
+        let (status, body) = t
+            .post(
+                "/data/v1/query/graph",
+                json!({"entity_name": "Ada", "depth": 2}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["entities_found"][0]["name"], "Ada");
+        let (status, body) = t.get("/data/v1/query/graph/entity/Babbage").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["name"], "Babbage");
+    }
+    // The lane's queue takes this one, behind the held worker.
+    let queued = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.entity("Ada".into()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !queued.is_finished(),
+        "a lookup off the HTTP workers is the lane's"
+    );
+    release.send(()).unwrap();
+    assert!(hold.await.unwrap().is_ok());
+    let found = queued.await.unwrap().unwrap().expect("Ada");
+    assert_eq!(found.name, "Ada");
+    assert_eq!(pool.in_flight_in(GraphLane::Lookup), 0);
+    t.stop().await;
+}
+
+/// A lookup actor that fails is replaced by its thread at that thread's next lookup.
+#[tokio::test]
+async fn a_failed_lookup_actor_is_replaced_at_its_threads_next_lookup() {
+    let t = crate::agent::start(test_config()).await;
+    let pool = t.server().graph.clone();
+    assert!(pool.lookup_actor_here().is_none(), "not an HTTP worker");
+    // From now on this test's thread answers its own lookups, as an HTTP worker's does.
+    kbq_actors::lookup::serve_lookups_on_this_thread();
+    let first = pool.lookup_actor_here().expect("an actor on this thread");
+    assert_eq!(pool.lookup_actor_here().unwrap().get_id(), first.get_id());
+    assert_eq!(
+        pool.entity("Ada".into()).await.unwrap().unwrap().name,
+        "Ada"
+    );
+    first.send_message(kbq_actors::GraphRequest::Panic).unwrap();
+    // Once it has stopped, the thread's next lookup starts another.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            pool.lookup_actor_here().unwrap().get_id() != first.get_id()
+        })
+        .await
+    );
+    assert_eq!(
+        pool.entity("Ada".into()).await.unwrap().unwrap().name,
+        "Ada"
+    );
+    // The root restarted nothing: the edge supervisor does not restart a lookup actor.
+    assert_eq!(t.server().runtime().restarts().await, 0);
+    t.stop().await;
+}

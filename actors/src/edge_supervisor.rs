@@ -1,0 +1,41 @@
+//! The [`EdgeSupervisor`]: the parent of the actors that run beside the HTTP edge rather than
+//! in a pool, in a file of its own because it is an actor of its own (one actor per file).
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+
+/// Messages to the edge supervisor.
+#[derive(Debug)]
+pub enum EdgeSupervisorMessage {}
+
+/// Parent of every `ChatSessionActor` (one per chat request) and of every `LookupActor` (one
+/// per HTTP worker thread). It restarts neither: a session is one request, and its caller
+/// gets an error; a lookup actor is replaced by its own thread at that thread's next lookup
+/// (`crate::lookup`), since only that thread can run it. It logs each failure.
+pub struct EdgeSupervisor;
+
+impl Actor for EdgeSupervisor {
+    type Msg = EdgeSupervisorMessage;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, err) = event {
+            let actor = cell.get_name().unwrap_or_else(|| "chat session".into());
+            tracing::error!(%actor, id = %cell.get_id(), error = %err, "actor failed");
+        }
+        Ok(())
+    }
+}
