@@ -150,6 +150,20 @@ impl Metrics {
                 r.size
             );
         }
+        header(
+            &mut out,
+            "kbq_pool_in_flight",
+            "gauge",
+            "Requests each actor pool has admitted and not yet answered, running or queued (graph: with the lookups the HTTP workers' own actors answer).",
+        );
+        for r in &readings {
+            let _ = writeln!(
+                out,
+                "kbq_pool_in_flight{{pool=\"{}\"}} {}",
+                escape(&r.name),
+                r.in_flight
+            );
+        }
         let pools: Vec<(&String, PoolStats)> = readings
             .iter()
             .filter_map(|r| Some((&r.name, r.stats?)))

@@ -26,6 +26,8 @@ pub(crate) trait Resizable: Send + Sync {
     fn stats(&self) -> BoxFuture<'_, Option<PoolStats>>;
     /// Workers in the pool, as last recorded.
     fn size(&self) -> usize;
+    /// Calls the pool's handle has admitted and not yet answered.
+    fn in_flight(&self) -> usize;
     /// Records the pool's size.
     fn set_size(&self, workers: usize);
     /// Grows or shrinks the running factory to `workers`.
@@ -43,6 +45,10 @@ impl<M: Message> Resizable for PoolHandle<M> {
 
     fn size(&self) -> usize {
         PoolHandle::size(self)
+    }
+
+    fn in_flight(&self) -> usize {
+        PoolHandle::in_flight(self)
     }
 
     fn set_size(&self, workers: usize) {
@@ -216,6 +222,10 @@ pub struct PoolReading {
     pub name: String,
     /// Workers in the pool.
     pub size: usize,
+    /// Calls the pool's handle has admitted and not yet answered, running or queued. For
+    /// `graph` (the lookup lane) this counts the lookups the HTTP workers' own actors answer
+    /// too (`crate::lookup`), which the factory's stats do not see.
+    pub in_flight: usize,
     /// Busy workers and queued requests; `None` while the pool restarts.
     pub stats: Option<PoolStats>,
 }
@@ -234,6 +244,7 @@ impl Pools {
             .map(|(p, stats)| PoolReading {
                 name: p.name.clone(),
                 size: p.pool.size(),
+                in_flight: p.pool.in_flight(),
                 stats,
             })
             .collect()

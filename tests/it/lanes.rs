@@ -216,6 +216,13 @@ async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["name"], "Babbage");
     }
+    // What the lane's handle admitted: the held request alone, the lookups having answered.
+    let metrics = t.http.get(t.url("/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    assert!(
+        metrics.contains("kbq_pool_in_flight{pool=\"graph\"} 1\n"),
+        "{metrics}"
+    );
     // The lane's queue takes this one, behind the held worker.
     let queued = {
         let pool = pool.clone();

@@ -153,6 +153,7 @@ async fn metrics_count_requests_pools_providers_tools_and_rejections() {
 
     assert_eq!(get(r#"kbq_pool_workers{pool="graph"}"#), 3.0);
     assert_eq!(get(r#"kbq_pool_queue_depth{pool="graph"}"#), 0.0);
+    assert_eq!(get(r#"kbq_pool_in_flight{pool="graph"}"#), 0.0);
     assert!(m.contains_key(r#"kbq_pool_active_workers{pool="graph"}"#));
     assert!(m.contains_key(r#"kbq_pool_queue_depth{pool="tool:HybridSearchTool"}"#));
     assert_eq!(
