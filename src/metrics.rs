@@ -11,7 +11,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 use dashmap::DashMap;
-use kbq_actors::{Agent, PoolStats, Pools};
+use kbq_actors::{Agent, Pools};
 use kbq_store::{IndexStats, KnowledgeBase};
 
 use crate::startup::Readiness;
@@ -136,66 +136,35 @@ impl Metrics {
         }
 
         let readings = pools.read().await;
-        header(
+        pool_gauge(
             &mut out,
             "kbq_pool_workers",
-            "gauge",
             "Workers in each actor pool now (each pool's size follows its load between its bounds).",
+            readings.iter().map(|r| (&r.name, Some(r.size))),
         );
-        for r in &readings {
-            let _ = writeln!(
-                out,
-                "kbq_pool_workers{{pool=\"{}\"}} {}",
-                escape(&r.name),
-                r.size
-            );
-        }
-        header(
+        pool_gauge(
             &mut out,
             "kbq_pool_in_flight",
-            "gauge",
             "Requests each actor pool has admitted and not yet answered, running or queued (graph: with the lookups the HTTP workers' own actors answer).",
+            readings.iter().map(|r| (&r.name, Some(r.in_flight))),
         );
-        for r in &readings {
-            let _ = writeln!(
-                out,
-                "kbq_pool_in_flight{{pool=\"{}\"}} {}",
-                escape(&r.name),
-                r.in_flight
-            );
-        }
-        let pools: Vec<(&String, PoolStats)> = readings
-            .iter()
-            .filter_map(|r| Some((&r.name, r.stats?)))
-            .collect();
-        header(
+        // A restarting pool's factory has no stats: it has no line in these two.
+        pool_gauge(
             &mut out,
             "kbq_pool_active_workers",
-            "gauge",
             "Workers of each actor pool busy with a request.",
+            readings
+                .iter()
+                .map(|r| (&r.name, r.stats.map(|s| s.active_workers))),
         );
-        for (pool, s) in &pools {
-            let _ = writeln!(
-                out,
-                "kbq_pool_active_workers{{pool=\"{}\"}} {}",
-                escape(pool),
-                s.active_workers
-            );
-        }
-        header(
+        pool_gauge(
             &mut out,
             "kbq_pool_queue_depth",
-            "gauge",
             "Requests waiting for a worker, per actor pool.",
+            readings
+                .iter()
+                .map(|r| (&r.name, r.stats.map(|s| s.queue_depth))),
         );
-        for (pool, s) in &pools {
-            let _ = writeln!(
-                out,
-                "kbq_pool_queue_depth{{pool=\"{}\"}} {}",
-                escape(pool),
-                s.queue_depth
-            );
-        }
 
         let report = agent.health().report();
         header(
@@ -360,6 +329,21 @@ pub fn resident_bytes() -> Option<u64> {
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A gauge with a line per pool that has a value (`pool` label).
+fn pool_gauge<'a>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    values: impl Iterator<Item = (&'a String, Option<usize>)>,
+) {
+    header(out, name, "gauge", help);
+    for (pool, value) in values {
+        if let Some(value) = value {
+            let _ = writeln!(out, "{name}{{pool=\"{}\"}} {value}", escape(pool));
+        }
+    }
 }
 
 /// A label value as the exposition format wants it.

@@ -43,6 +43,23 @@ async fn fill(
     (releases, holds)
 }
 
+/// `times` traversals and entity lookups over HTTP, each answered 200 with its entity.
+async fn lookups_answer(t: &TestServer, times: usize) {
+    for _ in 0..times {
+        let (status, body) = t
+            .post(
+                "/data/v1/query/graph",
+                json!({"entity_name": "Ada", "depth": 2}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["entities_found"][0]["name"], "Ada");
+        let (status, body) = t.get("/data/v1/query/graph/entity/Babbage").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["name"], "Babbage");
+    }
+}
+
 fn search_body() -> Value {
     json!({"query": "a"})
 }
@@ -81,19 +98,7 @@ async fn a_burst_that_fills_search_and_documents_holds_up_no_lookup() {
         });
     }
     // Meanwhile every lookup answers, from its own lane.
-    for _ in 0..10 {
-        let (status, body) = t
-            .post(
-                "/data/v1/query/graph",
-                json!({"entity_name": "Ada", "depth": 2}),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["entities_found"][0]["name"], "Ada");
-        let (status, body) = t.get("/data/v1/query/graph/entity/Babbage").await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["name"], "Babbage");
-    }
+    lookups_answer(&t, 10).await;
     while let Some(answer) = burst.join_next().await {
         let (status, retry_after) = answer.unwrap();
         assert_eq!(status, 503);
@@ -203,19 +208,7 @@ async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
         })
         .await
     );
-    for _ in 0..5 {
-        let (status, body) = t
-            .post(
-                "/data/v1/query/graph",
-                json!({"entity_name": "Ada", "depth": 2}),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["entities_found"][0]["name"], "Ada");
-        let (status, body) = t.get("/data/v1/query/graph/entity/Babbage").await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["name"], "Babbage");
-    }
+    lookups_answer(&t, 5).await;
     // What the lane's handle admitted: the held request alone, the lookups having answered.
     let metrics = t.http.get(t.url("/metrics")).send().await.unwrap();
     let metrics = metrics.text().await.unwrap();
