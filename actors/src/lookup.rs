@@ -11,7 +11,9 @@
 //!
 //! Only where the index answers (`KnowledgeBase::uses_index`): without it a lookup is a
 //! statement to SurrealDB, and one actor per thread would run those one at a time, so they
-//! stay in the lane. Callers on other threads (the agent's tools, MCP) use the lane too.
+//! stay in the lane. A lookup made on any other thread goes to the lane too: `kbq mcp`'s
+//! entity lookup over stdio, or a test's. (The agent's tools read the knowledge base
+//! directly, not through the pool.)
 //! Either way the lookup lane's handle admits the call: the lane's bound, shedding, timeout
 //! and in-flight count cover both.
 
