@@ -24,7 +24,7 @@ use crate::tools::ToolPool;
 #[derive(Clone)]
 pub struct Agent {
     deps: Arc<SessionDeps>,
-    /// The session supervisor, followed across its restarts by the root.
+    /// The sessions' parent (the edge supervisor), followed across its restarts by the root.
     supervisor: Slot<ActorRef<EdgeSupervisorMessage>>,
     /// Sessions running now.
     running: Arc<AtomicUsize>,

@@ -3,6 +3,8 @@
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
+use crate::graph::GraphRequest;
+
 /// Messages to the edge supervisor.
 #[derive(Debug)]
 pub enum EdgeSupervisorMessage {}
@@ -33,8 +35,12 @@ impl Actor for EdgeSupervisor {
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         if let SupervisionEvent::ActorFailed(cell, err) = event {
-            let actor = cell.get_name().unwrap_or_else(|| "chat session".into());
-            tracing::error!(%actor, id = %cell.get_id(), error = %err, "actor failed");
+            // Told apart by their message type: a lookup actor takes graph requests.
+            let actor = match cell.is_message_type_of::<GraphRequest>() {
+                Some(true) => "lookup actor",
+                _ => "chat session",
+            };
+            tracing::error!(actor, id = %cell.get_id(), error = %err, "actor failed");
         }
         Ok(())
     }

@@ -19,7 +19,6 @@ use kbq_store::{
 use ractor::factory::{FactoryMessage, FactoryRef, Job, Worker, WorkerId};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::lookup::LocalLookups;
 use crate::pool::{PoolError, PoolHandle, PoolStats, answer};
 
 /// What the graph workers do. Each variant answers through its reply port.
@@ -217,7 +216,14 @@ pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
 pub struct GraphPool {
     lanes: [PoolHandle<GraphRequest>; 3],
     /// The HTTP workers' own lookup actors, when the index answers lookups.
-    local: Option<LocalLookups>,
+    local: Option<Arc<dyn LookupsHere>>,
+}
+
+/// Finds the calling thread's own actor for lookups: the HTTP workers' `LookupActor`s
+/// ([`crate::lookup`] implements it, and depends on this file, not this file on it).
+pub(crate) trait LookupsHere: Send + Sync {
+    /// The calling thread's actor for lookups, or `None`: the lane's factory answers.
+    fn here(&self) -> Option<ActorRef<GraphRequest>>;
 }
 
 impl From<PoolError> for GraphError {
@@ -235,7 +241,10 @@ impl From<PoolError> for GraphError {
 impl GraphPool {
     /// `lanes` in the order of [`GraphLane::ALL`]; `local`: the lookup actors of the threads
     /// that serve their own lookups.
-    pub(crate) fn new(lanes: [PoolHandle<GraphRequest>; 3], local: Option<LocalLookups>) -> Self {
+    pub(crate) fn new(
+        lanes: [PoolHandle<GraphRequest>; 3],
+        local: Option<Arc<dyn LookupsHere>>,
+    ) -> Self {
         GraphPool { lanes, local }
     }
 
@@ -339,7 +348,7 @@ impl GraphPool {
     /// answers its own lookups (see [`crate::lookup`]). Only for tests.
     #[cfg(feature = "fault-injection")]
     pub fn lookup_actor_here(&self) -> Option<ActorRef<GraphRequest>> {
-        self.local.as_ref().and_then(LocalLookups::here)
+        self.local.as_ref().and_then(|l| l.here())
     }
 
     /// Workers and queued requests of the lookup lane, or `None` while it restarts.
@@ -364,10 +373,12 @@ impl GraphPool {
         &self,
         build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
     ) -> Result<T, GraphError> {
-        let lane = self.lane(GraphLane::Lookup);
-        match self.local.as_ref().and_then(LocalLookups::here) {
-            Some(actor) => Ok(lane.call_actor(&actor, build).await??),
-            None => Ok(lane.call(build).await??),
+        match self.local.as_ref().and_then(|l| l.here()) {
+            Some(actor) => Ok(self
+                .lane(GraphLane::Lookup)
+                .call_actor(&actor, build)
+                .await??),
+            None => self.call(GraphLane::Lookup, build).await,
         }
     }
 

@@ -19,14 +19,13 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use kbq_store::KnowledgeBase;
 use ractor::actor::ActorRuntime;
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorStatus};
 
 use crate::edge_supervisor::EdgeSupervisorMessage;
-use crate::graph::{GraphRequest, serve};
+use crate::graph::{GraphRequest, LookupsHere, serve};
 use crate::pool::Slot;
 
 thread_local! {
@@ -34,9 +33,6 @@ thread_local! {
     /// actor yet. `Some(Some(actor))`: its actor.
     static HERE: RefCell<Option<Option<ActorRef<GraphRequest>>>> = const { RefCell::new(None) };
 }
-
-/// Numbers the lookup actors' names (ractor names are unique).
-static STARTED: AtomicU64 = AtomicU64::new(0);
 
 /// Makes the calling thread answer its own lookups with an actor of its own, started at its
 /// first lookup. Each HTTP worker thread calls it as it builds its app.
@@ -78,7 +74,6 @@ impl Actor for LookupActor {
 
 /// What [`GraphPool`](crate::GraphPool) needs to find or start the calling thread's
 /// [`LookupActor`].
-#[derive(Clone)]
 pub(crate) struct LocalLookups {
     kb: Arc<KnowledgeBase>,
     /// The actors' parent, the [`EdgeSupervisor`](crate::edge_supervisor::EdgeSupervisor).
@@ -93,11 +88,13 @@ impl LocalLookups {
     ) -> Option<Self> {
         kb.uses_index().then_some(LocalLookups { kb, parent })
     }
+}
 
+impl LookupsHere for LocalLookups {
     /// The calling thread's lookup actor, started (on this thread's runtime) when it has none
     /// running: the first time, and after its actor failed. `None` on a thread that does not
     /// serve lookups, and while the edge supervisor restarts.
-    pub(crate) fn here(&self) -> Option<ActorRef<GraphRequest>> {
+    fn here(&self) -> Option<ActorRef<GraphRequest>> {
         HERE.with(|here| {
             let mut here = here.borrow_mut();
             let actor = here.as_mut()?;
@@ -108,10 +105,9 @@ impl LocalLookups {
                 return Some(running.clone());
             }
             let parent = self.parent.read().clone()?;
-            let name = format!("lookup:{}", STARTED.fetch_add(1, Ordering::Relaxed));
             // Spawned on the current runtime: the HTTP worker's own, a single thread.
             let (started, _) = ActorRuntime::spawn_linked_instant(
-                Some(name),
+                None,
                 LookupActor,
                 self.kb.clone(),
                 parent.get_cell(),

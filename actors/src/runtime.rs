@@ -22,7 +22,7 @@ use crate::backend::{Backend, OpenAiBackend, RetryPolicy};
 use crate::builtin::BuiltinBackend;
 use crate::capacity::{ElasticPool, Pools};
 use crate::config::{ProviderConfig, ProviderKind, RuntimeConfig};
-use crate::graph::{GraphLane, GraphPool};
+use crate::graph::{GraphLane, GraphPool, LookupsHere};
 use crate::health::HealthBoard;
 use crate::lookup::LocalLookups;
 use crate::pool::PoolHandle;
@@ -209,7 +209,8 @@ impl Runtime {
         };
         let (root, root_handle) = Actor::spawn(None, RootSupervisor, args).await?;
         // Entity lookups and traversals on the HTTP workers' own actors (crate::lookup).
-        let lookups = LocalLookups::new(kb.clone(), edge_slot.clone());
+        let lookups = LocalLookups::new(kb.clone(), edge_slot.clone())
+            .map(|l| Arc::new(l) as Arc<dyn LookupsHere>);
         let deps = SessionDeps {
             kb,
             extractor,
