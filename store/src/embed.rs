@@ -12,6 +12,13 @@ pub trait Embedder: Send + Sync + 'static {
     fn name(&self) -> &str;
     fn dimension(&self) -> usize;
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+    /// Whether [`embed`](Self::embed) computes its answer in this process without waiting on
+    /// anything (no network, no lock held across an await), so that its future is ready at
+    /// its first poll. The graph-documents path runs beside the HTTP workers only then
+    /// (`KnowledgeBase::answers_documents_in_memory`).
+    fn is_local(&self) -> bool {
+        false
+    }
     /// Whether [`embed_shortened`](Self::embed_shortened) works: models such as OpenAI's
     /// text-embedding-3 can return fewer dimensions on request.
     fn can_shorten(&self) -> bool {
@@ -98,6 +105,9 @@ impl Embedder for HashingEmbedder {
     }
     fn dimension(&self) -> usize {
         self.dimension
+    }
+    fn is_local(&self) -> bool {
+        true
     }
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
         Ok(texts.iter().map(|t| self.embed_one(t)).collect())

@@ -8,14 +8,16 @@
 
 use std::sync::Arc;
 
+use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 
 use crate::error::Result;
 use crate::graph::{Direction, NameList, TraversalQuery};
 use crate::kb::KnowledgeBase;
 use crate::model::Document;
-use crate::search::DocumentHit;
-use crate::vectors::{Linked, VectorKey};
+use crate::search::{DocumentHit, INLINE_CODE_BYTES, in_memory};
+use crate::text::TextIndex;
+use crate::vectors::{Linked, VectorIndex, VectorKey};
 
 /// The `relationship` value that marks the start entity's own documents.
 pub const SELF_RELATIONSHIP: &str = "self";
@@ -211,28 +213,7 @@ impl KnowledgeBase {
             return Ok(Vec::new());
         };
         let q = self.embed_one(text).await?;
-        let chosen = match &found {
-            Found::Slots(linked) => self.chosen_by_slot(linked, depths, &q, limit),
-            Found::Keys(_) => None,
-        };
-        // The index changed while the query was embedded, or it does not hold every
-        // document: by key.
-        let chosen = match chosen {
-            Some(chosen) => chosen,
-            None => {
-                let keyed = match found {
-                    Found::Keys(keyed) => Some(keyed),
-                    Found::Slots(_) => None,
-                };
-                let candidates = self.candidates_by_key(names, keyed, &q);
-                let picks = best_places(candidates.iter().map(|&(_, i, s)| (i, s)), depths, limit);
-                let mut candidates: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
-                picks
-                    .into_iter()
-                    .filter_map(|n| candidates[n].take())
-                    .collect()
-            }
-        };
+        let chosen = self.choose(names, found, depths, &q, limit).await?;
         let expected: FxHashMap<VectorKey, usize> =
             chosen.iter().map(|(key, i, _)| (key.clone(), *i)).collect();
         let hits = self
@@ -255,7 +236,7 @@ impl KnowledgeBase {
         if let Some(places) = foreseen {
             return Ok(hits.into_iter().zip(places).collect());
         }
-        let every = self.candidates_by_key(names, None, &q);
+        let every = candidates_by_key(self.vectors(), self.text(), names, None, &q);
         let hits = self
             .documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
@@ -272,66 +253,33 @@ impl KnowledgeBase {
             .collect())
     }
 
-    /// The documents of `linked` that can be among the best `limit` (see
-    /// [`best_places`]): (key, its entity's place, its similarity). Every similarity is read
-    /// by slot, and only the kept documents' keys. `None` when the index has changed since
-    /// `linked` was taken.
-    fn chosen_by_slot(
+    /// The documents of `found` that can be among the best `limit` by score (see
+    /// [`choose`]). On the calling task when reading their codes takes about a tenth of a
+    /// millisecond (the limit semantic search keeps), else on tokio's blocking pool: a graph-
+    /// documents request may run beside an HTTP worker (`kbq_actors::local`), and the walk
+    /// from a hub whose entities have thousands of documents must not hold it.
+    async fn choose(
         &self,
-        linked: &Linked,
+        names: &[&str],
+        found: Found,
         depths: &[u32],
         q: &[f32],
         limit: usize,
-    ) -> Option<Vec<(VectorKey, usize, f32)>> {
-        let vectors = self.vectors().read();
-        let places: Vec<usize> = linked.places().collect();
-        // The documents to score exactly: all when all are kept, else those whose score can
-        // reach the kept ones' by their codes' bounds (a hub's walk links hundreds).
-        let exact: Vec<usize> = if places.len() <= limit || limit == 0 {
-            (0..places.len()).collect()
-        } else {
-            let bounds = vectors.similarity_bounds(linked, q)?;
-            within_reach(places.iter().copied().zip(bounds), depths, limit)
-        };
-        let similar = vectors.similarities_of(linked, &exact, q)?;
-        let kept = best_places(
-            exact.iter().zip(&similar).map(|(&n, &s)| (places[n], s)),
-            depths,
-            limit,
-        );
-        let picks: Vec<usize> = kept.iter().map(|&m| exact[m]).collect();
-        let keys = vectors.keys_of(linked, &picks)?;
-        Some(
-            keys.into_iter()
-                .zip(kept)
-                .map(|(key, m)| (key, places[exact[m]], similar[m]))
-                .collect(),
-        )
-    }
-
-    /// Every document of `names` by key: `keyed` when the keyword index was already asked
-    /// for them, else from it, as it holds them all. (key, its entity's place, its similarity
-    /// to `q`, 0 without a vector).
-    fn candidates_by_key(
-        &self,
-        names: &[&str],
-        keyed: Option<Vec<(VectorKey, usize)>>,
-        q: &[f32],
-    ) -> Vec<(VectorKey, usize, f32)> {
-        let keyed = match keyed {
-            Some(keyed) => keyed,
-            None => self
-                .text()
-                .read()
-                .documents_by_entity(names.iter().copied()),
-        };
-        let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
-        let similarities = self.vectors().read().similarities(&keys, q);
-        keyed
-            .into_iter()
-            .zip(similarities)
-            .map(|((key, i), s)| (key, i, s.unwrap_or(0.0)))
-            .collect()
+    ) -> Result<Vec<(VectorKey, usize, f32)>> {
+        let (vectors, text) = (self.vectors(), self.text());
+        // The query is of the index's dimension (else nothing is chosen by slot).
+        let reads = found.reads(q.len());
+        if reads <= INLINE_CODE_BYTES {
+            return Ok(choose(vectors, text, names, found, depths, q, limit));
+        }
+        let (vectors, text) = (vectors.clone(), text.clone());
+        let names: Vec<String> = names.iter().map(|&n| n.to_string()).collect();
+        let (depths, q) = (depths.to_vec(), q.to_vec());
+        in_memory(false, "graph documents", move || {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            choose(&vectors, &text, &names, found, &depths, &q, limit)
+        })
+        .await
     }
 
     /// The documents linked to `names` (`numbered`: their numbers), or `None` when there are
@@ -354,6 +302,110 @@ enum Found {
     Slots(Linked),
     /// (key, the entity's place in the names)
     Keys(Vec<(VectorKey, usize)>),
+}
+
+impl Found {
+    /// About the bytes of vectors [`choose`] reads for these documents, each of `dimension`
+    /// components: each one's 8-bit codes by slot, its whole `f32` vector by key.
+    fn reads(&self, dimension: usize) -> usize {
+        match self {
+            Found::Slots(linked) => linked.places().len() * dimension,
+            Found::Keys(keyed) => keyed.len() * dimension * size_of::<f32>(),
+        }
+    }
+}
+
+/// The documents of `found` (of the entities `names`, at `depths`) that can be among the best
+/// `limit` by score, ties included (see [`best_places`]), with their similarity to `q`:
+/// (key, its entity's place, its similarity).
+fn choose(
+    vectors: &RwLock<VectorIndex>,
+    text: &RwLock<TextIndex>,
+    names: &[&str],
+    found: Found,
+    depths: &[u32],
+    q: &[f32],
+    limit: usize,
+) -> Vec<(VectorKey, usize, f32)> {
+    let chosen = match &found {
+        Found::Slots(linked) => chosen_by_slot(&vectors.read(), linked, depths, q, limit),
+        Found::Keys(_) => None,
+    };
+    if let Some(chosen) = chosen {
+        return chosen;
+    }
+    // The index changed while the query was embedded, or it does not hold every document:
+    // by key.
+    let keyed = match found {
+        Found::Keys(keyed) => Some(keyed),
+        Found::Slots(_) => None,
+    };
+    let candidates = candidates_by_key(vectors, text, names, keyed, q);
+    let picks = best_places(candidates.iter().map(|&(_, i, s)| (i, s)), depths, limit);
+    let mut candidates: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
+    picks
+        .into_iter()
+        .filter_map(|n| candidates[n].take())
+        .collect()
+}
+
+/// The documents of `linked` that can be among the best `limit` (see
+/// [`best_places`]): (key, its entity's place, its similarity). Every similarity is read
+/// by slot, and only the kept documents' keys. `None` when the index has changed since
+/// `linked` was taken.
+fn chosen_by_slot(
+    vectors: &VectorIndex,
+    linked: &Linked,
+    depths: &[u32],
+    q: &[f32],
+    limit: usize,
+) -> Option<Vec<(VectorKey, usize, f32)>> {
+    let places: Vec<usize> = linked.places().collect();
+    // The documents to score exactly: all when all are kept, else those whose score can
+    // reach the kept ones' by their codes' bounds (a hub's walk links hundreds).
+    let exact: Vec<usize> = if places.len() <= limit || limit == 0 {
+        (0..places.len()).collect()
+    } else {
+        let bounds = vectors.similarity_bounds(linked, q)?;
+        within_reach(places.iter().copied().zip(bounds), depths, limit)
+    };
+    let similar = vectors.similarities_of(linked, &exact, q)?;
+    let kept = best_places(
+        exact.iter().zip(&similar).map(|(&n, &s)| (places[n], s)),
+        depths,
+        limit,
+    );
+    let picks: Vec<usize> = kept.iter().map(|&m| exact[m]).collect();
+    let keys = vectors.keys_of(linked, &picks)?;
+    Some(
+        keys.into_iter()
+            .zip(kept)
+            .map(|(key, m)| (key, places[exact[m]], similar[m]))
+            .collect(),
+    )
+}
+
+/// Every document of `names` by key: `keyed` when the keyword index was already asked
+/// for them, else from it, as it holds them all. (key, its entity's place, its similarity
+/// to `q`, 0 without a vector).
+fn candidates_by_key(
+    vectors: &RwLock<VectorIndex>,
+    text: &RwLock<TextIndex>,
+    names: &[&str],
+    keyed: Option<Vec<(VectorKey, usize)>>,
+    q: &[f32],
+) -> Vec<(VectorKey, usize, f32)> {
+    let keyed = match keyed {
+        Some(keyed) => keyed,
+        None => text.read().documents_by_entity(names.iter().copied()),
+    };
+    let keys: Vec<&VectorKey> = keyed.iter().map(|(key, _)| key).collect();
+    let similarities = vectors.read().similarities(&keys, q);
+    keyed
+        .into_iter()
+        .zip(similarities)
+        .map(|((key, i), s)| (key, i, s.unwrap_or(0.0)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -590,7 +642,8 @@ mod tests {
                 let text = format!("{start} {}", reach.start_type);
                 let q = kb.embed_one(&text).await.unwrap();
                 for limit in [0, 1, 2, 5, 10, 40] {
-                    let chosen = kb.chosen_by_slot(&linked, &reach.depths, &q, limit);
+                    let chosen =
+                        chosen_by_slot(&kb.vectors().read(), &linked, &reach.depths, &q, limit);
                     let every = {
                         let vectors = kb.vectors().read();
                         let places: Vec<usize> = linked.places().collect();

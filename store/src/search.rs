@@ -61,7 +61,7 @@ impl DocumentFilter {
 }
 
 /// Most bytes of codes a vector search may read on the calling task (see [`in_memory`]).
-const INLINE_CODE_BYTES: usize = 1 << 20;
+pub(crate) const INLINE_CODE_BYTES: usize = 1 << 20;
 /// Most postings a keyword search may read on the calling task (see [`in_memory`]).
 const INLINE_POSTINGS: usize = 1 << 14;
 
@@ -70,7 +70,7 @@ const INLINE_POSTINGS: usize = 1 << 14;
 /// a scan of every code or of a common word's postings (milliseconds at 100k documents)
 /// holds no async worker. Handing every search to the pool cost two thread wake-ups per
 /// search, about a tenth of a hybrid search's CPU when the searches themselves were small.
-async fn in_memory<T: Send + 'static>(
+pub(crate) async fn in_memory<T: Send + 'static>(
     small: bool,
     what: &str,
     search: impl FnOnce() -> T + Send + 'static,

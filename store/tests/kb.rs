@@ -882,3 +882,68 @@ async fn a_reopened_store_loads_every_record_in_parts_and_reports_each_part() {
         }
     }
 }
+
+/// Polls `future` once, without a waker to call.
+fn poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    future.poll(&mut cx)
+}
+
+/// An embedded store with the graph index and the built-in embedder answers graph documents
+/// from memory: a walk that links few documents is answered at its first poll (what the HTTP
+/// workers' own graph actors rely on), and one from an entity with more documents than a tenth
+/// of a millisecond of codes reads is chosen on tokio's blocking pool, with the same answer.
+#[tokio::test]
+async fn graph_documents_of_many_documents_leave_the_calling_task() {
+    use kbq_store::DocumentsQuery;
+    assert!(!open(false).await.answers_documents_in_memory());
+    let kb = open(true).await;
+    assert!(kb.answers_documents_in_memory());
+    let mut lines = vec![
+        r#"{"kind":"entity","name":"Hub","entity_type":"hub","properties":{}}"#.to_string(),
+        r#"{"kind":"entity","name":"Spoke","entity_type":"spoke","properties":{}}"#.to_string(),
+        r#"{"kind":"entity","name":"Leaf","entity_type":"leaf","properties":{}}"#.to_string(),
+        r#"{"kind":"relationship","source_name":"Hub","target_name":"Spoke","relationship_type":"links","properties":{}}"#.to_string(),
+        r#"{"kind":"relationship","source_name":"Spoke","target_name":"Leaf","relationship_type":"links","properties":{}}"#.to_string(),
+    ];
+    let document = |entity: &str, i: usize| {
+        format!(
+            r#"{{"kind":"document","title":"T{i:04}","content":"note {i} on hub topic {}","source":"t","source_id":"{entity}-{i}","content_type":"text/plain","url":null,"entity_name":"{entity}"}}"#,
+            i % 37
+        )
+    };
+    // 4,200 documents of 256 dimensions: more than the 1 MiB of codes read in place.
+    lines.extend((0..4200).map(|i| document("Hub", i)));
+    lines.push(document("Spoke", 0));
+    lines.push(document("Leaf", 0));
+    let report = import::import(&kb, lines.join("\n").as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let query = |start: &str, limit: usize| DocumentsQuery {
+        start: start.into(),
+        entity_type: None,
+        relationship_types: None,
+        max_depth: 1,
+        limit,
+        resolve_documents: true,
+    };
+
+    let small = query("Leaf", 10);
+    let std::task::Poll::Ready(answer) = poll_once(std::pin::pin!(kb.graph_documents(&small)))
+    else {
+        panic!("a small walk waits on nothing");
+    };
+    assert_eq!(answer.unwrap().results.len(), 2);
+
+    let big = query("Hub", 10);
+    let mut answer = std::pin::pin!(kb.graph_documents(&big));
+    assert!(
+        poll_once(answer.as_mut()).is_pending(),
+        "4,201 documents' codes are read off the calling task"
+    );
+    let best = answer.await.unwrap();
+    let all = kb.graph_documents(&query("Hub", 5000)).await.unwrap();
+    assert_eq!(all.results.len(), 4201);
+    assert_eq!(best.results, all.results[..10]);
+}
