@@ -171,9 +171,9 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let gate_readiness = readiness.clone();
     let cors_origins = web::Data::new(crate::cors::CorsOrigins::new(&config.server.cors_origins));
     let mut server = HttpServer::new(move || {
-        // Each HTTP worker thread builds its app here, and answers its own entity lookups and
-        // traversals with a graph actor of its own (kbq_actors::lookup).
-        kbq_actors::lookup::serve_lookups_on_this_thread();
+        // Each HTTP worker thread builds its app here, and answers its own entity lookups,
+        // traversals and graph documents with graph actors of its own (kbq_actors::local).
+        kbq_actors::local::serve_graph_on_this_thread();
         App::new()
             .app_data(keys.clone())
             .app_data(versions.clone())

@@ -9,10 +9,11 @@ use crate::graph::GraphRequest;
 #[derive(Debug)]
 pub enum EdgeSupervisorMessage {}
 
-/// Parent of every `ChatSessionActor` (one per chat request) and of every `LookupActor` (one
-/// per HTTP worker thread). It restarts neither: a session is one request, and its caller
-/// gets an error; a lookup actor is replaced by its own thread at that thread's next lookup
-/// (`crate::lookup`), since only that thread can run it. It logs each failure.
+/// Parent of every `ChatSessionActor` (one per chat request) and of every `LocalGraphActor`
+/// (one per lane answered on an HTTP worker thread, per thread). It restarts neither: a
+/// session is one request, and its caller gets an error; a local graph actor is replaced by
+/// its own thread at that thread's next request of its lane (`crate::local`), since only that
+/// thread can run it. It logs each failure.
 pub struct EdgeSupervisor;
 
 impl Actor for EdgeSupervisor {
@@ -35,9 +36,9 @@ impl Actor for EdgeSupervisor {
         _: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         if let SupervisionEvent::ActorFailed(cell, err) = event {
-            // Told apart by their message type: a lookup actor takes graph requests.
+            // Told apart by their message type: a local graph actor takes graph requests.
             let actor = match cell.is_message_type_of::<GraphRequest>() {
-                Some(true) => "lookup actor",
+                Some(true) => "local graph actor",
                 _ => "chat session",
             };
             tracing::error!(actor, id = %cell.get_id(), error = %err, "actor failed");

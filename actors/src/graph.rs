@@ -6,8 +6,9 @@
 //! lookups and traversals never wait behind name searches, nor either behind graph documents.
 //! The lookup and search lanes also run on a runtime of their own (see
 //! [`Runtime`](crate::Runtime) and [`GraphLane::on_lookup_runtime`]). An HTTP worker's own
-//! lookups are answered on its thread by a [`LookupActor`](crate::lookup::LookupActor),
-//! within the lookup lane's bound.
+//! lookups, and its graph documents when they are answered from memory, are answered on its
+//! thread by a [`LocalGraphActor`](crate::local::LocalGraphActor) of each lane, within that
+//! lane's bound.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -170,7 +171,7 @@ impl Worker for GraphWorker {
 }
 
 /// Answers one graph request from `kb` through its reply port: what a [`GraphWorker`] of a
-/// lane and a [`LookupActor`](crate::lookup::LookupActor) beside an HTTP worker both do.
+/// lane and a [`LocalGraphActor`](crate::local::LocalGraphActor) beside an HTTP worker both do.
 pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
     // A caller that gave up (it timed out, or its client went away) has closed its port:
     // its request is not started, or stops where it is, and the worker moves on.
@@ -215,15 +216,15 @@ pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
 #[derive(Clone)]
 pub struct GraphPool {
     lanes: [PoolHandle<GraphRequest>; 3],
-    /// The HTTP workers' own lookup actors, when the index answers lookups.
-    local: Option<Arc<dyn LookupsHere>>,
+    /// The HTTP workers' own graph actors, for the lanes answered from memory.
+    local: Option<Arc<dyn ActorsHere>>,
 }
 
-/// Finds the calling thread's own actor for lookups: the HTTP workers' `LookupActor`s
-/// ([`crate::lookup`] implements it, and depends on this file, not this file on it).
-pub(crate) trait LookupsHere: Send + Sync {
-    /// The calling thread's actor for lookups, or `None`: the lane's factory answers.
-    fn here(&self) -> Option<ActorRef<GraphRequest>>;
+/// Finds the calling thread's own actor for a lane: the HTTP workers' `LocalGraphActor`s
+/// ([`crate::local`] implements it, and depends on this file, not this file on it).
+pub(crate) trait ActorsHere: Send + Sync {
+    /// The calling thread's actor for `lane`, or `None`: the lane's factory answers.
+    fn here(&self, lane: GraphLane) -> Option<ActorRef<GraphRequest>>;
 }
 
 impl From<PoolError> for GraphError {
@@ -239,11 +240,11 @@ impl From<PoolError> for GraphError {
 }
 
 impl GraphPool {
-    /// `lanes` in the order of [`GraphLane::ALL`]; `local`: the lookup actors of the threads
-    /// that serve their own lookups.
+    /// `lanes` in the order of [`GraphLane::ALL`]; `local`: the graph actors of the threads
+    /// that serve their own requests.
     pub(crate) fn new(
         lanes: [PoolHandle<GraphRequest>; 3],
-        local: Option<Arc<dyn LookupsHere>>,
+        local: Option<Arc<dyn ActorsHere>>,
     ) -> Self {
         GraphPool { lanes, local }
     }
@@ -290,8 +291,10 @@ impl GraphPool {
 
     /// The walk from `query.start`, as the JSON an answer writes out.
     pub async fn traverse(&self, query: TraversalQuery) -> Result<TraversalJson, GraphError> {
-        self.lookup(|reply| GraphRequest::Traverse(query, reply))
-            .await
+        self.local_or_lane(GraphLane::Lookup, |reply| {
+            GraphRequest::Traverse(query, reply)
+        })
+        .await
     }
 
     pub async fn search(
@@ -310,11 +313,12 @@ impl GraphPool {
     }
 
     pub async fn entity(&self, name: String) -> Result<Option<EntityRef>, GraphError> {
-        self.lookup(|reply| GraphRequest::Entity(name, reply)).await
+        self.local_or_lane(GraphLane::Lookup, |reply| GraphRequest::Entity(name, reply))
+            .await
     }
 
     pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
-        self.call(GraphLane::Documents, |reply| {
+        self.local_or_lane(GraphLane::Documents, |reply| {
             GraphRequest::Documents(query, reply)
         })
         .await
@@ -330,7 +334,7 @@ impl GraphPool {
         render: impl FnOnce(&GraphDocuments) -> Vec<u8> + Send + 'static,
     ) -> Result<Vec<u8>, GraphError> {
         let render = Render(Box::new(render));
-        self.call(GraphLane::Documents, |reply| {
+        self.local_or_lane(GraphLane::Documents, |reply| {
             GraphRequest::DocumentsRendered(query, render, reply)
         })
         .await
@@ -344,11 +348,11 @@ impl GraphPool {
         }
     }
 
-    /// The calling thread's lookup actor (started if it has none running), when this thread
-    /// answers its own lookups (see [`crate::lookup`]). Only for tests.
+    /// The calling thread's actor of `lane` (started if it has none running), when this
+    /// thread answers that lane's requests itself (see [`crate::local`]). Only for tests.
     #[cfg(feature = "fault-injection")]
-    pub fn lookup_actor_here(&self) -> Option<ActorRef<GraphRequest>> {
-        self.local.as_ref().and_then(|l| l.here())
+    pub fn local_actor_here(&self, lane: GraphLane) -> Option<ActorRef<GraphRequest>> {
+        self.local.as_ref().and_then(|l| l.here(lane))
     }
 
     /// Workers and queued requests of the lookup lane, or `None` while it restarts.
@@ -366,19 +370,17 @@ impl GraphPool {
         self.lane(lane).factory()
     }
 
-    /// A call of the lookup lane: answered by the calling thread's own
-    /// [`LookupActor`](crate::lookup::LookupActor) on an HTTP worker, else by the lane's
-    /// factory. The lane's handle admits it either way.
-    async fn lookup<T: Send + 'static>(
+    /// A call of `lane`: answered by the calling thread's own
+    /// [`LocalGraphActor`](crate::local::LocalGraphActor) of that lane on an HTTP worker,
+    /// else by the lane's factory. The lane's handle admits it either way.
+    async fn local_or_lane<T: Send + 'static>(
         &self,
+        lane: GraphLane,
         build: impl FnOnce(RpcReplyPort<Result<T, StoreError>>) -> GraphRequest,
     ) -> Result<T, GraphError> {
-        match self.local.as_ref().and_then(|l| l.here()) {
-            Some(actor) => Ok(self
-                .lane(GraphLane::Lookup)
-                .call_actor(&actor, build)
-                .await??),
-            None => self.call(GraphLane::Lookup, build).await,
+        match self.local.as_ref().and_then(|l| l.here(lane)) {
+            Some(actor) => Ok(self.lane(lane).call_actor(&actor, build).await??),
+            None => self.call(lane, build).await,
         }
     }
 

@@ -10,7 +10,8 @@
 //! ├── tool factory × 6                ToolWorker × agent.tool_workers..=tool_max_workers per tool
 //! └── EdgeSupervisor                  parent of the actors beside the HTTP edge; restarts none
 //!     ├── ChatSessionActor × chats    one chat turn's tool loop
-//!     └── LookupActor × HTTP workers  a thread's lookups; the thread starts another if it fails
+//!     └── LocalGraphActor × HTTP workers × 2  a thread's lookups, and its graph documents;
+//!                                     the thread starts another if one fails
 //! ```
 //! Every pool is a factory behind one kind of handle (`PoolHandle`): its most workers plus a
 //! queue capacity are admitted at once, and the next request is shed at once (graph: 503;
@@ -21,9 +22,10 @@
 //! factory -> GraphWorker -> `KnowledgeBase` (graph documents for HTTP come back written out
 //! by the route's [`Render`], on the worker). Lanes ([`GraphLane`]): lookups (entity,
 //! traverse; on a runtime of their own), search, documents, so that no class of request
-//! waits behind another. An HTTP worker's own lookups skip the lane's factory: the lane's
-//! handle admits them and the [`LookupActor`](lookup::LookupActor) on the worker's own thread
-//! answers them (from the graph index; see [`lookup`]).
+//! waits behind another. An HTTP worker's own lookups and graph documents skip their lane's
+//! factory when they are answered from memory: the lane's handle admits them and that lane's
+//! [`LocalGraphActor`](local::LocalGraphActor) on the worker's own thread answers them (see
+//! [`local`]).
 //!
 //! A chat travels: handler -> [`Agent`] -> a new ChatSessionActor (on the main runtime,
 //! beside the workers it calls), which loops ProviderRouter (healthy providers in priority
@@ -39,7 +41,7 @@
 //!   supervisor refills, and the factory plumbing every pool shares.
 //! - [`capacity`]: the CapacityController that sizes every elastic pool, and [`Pools`].
 //! - [`graph`]: the graph worker, its request enum, the lanes, and the [`GraphPool`] handle.
-//! - [`lookup`]: the LookupActor of each HTTP worker thread, and how the pool finds it.
+//! - [`local`]: the LocalGraphActors of each HTTP worker thread, and how the pool finds them.
 //! - [`tools`]: one factory of ToolWorkers per tool, and the [`ToolPool`] handle.
 //! - [`backend`]: the chat protocol, the [`Backend`] trait, the OpenAI-compatible backend, and
 //!   the retry policy.
@@ -49,7 +51,7 @@
 //! - [`router`]: the ProviderRouter: healthy providers in priority order, with fallback.
 //! - [`chat`]: a chat turn's request, reply, errors and limits.
 //! - [`session`]: the ChatSessionActor and its tool loop.
-//! - [`edge_supervisor`]: the EdgeSupervisor, parent of the sessions and lookup actors.
+//! - [`edge_supervisor`]: the EdgeSupervisor, parent of the sessions and local graph actors.
 //! - [`agent`]: [`Agent`], the edge's handle on chats and completions.
 //! - [`embedder`]: the OpenAI-compatible embedder the knowledge base may use.
 
@@ -63,7 +65,7 @@ pub mod edge_supervisor;
 pub mod embedder;
 pub mod graph;
 pub mod health;
-pub mod lookup;
+pub mod local;
 pub mod pool;
 pub mod provider;
 pub mod root;

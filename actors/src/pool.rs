@@ -242,8 +242,8 @@ impl<M: Message> PoolHandle<M> {
     }
 
     /// As [`call`](Self::call), sent to `actor` rather than to the pool's factory, within the
-    /// pool's bound and timeout: the lookup lane's calls that an HTTP worker's own
-    /// [`LookupActor`](crate::lookup::LookupActor) answers.
+    /// pool's bound and timeout: a lane's calls that an HTTP worker's own
+    /// [`LocalGraphActor`](crate::local::LocalGraphActor) answers.
     pub(crate) async fn call_actor<R: Send + 'static>(
         &self,
         actor: &ActorRef<M>,

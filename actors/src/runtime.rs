@@ -22,9 +22,9 @@ use crate::backend::{Backend, OpenAiBackend, RetryPolicy};
 use crate::builtin::BuiltinBackend;
 use crate::capacity::{ElasticPool, Pools};
 use crate::config::{ProviderConfig, ProviderKind, RuntimeConfig};
-use crate::graph::{GraphLane, GraphPool, LookupsHere};
+use crate::graph::{ActorsHere, GraphLane, GraphPool};
 use crate::health::HealthBoard;
-use crate::lookup::LocalLookups;
+use crate::local::LocalActors;
 use crate::pool::PoolHandle;
 use crate::root::{ProviderSpec, RootArguments, RootMessage, RootSupervisor};
 use crate::router::{ProviderHandle, ProviderRouter};
@@ -208,9 +208,10 @@ impl Runtime {
             edge_slot: edge_slot.clone(),
         };
         let (root, root_handle) = Actor::spawn(None, RootSupervisor, args).await?;
-        // Entity lookups and traversals on the HTTP workers' own actors (crate::lookup).
-        let lookups = LocalLookups::new(kb.clone(), edge_slot.clone())
-            .map(|l| Arc::new(l) as Arc<dyn LookupsHere>);
+        // Lookups and graph documents answered from memory on the HTTP workers' own actors
+        // (crate::local).
+        let local = LocalActors::new(kb.clone(), edge_slot.clone())
+            .map(|l| Arc::new(l) as Arc<dyn ActorsHere>);
         let deps = SessionDeps {
             kb,
             extractor,
@@ -221,7 +222,7 @@ impl Runtime {
             limits: config.session,
         };
         Ok(Runtime {
-            graph: GraphPool::new(graph, lookups),
+            graph: GraphPool::new(graph, local),
             pools: Pools::new(pools),
             agent: Agent::new(deps, edge_slot, tokio::runtime::Handle::current()),
             root,

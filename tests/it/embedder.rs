@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kbq::config::{Config, EmbedderKind};
 use kbq::versions::SystemClock;
+use kbq_actors::GraphLane;
 use serde_json::{Value, json};
 
 use crate::scripted::{EMBEDDING_DIMENSION, ScriptedLlm};
@@ -110,6 +111,23 @@ async fn an_openai_compatible_embedder_serves_documents_queries_and_the_api() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["results"][0]["source_id"], "z", "{body}");
     assert!(body["results"][0]["score"].as_f64().unwrap() > 0.99);
+
+    // Graph documents embed the start entity's text upstream, so the documents lane's
+    // factory answers them, not a graph actor beside the HTTP worker (kbq_actors::local).
+    kbq_actors::local::serve_graph_on_this_thread();
+    let graph = &t.server().graph;
+    assert!(graph.local_actor_here(GraphLane::Documents).is_none());
+    assert!(graph.local_actor_here(GraphLane::Lookup).is_some());
+    let before = llm.embedding_requests().len();
+    let (status, body) = t
+        .post(
+            "/data/v1/query/graph/documents",
+            json!({"entity_name": "Ada", "max_depth": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body["results"].as_array().unwrap().is_empty(), "{body}");
+    assert_eq!(llm.embedding_requests().len(), before + 1);
 
     // An embedder that is down is retried (twice by default), then the request gets 503.
     llm.set_down(true);

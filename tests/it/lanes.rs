@@ -190,32 +190,17 @@ async fn lookups_answer_on_the_main_runtime_when_the_lane_has_no_threads() {
     t.stop().await;
 }
 
-/// An HTTP worker answers entity lookups and traversals with a lookup actor of its own
-/// (`kbq_actors::lookup`): with the lookup lane's only worker held they still answer, while a
+/// An HTTP worker answers entity lookups and traversals with a graph actor of its own
+/// (`kbq_actors::local`): with the lookup lane's only worker held they still answer, while a
 /// lookup from a thread that is not an HTTP worker (this test's) waits in the lane.
 #[tokio::test]
 async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
     let t = crate::agent::start(one_worker_lanes()).await;
     let pool = t.server().graph.clone();
-    let (release, held) = oneshot::channel();
-    let hold = {
-        let pool = pool.clone();
-        tokio::spawn(async move { pool.hold(held).await })
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            pool.in_flight_in(GraphLane::Lookup) == 1
-        })
-        .await
-    );
+    let (release, hold) = hold_one(&t, GraphLane::Lookup).await;
     lookups_answer(&t, 5).await;
     // What the lane's handle admitted: the held request alone, the lookups having answered.
-    let metrics = t.http.get(t.url("/metrics")).send().await.unwrap();
-    let metrics = metrics.text().await.unwrap();
-    assert!(
-        metrics.contains("kbq_pool_in_flight{pool=\"graph\"} 1\n"),
-        "{metrics}"
-    );
+    assert_pool_in_flight(&t, "graph", 1).await;
     // The lane's queue takes this one, behind the held worker.
     let queued = {
         let pool = pool.clone();
@@ -234,33 +219,133 @@ async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
     t.stop().await;
 }
 
-/// A lookup actor that fails is replaced by its thread at that thread's next lookup.
+/// Graph documents answered from memory (the graph index, an embedded store, the built-in
+/// embedder: the test server's) are answered on the HTTP worker's own thread too, by an actor
+/// of the documents lane: with that lane's only worker held they still answer, within the
+/// lane's bound, while a call from this test's thread waits in the lane.
 #[tokio::test]
-async fn a_failed_lookup_actor_is_replaced_at_its_threads_next_lookup() {
-    let t = crate::agent::start(test_config()).await;
+async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() {
+    let t = crate::agent::start(one_worker_lanes()).await;
     let pool = t.server().graph.clone();
-    assert!(pool.lookup_actor_here().is_none(), "not an HTTP worker");
-    // From now on this test's thread answers its own lookups, as an HTTP worker's does.
-    kbq_actors::lookup::serve_lookups_on_this_thread();
-    let first = pool.lookup_actor_here().expect("an actor on this thread");
-    assert_eq!(pool.lookup_actor_here().unwrap().get_id(), first.get_id());
-    assert_eq!(
-        pool.entity("Ada".into()).await.unwrap().unwrap().name,
-        "Ada"
+    let (release, hold) = hold_one(&t, GraphLane::Documents).await;
+    for _ in 0..5 {
+        let (status, body) = t
+            .post("/data/v1/query/graph/documents", documents_body())
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["entity_name"], "Ada");
+        assert!(!body["results"].as_array().unwrap().is_empty(), "{body}");
+    }
+    assert_pool_in_flight(&t, "graph:documents", 1).await;
+    let query = kbq_store::DocumentsQuery {
+        start: "Ada".into(),
+        entity_type: None,
+        relationship_types: None,
+        max_depth: 1,
+        limit: 10,
+        resolve_documents: true,
+    };
+    let queued = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.documents(query).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !queued.is_finished(),
+        "graph documents off the HTTP workers are the lane's"
     );
-    first.send_message(kbq_actors::GraphRequest::Panic).unwrap();
-    // Once it has stopped, the thread's next lookup starts another.
+    release.send(()).unwrap();
+    assert!(hold.await.unwrap().is_ok());
+    assert!(!queued.await.unwrap().unwrap().results.is_empty());
+    assert_eq!(pool.in_flight_in(GraphLane::Documents), 0);
+    t.stop().await;
+}
+
+/// Holds the one worker of `lane` until the sender is sent or dropped.
+async fn hold_one(
+    t: &TestServer,
+    lane: GraphLane,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), kbq_actors::GraphError>>,
+) {
+    let pool = t.server().graph.clone();
+    let (release, held) = oneshot::channel();
+    let hold = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.hold_in(lane, held).await })
+    };
     assert!(
         eventually(Duration::from_secs(10), || async {
-            pool.lookup_actor_here().unwrap().get_id() != first.get_id()
+            pool.in_flight_in(lane) == 1
         })
         .await
     );
-    assert_eq!(
-        pool.entity("Ada".into()).await.unwrap().unwrap().name,
-        "Ada"
+    (release, hold)
+}
+
+/// `/metrics` says `pool` has `n` calls admitted and not yet answered.
+async fn assert_pool_in_flight(t: &TestServer, pool: &str, n: usize) {
+    let metrics = t.http.get(t.url("/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let line = format!("kbq_pool_in_flight{{pool=\"{pool}\"}} {n}\n");
+    assert!(metrics.contains(&line), "{line}in {metrics}");
+}
+
+/// A local graph actor that fails is replaced by its thread at that thread's next request of
+/// its lane, for each lane answered on the HTTP workers (lookups, graph documents).
+#[tokio::test]
+async fn a_failed_local_graph_actor_is_replaced_at_its_threads_next_request() {
+    let t = crate::agent::start(test_config()).await;
+    let pool = t.server().graph.clone();
+    let documents = || async {
+        let query = kbq_store::DocumentsQuery {
+            start: "Ada".into(),
+            entity_type: None,
+            relationship_types: None,
+            max_depth: 1,
+            limit: 10,
+            resolve_documents: true,
+        };
+        let found = pool.documents(query).await.unwrap();
+        assert!(!found.results.is_empty());
+    };
+    let entity = || async {
+        let found = pool.entity("Ada".into()).await.unwrap();
+        assert_eq!(found.unwrap().name, "Ada");
+    };
+    for lane in [GraphLane::Lookup, GraphLane::Documents] {
+        assert!(pool.local_actor_here(lane).is_none(), "not an HTTP worker");
+    }
+    // From now on this test's thread answers its own requests, as an HTTP worker's does.
+    kbq_actors::local::serve_graph_on_this_thread();
+    assert!(
+        pool.local_actor_here(GraphLane::Search).is_none(),
+        "the lane's"
     );
-    // The root restarted nothing: the edge supervisor does not restart a lookup actor.
+    for lane in [GraphLane::Lookup, GraphLane::Documents] {
+        let first = pool
+            .local_actor_here(lane)
+            .expect("an actor on this thread");
+        assert_eq!(
+            pool.local_actor_here(lane).unwrap().get_id(),
+            first.get_id()
+        );
+        entity().await;
+        documents().await;
+        first.send_message(kbq_actors::GraphRequest::Panic).unwrap();
+        // Once it has stopped, the thread's next request of its lane starts another.
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                pool.local_actor_here(lane).unwrap().get_id() != first.get_id()
+            })
+            .await,
+            "{lane:?}"
+        );
+        entity().await;
+        documents().await;
+    }
+    // The root restarted nothing: the edge supervisor does not restart a local graph actor.
     assert_eq!(t.server().runtime().restarts().await, 0);
     t.stop().await;
 }
