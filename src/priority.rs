@@ -1,7 +1,8 @@
 //! Thread priorities. Under a load that saturates every core, the threads that answer HTTP
 //! (probes included) and the graph lookup lane must not get the same share of the CPU as the
 //! main runtime's threads, which run the slow classes of work (SurrealDB statements, RAG,
-//! chats, graph documents, writes): there are more of those, and each runs longer. kbq lowers
+//! chats, writes, graph documents that wait on SurrealDB or a remote embedder): there are more
+//! of those, and each runs longer. kbq lowers
 //! the main runtime's threads by `server.main_runtime_nice` when they start; the others keep
 //! the priority kbq was started with.
 //!
