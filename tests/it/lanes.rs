@@ -68,6 +68,18 @@ fn documents_body() -> Value {
     json!({"entity_name": "Ada", "max_depth": 1})
 }
 
+/// What [`documents_body`] asks, as the pool's query.
+fn ada_documents() -> kbq_store::DocumentsQuery {
+    kbq_store::DocumentsQuery {
+        start: "Ada".into(),
+        entity_type: None,
+        relationship_types: None,
+        max_depth: 1,
+        limit: 10,
+        resolve_documents: true,
+    }
+}
+
 #[tokio::test]
 async fn a_burst_that_fills_search_and_documents_holds_up_no_lookup() {
     let t = crate::agent::start(one_worker_lanes()).await;
@@ -237,17 +249,9 @@ async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() 
         assert!(!body["results"].as_array().unwrap().is_empty(), "{body}");
     }
     assert_pool_in_flight(&t, "graph:documents", 1).await;
-    let query = kbq_store::DocumentsQuery {
-        start: "Ada".into(),
-        entity_type: None,
-        relationship_types: None,
-        max_depth: 1,
-        limit: 10,
-        resolve_documents: true,
-    };
     let queued = {
         let pool = pool.clone();
-        tokio::spawn(async move { pool.documents(query).await })
+        tokio::spawn(async move { pool.documents(ada_documents()).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
@@ -299,15 +303,7 @@ async fn a_failed_local_graph_actor_is_replaced_at_its_threads_next_request() {
     let t = crate::agent::start(test_config()).await;
     let pool = t.server().graph.clone();
     let documents = || async {
-        let query = kbq_store::DocumentsQuery {
-            start: "Ada".into(),
-            entity_type: None,
-            relationship_types: None,
-            max_depth: 1,
-            limit: 10,
-            resolve_documents: true,
-        };
-        let found = pool.documents(query).await.unwrap();
+        let found = pool.documents(ada_documents()).await.unwrap();
         assert!(!found.results.is_empty());
     };
     let entity = || async {
