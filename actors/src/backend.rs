@@ -95,7 +95,7 @@ pub trait Backend: Send + Sync + 'static {
 
 /// Any OpenAI-compatible endpoint (OpenAI, Ollama, vLLM, llama.cpp server, LiteLLM, ...),
 /// through async-openai. async-openai's default client retries on its own; kbq replaces its
-/// HTTP service with [`plain_http`], which does not, so the provider's workers are the one
+/// HTTP service with `plain_http`, which does not, so the provider's workers are the one
 /// place that retries (through `with_retries`), and they read `Retry-After` for it.
 pub struct OpenAiBackend {
     name: String,

@@ -1,5 +1,5 @@
 //! The [`LocalGraphActor`]s: graph actors on each HTTP worker thread that answer that thread's
-//! own graph requests from memory, one per lane that is answered there, and [`LocalActors`],
+//! own graph requests from memory, one per lane that is answered there, and `LocalActors`,
 //! with which [`GraphPool`](crate::GraphPool) finds (or starts) the calling thread's actor.
 //!
 //! A request a lane's factory answers crosses threads twice (to the lane's runtime and back)
