@@ -1,6 +1,6 @@
 //! Reading requests: [`ValidJson`], a JSON body extractor whose errors name the field at
-//! fault, and the field checks that several resource groups share ([`ranged`], [`name`],
-//! [`name_in_path`], [`relationship_types`]), so that a rule reads the same on every route.
+//! fault, and the field checks that several resource groups share (`ranged`, `name`,
+//! `name_in_path`, `relationship_types`), so that a rule reads the same on every route.
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};

@@ -2,7 +2,7 @@
 //! attribute gives its operation, and the request and response types derive `ToSchema`. It is
 //! served at `/openapi.json`, and read by the Swagger UI at `/docs/` ([`crate::routes::docs`]).
 //!
-//! What the layers in front of the handlers answer (src/routes/mod.rs) is added by [`Layers`],
+//! What the layers in front of the handlers answer (src/routes/mod.rs) is added by `Layers`,
 //! from the same facts that mount them, so no handler repeats it. The integration test
 //! `tests/it/openapi.rs` holds the document to the routes that are mounted.
 //!

@@ -188,7 +188,7 @@ fn served_while_starting(path: &str) -> bool {
         || path.starts_with("/docs/")
 }
 
-/// Middleware: until start-up is done, every request but those [`served_while_starting`]
+/// Middleware: until start-up is done, every request but those `served_while_starting`
 /// gets 503 `service_unavailable` with `Retry-After: 1`, its message saying why. A stopping
 /// server serves on: only `/readyz` fails, so that load balancers move traffic away while
 /// the requests they still send are answered (`server.shutdown_delay_ms`).

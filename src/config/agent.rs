@@ -108,7 +108,7 @@ pub struct ProviderSection {
     pub name: String,
     /// `openai` (any OpenAI-compatible endpoint) or `builtin`.
     pub kind: ProviderKindName,
-    /// For `openai`: the API base, e.g. https://api.openai.com/v1 or http://localhost:11434/v1.
+    /// For `openai`: the API base, e.g. <https://api.openai.com/v1> or <http://localhost:11434/v1>.
     #[serde(default)]
     pub base_url: Option<String>,
     /// For `openai`: the model name.

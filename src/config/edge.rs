@@ -313,7 +313,7 @@ impl Default for LogSection {
 
 impl LogSection {
     /// Whether text logs are coloured, given whether standard error is a terminal and the
-    /// value of `NO_COLOR` (https://no-color.org: any non-empty value turns colour off).
+    /// value of `NO_COLOR` (<https://no-color.org>: any non-empty value turns colour off).
     pub fn colored(&self, stderr_is_terminal: bool, no_color: Option<&str>) -> bool {
         match self.color {
             LogColor::Always => true,

@@ -106,7 +106,7 @@ pub struct EmbedderSection {
     pub kind: EmbedderKind,
     /// The vectors' length: for `hashing` any size, for `openai` the model's output size.
     pub dimension: usize,
-    /// For `openai`: the API base, e.g. https://api.openai.com/v1.
+    /// For `openai`: the API base, e.g. <https://api.openai.com/v1>.
     pub base_url: Option<String>,
     /// For `openai`: the embedding model's name.
     pub model: Option<String>,

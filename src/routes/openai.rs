@@ -135,7 +135,7 @@ pub fn dimensions(dimension: usize, can_shorten: bool) -> Range {
     Range::new("dimensions", least, dimension, dimension)
 }
 
-/// The schema of `input`, with the rules [`inputs`] checks: one string, or an array of 1 to
+/// The schema of `input`, with the rules `inputs` checks: one string, or an array of 1 to
 /// [`MAX_INPUTS`] strings, each of 1 to [`MAX_INPUT_CHARS`] characters.
 pub fn input_schema() -> Value {
     let text = serde_json::json!({"type": "string", "minLength": 1, "maxLength": MAX_INPUT_CHARS});

@@ -1,4 +1,4 @@
-//! Graph traversal: the breadth-first [`Walk`] both read paths share, and the in-memory
+//! Graph traversal: the breadth-first `Walk` both read paths share, and the in-memory
 //! [`GraphIndex`] that serves it without a database round trip.
 //!
 //! The walk's rules, which the index path and the SurrealDB path both follow:

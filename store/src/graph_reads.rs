@@ -1,7 +1,7 @@
 //! Graph reads: one entity, entity names, name search and traversal, each answered from the
 //! in-memory [`GraphIndex`] when it is on and from SurrealDB otherwise, and the loading of that
-//! index. [`traverse_in_db`](KnowledgeBase::traverse_in_db) walks with the same [`Walk`] as
-//! `GraphIndex::traverse` in [`graph`](crate::graph), one query per level, so that both paths
+//! index. [`traverse_in_db`](KnowledgeBase::traverse_in_db) walks with the same `Walk` as
+//! `GraphIndex::traverse` in [`graph`](mod@crate::graph), one query per level, so that both paths
 //! give the same answer. Its own file because it is the one place that knows both read paths.
 
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 //! - [`kb`]: [`KnowledgeBase`], its connection and the query helpers (`impl KnowledgeBase`
 //!   continues in schema, write, doc_index, graph_reads, search, related, memory and follow).
 //! - [`schema`]: the schema, the embedder record that guards it, and `reembed`.
-//! - [`write`]: upserts through pipelined INSERTs, and deletes.
+//! - [`write`](mod@write): upserts through pipelined INSERTs, and deletes.
 //! - [`doc_index`]: the document indexes (vectors, keywords) and, for an embedded store, the
 //!   documents themselves, kept in step with SurrealDB.
 //! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.

@@ -6,8 +6,8 @@
 //! chunk format once the provider has given it whole, so that a failed attempt can still be
 //! retried or handed to the next provider before anything reaches the client.
 //!
-//! This file has the handler and the `chat.completion` it answers; [`request`] the request
-//! and its checks, [`stream`] the chunks of a streamed answer.
+//! This file has the handler and the `chat.completion` it answers; `request` the request
+//! and its checks, `stream` the chunks of a streamed answer.
 
 mod request;
 mod stream;

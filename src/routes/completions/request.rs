@@ -275,7 +275,7 @@ pub const PENALTY: (f64, f64) = (-2.0, 2.0);
 /// Most strings in `stop`.
 pub const MAX_STOPS: usize = 4;
 
-/// Writes the rules [`validate`] checks into the request's schema in the JSON document
+/// Writes the rules `validate` checks into the request's schema in the JSON document
 /// `schemas` (its components): the served model names, the messages by role, the tools, the
 /// tool choice, the bounds of numbers, and the rules between fields (a tool choice other
 /// than `none` needs tools; `stream_options` needs `stream`). Two rules no JSON Schema can
