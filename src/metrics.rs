@@ -145,7 +145,7 @@ impl Metrics {
         pool_gauge(
             &mut out,
             "kbq_pool_in_flight",
-            "Requests each actor pool has admitted and not yet answered, running or queued (graph: with the lookups the HTTP workers' own actors answer).",
+            "Requests each actor pool has admitted and not yet answered, running or queued (graph and graph:documents: with the requests the HTTP workers' own actors answer).",
             readings.iter().map(|r| (&r.name, Some(r.in_flight))),
         );
         // A restarting pool's factory has no stats: it has no line in these two.

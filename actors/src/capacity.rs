@@ -223,8 +223,8 @@ pub struct PoolReading {
     /// Workers in the pool.
     pub size: usize,
     /// Calls the pool's handle has admitted and not yet answered, running or queued. For
-    /// `graph` (the lookup lane) this counts the lookups the HTTP workers' own actors answer
-    /// too (`crate::lookup`), which the factory's stats do not see.
+    /// `graph` (the lookup lane) and `graph:documents` this counts the requests the HTTP
+    /// workers' own actors answer too (`crate::local`), which the factory's stats do not see.
     pub in_flight: usize,
     /// Busy workers and queued requests; `None` while the pool restarts.
     pub stats: Option<PoolStats>,

@@ -24,10 +24,20 @@ async fn fill(
     t: &TestServer,
     lane: GraphLane,
 ) -> (Vec<oneshot::Sender<()>>, tokio::task::JoinSet<bool>) {
+    hold(t, lane, 2).await
+}
+
+/// Holds `n` requests in `lane` (each holds a worker, or waits for one) until the senders are
+/// sent or dropped; each hold answers whether it was served.
+async fn hold(
+    t: &TestServer,
+    lane: GraphLane,
+    n: usize,
+) -> (Vec<oneshot::Sender<()>>, tokio::task::JoinSet<bool>) {
     let pool = t.server().graph.clone();
     let mut releases = Vec::new();
     let mut holds = tokio::task::JoinSet::new();
-    for _ in 0..2 {
+    for _ in 0..n {
         let (tx, rx) = oneshot::channel();
         releases.push(tx);
         let pool = pool.clone();
@@ -35,10 +45,10 @@ async fn fill(
     }
     assert!(
         eventually(Duration::from_secs(10), || async {
-            pool.in_flight_in(lane) == 2
+            pool.in_flight_in(lane) == n
         })
         .await,
-        "{lane:?} did not fill"
+        "{lane:?} did not take {n} held requests"
     );
     (releases, holds)
 }
@@ -209,24 +219,16 @@ async fn lookups_answer_on_the_main_runtime_when_the_lane_has_no_threads() {
 async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
     let t = crate::agent::start(one_worker_lanes()).await;
     let pool = t.server().graph.clone();
-    let (release, hold) = hold_one(&t, GraphLane::Lookup).await;
+    let held = hold(&t, GraphLane::Lookup, 1).await;
     lookups_answer(&t, 5).await;
     // What the lane's handle admitted: the held request alone, the lookups having answered.
     assert_pool_in_flight(&t, "graph", 1).await;
-    // The lane's queue takes this one, behind the held worker.
-    let queued = {
+    let off_thread = {
         let pool = pool.clone();
-        tokio::spawn(async move { pool.entity("Ada".into()).await })
+        async move { pool.entity("Ada".into()).await }
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !queued.is_finished(),
-        "a lookup off the HTTP workers is the lane's"
-    );
-    release.send(()).unwrap();
-    assert!(hold.await.unwrap().is_ok());
-    let found = queued.await.unwrap().unwrap().expect("Ada");
-    assert_eq!(found.name, "Ada");
+    let found = waits_behind(held, off_thread, "a lookup off the HTTP workers").await;
+    assert_eq!(found.unwrap().expect("Ada").name, "Ada");
     assert_eq!(pool.in_flight_in(GraphLane::Lookup), 0);
     t.stop().await;
 }
@@ -239,7 +241,7 @@ async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
 async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() {
     let t = crate::agent::start(one_worker_lanes()).await;
     let pool = t.server().graph.clone();
-    let (release, hold) = hold_one(&t, GraphLane::Documents).await;
+    let held = hold(&t, GraphLane::Documents, 1).await;
     for _ in 0..5 {
         let (status, body) = t
             .post("/data/v1/query/graph/documents", documents_body())
@@ -249,43 +251,35 @@ async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() 
         assert!(!body["results"].as_array().unwrap().is_empty(), "{body}");
     }
     assert_pool_in_flight(&t, "graph:documents", 1).await;
-    let queued = {
+    let off_thread = {
         let pool = pool.clone();
-        tokio::spawn(async move { pool.documents(ada_documents()).await })
+        async move { pool.documents(ada_documents()).await }
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        !queued.is_finished(),
-        "graph documents off the HTTP workers are the lane's"
-    );
-    release.send(()).unwrap();
-    assert!(hold.await.unwrap().is_ok());
-    assert!(!queued.await.unwrap().unwrap().results.is_empty());
+    let found = waits_behind(held, off_thread, "graph documents off the HTTP workers").await;
+    assert!(!found.unwrap().results.is_empty());
     assert_eq!(pool.in_flight_in(GraphLane::Documents), 0);
     t.stop().await;
 }
 
-/// Holds the one worker of `lane` until the sender is sent or dropped.
-async fn hold_one(
-    t: &TestServer,
-    lane: GraphLane,
-) -> (
-    oneshot::Sender<()>,
-    tokio::task::JoinHandle<Result<(), kbq_actors::GraphError>>,
-) {
-    let pool = t.server().graph.clone();
-    let (release, held) = oneshot::channel();
-    let hold = {
-        let pool = pool.clone();
-        tokio::spawn(async move { pool.hold_in(lane, held).await })
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            pool.in_flight_in(lane) == 1
-        })
-        .await
-    );
-    (release, hold)
+/// Runs `call`, made from this test's thread (not an HTTP worker's), while `held` holds its
+/// lane's only worker: `call` must wait in the lane's queue (`what` is it, for the failure),
+/// and answers once the held request is released, which must have been served. Returns
+/// `call`'s answer.
+async fn waits_behind<T: Send + 'static>(
+    (releases, mut holds): (Vec<oneshot::Sender<()>>, tokio::task::JoinSet<bool>),
+    call: impl std::future::Future<Output = T> + Send + 'static,
+    what: &str,
+) -> T {
+    let queued = tokio::spawn(call);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!queued.is_finished(), "{what} waits in the lane");
+    for release in releases {
+        release.send(()).unwrap();
+    }
+    while let Some(served) = holds.join_next().await {
+        assert!(served.unwrap());
+    }
+    queued.await.unwrap()
 }
 
 /// `/metrics` says `pool` has `n` calls admitted and not yet answered.
