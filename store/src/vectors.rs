@@ -709,9 +709,10 @@ impl VectorIndex {
 
     /// `candidates` scored exactly against `q`: the best `k`.
     fn rerank(&self, candidates: Vec<usize>, q: &[f32], k: usize) -> Vec<(VectorKey, f32)> {
-        let mut scored: Vec<(usize, f32)> = candidates
-            .into_iter()
-            .map(|slot| (slot, dot(self.slot(slot), q)))
+        // The candidates' vectors are scattered over the index: fetched a few ahead.
+        let fetch = |&slot: &usize| self.prefetch(slot);
+        let mut scored: Vec<(usize, f32)> = fetched_ahead(&candidates, PREFETCH_AHEAD, fetch)
+            .map(|&slot| (slot, dot(self.slot(slot), q)))
             .collect();
         self.best(&mut scored, k)
     }

@@ -27,6 +27,10 @@ pub(crate) struct Ivf {
     dimension: usize,
     /// Unit vectors, `dimension` per list.
     centroids: Vec<f32>,
+    /// The same centroids by component: each component of every list, one run of `lists`
+    /// per component, so that a probe reads only the runs of the query's components that
+    /// are not zero (see [`probe`](Self::probe)).
+    by_component: Vec<f32>,
     lists: Vec<List>,
     /// Per slot: its list and its position in that list.
     place: Vec<(u32, u32)>,
@@ -273,6 +277,7 @@ impl Ivf {
         }
         let mut ivf = Ivf {
             dimension,
+            by_component: by_component(&centroids, dimension),
             centroids,
             lists: sizes
                 .iter()
@@ -291,7 +296,11 @@ impl Ivf {
     /// Approximate heap bytes: centroids, lists (slots, codes, scales) and places.
     pub(crate) fn heap_bytes(&self) -> usize {
         let lists: usize = self.lists.iter().map(List::heap_bytes).sum();
-        heap::vec(&self.centroids) + heap::vec(&self.lists) + lists + heap::vec(&self.place)
+        heap::vec(&self.centroids)
+            + heap::vec(&self.by_component)
+            + heap::vec(&self.lists)
+            + lists
+            + heap::vec(&self.place)
     }
 
     /// Slots the index held when the centroids were trained.
@@ -350,21 +359,71 @@ impl Ivf {
     }
 
     /// The `probes` lists whose centroids are nearest to the unit vector `query`.
+    ///
+    /// The scores are summed by component, over the query's components that are not zero:
+    /// the built-in embedder's queries have a few dozen of 256, so a probe reads a tenth of
+    /// the centroids' bytes (a dense query reads them all, as a dot product per centroid
+    /// did). Each list's score is the same sum in another order, so it may differ from the
+    /// dot product in its last bits.
     pub(crate) fn probe(&self, query: &[f32], probes: usize) -> Vec<&List> {
-        let mut scored: Vec<(f32, usize)> = self
-            .centroids
-            .chunks_exact(self.dimension)
-            .map(|c| dot(c, query))
-            .enumerate()
-            .map(|(i, s)| (s, i))
-            .collect();
+        let mut scored: Vec<(f32, usize)> = self.scores(query).into_iter().zip(0..).collect();
         let probes = probes.clamp(1, scored.len());
+        let best_first = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0);
         if probes < scored.len() {
-            scored.select_nth_unstable_by(probes - 1, |a, b| b.0.total_cmp(&a.0));
+            scored.select_nth_unstable_by(probes - 1, best_first);
             scored.truncate(probes);
         }
+        // Nearest first: a scan meets the best candidates early, and its bar rises before
+        // the farther lists, so that fewer of their entries go into its heap.
+        scored.sort_unstable_by(best_first);
         scored.into_iter().map(|(_, i)| &self.lists[i]).collect()
     }
+
+    /// Each list's centroid's dot product with `query`, in list order.
+    fn scores(&self, query: &[f32]) -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                return unsafe { self.scores_avx2(query) };
+            }
+        }
+        self.scores_portable(query)
+    }
+
+    /// [`scores_portable`](Self::scores_portable), compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn scores_avx2(&self, query: &[f32]) -> Vec<f32> {
+        self.scores_portable(query)
+    }
+
+    #[inline(always)]
+    fn scores_portable(&self, query: &[f32]) -> Vec<f32> {
+        let lists = self.lists.len();
+        let mut scores = vec![0f32; lists];
+        for (run, &q) in self.by_component.chunks_exact(lists).zip(query) {
+            if q != 0.0 {
+                for (s, &c) in scores.iter_mut().zip(run) {
+                    *s += q * c;
+                }
+            }
+        }
+        scores
+    }
+}
+
+/// `centroids` (`dimension` per list) by component: for each component, its value in
+/// every list in order.
+fn by_component(centroids: &[f32], dimension: usize) -> Vec<f32> {
+    let lists = centroids.len() / dimension.max(1);
+    let mut out = vec![0f32; centroids.len()];
+    for (i, c) in centroids.chunks_exact(dimension).enumerate() {
+        for (j, &x) in c.iter().enumerate() {
+            out[j * lists + i] = x;
+        }
+    }
+    out
 }
 
 /// [`nearest`] of each of `rows`, in order, computed in as many chunks at once as there are
@@ -571,6 +630,50 @@ mod tests {
         ivf.assert_consistent(5000);
         for (slot, v) in data.chunks_exact(dimension).enumerate() {
             assert_eq!(ivf.list_of(slot), nearest(&ivf.centroids, dimension, v));
+        }
+    }
+
+    #[test]
+    fn a_probe_takes_the_lists_whose_centroids_score_best_nearest_first() {
+        let dimension = 37;
+        let data = vectors(3000, dimension);
+        let ivf = Ivf::train(&data, dimension, 50);
+        let mut rng = Rng::new(5);
+        for query in data.chunks_exact(dimension).step_by(97) {
+            // The vector itself, and a sparse query of a few of its components.
+            let mut sparse = vec![0f32; dimension];
+            for _ in 0..4 {
+                let j = rng.below(dimension);
+                sparse[j] = query[j];
+            }
+            for q in [query.to_vec(), super::super::unit(&sparse)] {
+                let exact: Vec<f32> = ivf
+                    .centroids
+                    .chunks_exact(dimension)
+                    .map(|c| dot(c, &q))
+                    .collect();
+                let scores = ivf.scores(&q);
+                for (s, e) in scores.iter().zip(&exact) {
+                    assert!((s - e).abs() <= 1e-5, "{s} against {e}");
+                }
+                let probed = ivf.probe(&q, 7);
+                assert_eq!(probed.len(), 7);
+                let mut order: Vec<usize> = (0..scores.len()).collect();
+                order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+                let seventh = scores[order[6]];
+                let probed: Vec<f32> = probed
+                    .into_iter()
+                    .map(|list| {
+                        let i = ivf.lists.iter().position(|l| std::ptr::eq(l, list));
+                        scores[i.expect("one of its lists")]
+                    })
+                    .collect();
+                assert!(probed.iter().all(|&s| s >= seventh), "{probed:?}");
+                assert!(
+                    probed.is_sorted_by(|a, b| a >= b),
+                    "nearest first: {probed:?}"
+                );
+            }
         }
     }
 
