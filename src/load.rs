@@ -113,6 +113,9 @@ async fn entity_names(http: &reqwest::Client, o: &LoadOptions) -> Result<Vec<Str
 /// What every client of a run shares.
 struct Shared {
     requests: Requests,
+    /// The dedicated clients' requests: `requests` unless they send elsewhere
+    /// (`LoadOptions::dedicated_url`).
+    dedicated_requests: Option<Requests>,
     mix: Vec<(Route, u32)>,
     total_weight: u32,
     /// The end of the warm-up: the latencies of requests sent from then on are measured, and
@@ -190,7 +193,11 @@ async fn client(
             let i = shared.pick(&mut rng);
             (i, shared.mix[i].0)
         });
-        let status = send(shared.requests.request(&http, route, &mut rng)).await;
+        let requests = match (only, &shared.dedicated_requests) {
+            (Some(_), Some(dedicated)) => dedicated,
+            _ => &shared.requests,
+        };
+        let status = send(requests.request(&http, route, &mut rng)).await;
         let answered = Instant::now();
         let tally = &mut tallies[slot];
         if measured {
@@ -259,9 +266,17 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
     wait_until_ready(&http, &o).await?;
     let names = entity_names(&http, &o).await?;
     let requests = Requests::new(&o.url, &o.key, &names, o.search_len)?;
+    let dedicated_requests = match &o.dedicated_url {
+        Some(url) => {
+            check_loopback(url)?;
+            Some(Requests::new(url, &o.key, &names, o.search_len)?)
+        }
+        None => None,
+    };
     let measured_from = Instant::now() + o.warmup;
     let shared = Arc::new(Shared {
         requests,
+        dedicated_requests,
         mix: o.mix.clone(),
         total_weight: o.mix.iter().map(|(_, w)| w).sum(),
         measured_from,

@@ -98,6 +98,10 @@ enum Command {
         /// window, reported apart: route=clients,... (e.g. livez=1,health=1).
         #[arg(long, default_value = "")]
         route_concurrency: String,
+        /// Where the --route-concurrency clients send, if not to --url: e.g. a server's
+        /// probe listener (server.probe_listen), on loopback.
+        #[arg(long)]
+        dedicated_url: Option<String>,
         /// Milliseconds between the starts of a dedicated client's requests (0: back to back,
         /// which makes a probe a load of its own).
         #[arg(long, default_value_t = 0)]
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
         key,
         concurrency,
         route_concurrency,
+        dedicated_url,
         route_interval_ms,
         warmup,
         duration,
@@ -208,6 +213,9 @@ fn main() -> ExitCode {
             key: key.clone(),
             concurrency: *concurrency,
             route_concurrency,
+            dedicated_url: dedicated_url
+                .as_deref()
+                .map(|u| u.trim_end_matches('/').to_string()),
             route_interval: std::time::Duration::from_millis(*route_interval_ms),
             warmup: std::time::Duration::from_secs(*warmup),
             duration: std::time::Duration::from_secs(*duration),

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::dev::ServerHandle;
-use actix_web::middleware::from_fn;
+use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
 use kbq_actors::{Agent, GraphPool, Runtime};
@@ -44,9 +44,19 @@ impl Default for Options {
 /// The task that follows other nodes' writes, once start-up has started it.
 type Follower = Arc<parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>>;
 
+/// The probes' own listener (`server.probe_listen`).
+struct ProbeListener {
+    addr: SocketAddr,
+    handle: ServerHandle,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
 /// A running kbq.
 pub struct Server {
     pub addr: SocketAddr,
+    /// The probes' own address, when `server.probe_listen` names one.
+    pub probe_addr: Option<SocketAddr>,
+    probes: Option<ProbeListener>,
     pub kb: Arc<KnowledgeBase>,
     pub graph: GraphPool,
     pub agent: Agent,
@@ -89,6 +99,11 @@ impl Server {
         }
         self.handle.stop(graceful).await;
         let _ = self.task.await;
+        // The probes answer until the API's requests in flight are done.
+        if let Some(probes) = self.probes {
+            probes.handle.stop(graceful).await;
+            let _ = probes.task.await;
+        }
         self.startup.abort();
         if let Some(f) = self.follower.lock().take() {
             f.abort();
@@ -170,10 +185,9 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     ));
     let gate_readiness = readiness.clone();
     let cors_origins = web::Data::new(crate::cors::CorsOrigins::new(&config.server.cors_origins));
-    let mut server = HttpServer::new(move || {
-        // Each HTTP worker thread builds its app here, and answers its own entity lookups,
-        // traversals and graph documents with graph actors of its own (kbq_actors::local).
-        kbq_actors::local::serve_graph_on_this_thread();
+    // The app each HTTP worker builds, on the API's listener and (`probes_only`) on the
+    // probes' own.
+    let app = move |probes_only: bool| {
         App::new()
             .app_data(keys.clone())
             .app_data(versions.clone())
@@ -196,6 +210,10 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(mcp.clone())
             .service(routes::mcp_scope())
             .default_service(web::to(routes::not_found))
+            .wrap(Condition::new(
+                probes_only,
+                from_fn(routes::probes::only_probes),
+            ))
             .wrap(from_fn(versions::apply_version_policy))
             .wrap(from_fn(startup::gate))
             .wrap(from_fn(middleware::body_deadline))
@@ -203,13 +221,26 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .wrap(from_fn(crate::metrics::record))
             .wrap(from_fn(crate::cors::cors))
             .wrap(from_fn(middleware::request_id))
-    })
-    .on_connect(crate::peer::on_connect)
-    .shutdown_timeout(config.server.shutdown_timeout_secs)
-    .client_request_timeout(std::time::Duration::from_millis(
-        config.server.header_timeout_ms,
-    ))
-    .disable_signals();
+    };
+    // The same connection rules on both listeners.
+    macro_rules! edge {
+        ($server:expr) => {
+            $server
+                .on_connect(crate::peer::on_connect)
+                .shutdown_timeout(config.server.shutdown_timeout_secs)
+                .client_request_timeout(std::time::Duration::from_millis(
+                    config.server.header_timeout_ms,
+                ))
+                .disable_signals()
+        };
+    }
+    let api_app = app.clone();
+    let mut server = edge!(HttpServer::new(move || {
+        // Each HTTP worker thread builds its app here, and answers its own entity lookups,
+        // traversals and graph documents with graph actors of its own (kbq_actors::local).
+        kbq_actors::local::serve_graph_on_this_thread();
+        api_app(false)
+    }));
     if config.server.workers > 0 {
         server = server.workers(config.server.workers);
     }
@@ -217,6 +248,20 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         .bind(&config.server.listen)
         .with_context(|| format!("binding {}", config.server.listen))?;
     let addr = *server.addrs().first().context("no listening address")?;
+    // The probes' listener: one worker, which sleeps between probes.
+    let probes = if config.server.probe_listen.is_empty() {
+        None
+    } else {
+        let server = edge!(HttpServer::new(move || app(true)))
+            .workers(1)
+            .bind(&config.server.probe_listen)
+            .with_context(|| format!("binding {}", config.server.probe_listen))?;
+        let addr = *server
+            .addrs()
+            .first()
+            .context("no probe listening address")?;
+        Some((addr, server.run()))
+    };
     let mut server = server.run();
     let handle = server.handle();
     // The server's first poll starts its accept thread and HTTP workers. Poll it here, on the
@@ -224,6 +269,19 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     // the main runtime, whose lowered priority they would inherit (crate::priority).
     let _ = futures::poll!(&mut server);
     let task = tokio::spawn(server);
+    let probes = match probes {
+        Some((addr, mut server)) => {
+            let handle = server.handle();
+            let _ = futures::poll!(&mut server);
+            tracing::info!(%addr, "kbq answering probes");
+            Some(ProbeListener {
+                addr,
+                handle,
+                task: tokio::spawn(server),
+            })
+        }
+        None => None,
+    };
     tracing::info!(%addr, store = %config.store.url, "kbq listening");
     let follower = Arc::new(parking_lot::Mutex::new(None));
     let startup = tokio::spawn(start_up(
@@ -235,6 +293,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     ));
     Ok(Server {
         addr,
+        probe_addr: probes.as_ref().map(|p| p.addr),
+        probes,
         kb,
         graph: runtime.graph.clone(),
         agent: runtime.agent.clone(),

@@ -12,6 +12,9 @@ use crate::auth::{KeyEntry, Scope};
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     pub listen: String,
+    /// A second address that answers the probes only (`/livez`, `/readyz`,
+    /// `/v1/agent/health`), on an HTTP worker thread of its own; empty: none.
+    pub probe_listen: String,
     /// Largest request body accepted; larger bodies get 413.
     pub max_body_bytes: usize,
     /// HTTP worker threads; 0 means one per core.
@@ -41,6 +44,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: "127.0.0.1:8080".into(),
+            probe_listen: String::new(),
             max_body_bytes: 1 << 20,
             workers: 0,
             shutdown_timeout_secs: 30,
@@ -58,6 +62,14 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return bad("server.listen", "must be an address like 127.0.0.1:8080");
+        }
+        if !self.probe_listen.is_empty()
+            && self.probe_listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return bad(
+                "server.probe_listen",
+                "must be empty (no probe listener) or an address like 127.0.0.1:8081",
+            );
         }
         within(
             "server.max_body_bytes",

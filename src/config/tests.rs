@@ -137,6 +137,10 @@ fn broken_rules() -> Vec<BrokenRule> {
             |c| c.server.listen = "nowhere".into(),
         ),
         (
+            "server.probe_listen must be empty (no probe listener) or an address like 127.0.0.1:8081",
+            |c| c.server.probe_listen = "localhost:8081".into(),
+        ),
+        (
             "server.max_body_bytes must be between 1024 and 268435456",
             |c| c.server.max_body_bytes = 10,
         ),

@@ -28,6 +28,9 @@ pub struct LoadOptions {
     pub concurrency: usize,
     /// Clients beside the mix's that each send only one route: (route, clients).
     pub route_concurrency: Vec<(Route, usize)>,
+    /// Where the dedicated clients send (e.g. a server's probe listener,
+    /// `server.probe_listen`); `None`: `url`.
+    pub dedicated_url: Option<String>,
     /// The least time between the starts of a dedicated client's requests (zero: back to
     /// back). A probe sent back to back is a load of its own, taking the machine from the
     /// mix it is meant to watch.
@@ -219,6 +222,7 @@ mod tests {
             key: "k".into(),
             concurrency: 8,
             route_concurrency: vec![],
+            dedicated_url: None,
             route_interval: Duration::ZERO,
             warmup: Duration::ZERO,
             duration: Duration::from_secs(10),

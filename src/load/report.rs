@@ -132,6 +132,9 @@ fn per_second(count: u64, elapsed_s: f64) -> f64 {
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadReport {
     pub url: String,
+    /// Where the dedicated clients sent, when not to `url` (`--dedicated-url`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dedicated_url: Option<String>,
     /// The mix's clients.
     pub concurrency: usize,
     /// Dedicated clients per route.
@@ -165,6 +168,7 @@ impl LoadReport {
         let completed = routes.iter().map(|r| r.completed).sum();
         LoadReport {
             url: o.url.clone(),
+            dedicated_url: o.dedicated_url.clone(),
             concurrency: o.concurrency,
             route_concurrency: o.route_concurrency.iter().copied().collect(),
             route_interval_ms: o.route_interval.as_secs_f64() * 1e3,
@@ -329,6 +333,7 @@ mod tests {
             key: "k".into(),
             concurrency: 2,
             route_concurrency: vec![(Route::Livez, 1)],
+            dedicated_url: None,
             route_interval: Duration::from_millis(5),
             warmup: Duration::from_secs(3),
             duration: Duration::from_secs(10),

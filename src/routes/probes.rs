@@ -1,6 +1,9 @@
 //! Unauthenticated probes for load balancers. They reveal nothing but up or ready.
 
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header;
+use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 use kbq_store::KnowledgeBase;
 use serde::Serialize;
@@ -8,6 +11,30 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::startup::Readiness;
+
+/// The paths the probes' own listener answers (`server.probe_listen`).
+pub const PROBE_PATHS: [&str; 3] = ["/livez", "/readyz", "/v1/agent/health"];
+
+/// Middleware of the probes' own listener: the probes pass, as on the API's listener; any
+/// other path gets 404 `not_found`, naming the paths it answers.
+pub async fn only_probes(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if PROBE_PATHS.contains(&req.path()) {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        format!(
+            "no route for {} {} on the probes' listener (server.probe_listen), which answers {} only",
+            req.method(),
+            req.path(),
+            PROBE_PATHS.join(", ")
+        ),
+    )
+    .into())
+}
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(

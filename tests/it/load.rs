@@ -163,3 +163,68 @@ async fn dedicated_clients_run_beside_the_mix_and_are_reported_apart() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--route-concurrency"));
 }
+
+/// `--dedicated-url` sends the dedicated clients elsewhere (a server's probe listener), and
+/// the mix's to `--url`: the probe listener answers the probes and turns an entity lookup
+/// away, so that each request shows where it went.
+#[tokio::test]
+async fn dedicated_clients_send_to_the_dedicated_url() {
+    let mut config = crate::support::test_config();
+    config.server.probe_listen = "127.0.0.1:0".into();
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let probes = format!(
+        "http://{}",
+        t.server().probe_addr.expect("a probe listener")
+    );
+    let report = kbq_load_json(&[
+        "--url",
+        &t.base,
+        "--dedicated-url",
+        &probes,
+        "--key",
+        KEY,
+        "--concurrency",
+        "2",
+        "--mix",
+        "entity=1",
+        "--route-concurrency",
+        "livez=1,health=1,entity=1",
+        "--route-interval-ms",
+        "20",
+        "--duration",
+        "1",
+    ])
+    .await;
+    assert_eq!(report["dedicated_url"], probes.as_str(), "{report}");
+    let route = |route: &str, clients: &str| {
+        let routes = report["routes"].as_array().unwrap();
+        let r = routes
+            .iter()
+            .find(|r| r["route"] == route && r["clients"] == clients);
+        r.unwrap_or_else(|| panic!("no {clients} {route} in {report}"))
+            .clone()
+    };
+    // The mix's lookups went to the API's listener, the dedicated ones to the probes'.
+    let mix = route("entity", "mix");
+    assert!(mix["requests"].as_u64().unwrap() > 0, "{mix}");
+    assert_eq!(mix["errors"], 0, "{mix}");
+    let dedicated = route("entity", "dedicated");
+    let n = dedicated["requests"].as_u64().unwrap();
+    assert!(n > 0, "{dedicated}");
+    assert_eq!(
+        dedicated["statuses"]["404"].as_u64(),
+        Some(n),
+        "{dedicated}"
+    );
+    for probe in ["livez", "health"] {
+        let r = route(probe, "dedicated");
+        assert!(r["requests"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+    }
+    t.stop().await;
+}

@@ -52,3 +52,73 @@ async fn a_surrealkv_store_keeps_its_data_across_a_restart() {
     assert_eq!(body["total_entities"], 5);
     t.stop().await;
 }
+
+/// With `server.probe_listen`, a second address answers the probes as the API's does, key
+/// rule included, turns every other path away with 404, and stops with the server.
+#[tokio::test]
+async fn the_probes_listener_answers_the_probes_only() {
+    let mut config = test_config();
+    config.server.probe_listen = "127.0.0.1:0".into();
+    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let probe_addr = t.server().probe_addr.expect("a probe listener");
+    assert_ne!(probe_addr, t.server().addr);
+    let on = |base: String| {
+        let http = t.http.clone();
+        move |method: reqwest::Method, path: &str, key: bool| {
+            let mut req = http.request(method, format!("{base}{path}"));
+            if key {
+                req = req.bearer_auth(crate::support::KEY);
+            }
+            async move { read(req.send().await.expect("request sent")).await }
+        }
+    };
+    let (api, probes) = (on(t.base.clone()), on(format!("http://{probe_addr}")));
+    use reqwest::Method;
+    for (method, path, key) in [
+        (Method::GET, "/livez", false),
+        (Method::HEAD, "/livez", false),
+        (Method::GET, "/readyz", false),
+        (Method::HEAD, "/readyz", false),
+        (Method::GET, "/v1/agent/health", true),
+        (Method::GET, "/v1/agent/health", false),
+    ] {
+        let (a_status, a_headers, a_body) = api(method.clone(), path, key).await;
+        let (p_status, p_headers, p_body) = probes(method.clone(), path, key).await;
+        assert_eq!(p_status, a_status, "{method} {path}");
+        // The health board carries when each provider was checked; the rest is the same.
+        if path == "/v1/agent/health" && key {
+            assert_eq!(p_status, 200);
+            assert_eq!(p_body["status"], a_body["status"]);
+        } else {
+            assert_eq!(p_body, a_body, "{method} {path}");
+        }
+        assert_eq!(
+            p_headers.get("cache-control"),
+            a_headers.get("cache-control")
+        );
+        assert!(p_headers.contains_key("x-request-id"), "{method} {path}");
+    }
+    let (status, _, body) = probes(Method::GET, "/v1/agent/health", false).await;
+    assert_eq!(status, 401, "{body}");
+
+    // Everything else: the API's listener answers, the probes' gives 404.
+    for (method, path) in [
+        (Method::GET, "/data/v1/query/graph/entity/Ada"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/openapi.json"),
+        (Method::POST, "/v1/agent/chat"),
+        (Method::GET, "/livez/"),
+    ] {
+        let (status, _, body) = probes(method.clone(), path, true).await;
+        assert_eq!(status, 404, "{method} {path}: {body}");
+        assert_error(&body, "not_found", None);
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("server.probe_listen"), "{message}");
+    }
+    let (status, _, _) = api(Method::GET, "/data/v1/query/graph/entity/Ada", true).await;
+    assert_eq!(status, 200);
+
+    t.stop().await;
+    let refused = reqwest::get(format!("http://{probe_addr}/livez")).await;
+    assert!(refused.is_err(), "the probes' listener outlived the server");
+}
