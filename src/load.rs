@@ -173,6 +173,11 @@ async fn client(
         pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         pace
     });
+    // A dedicated client sends where the dedicated clients do; the mix's, to `--url`.
+    let requests = match (only, &shared.dedicated_requests) {
+        (Some(_), Some(dedicated)) => dedicated,
+        _ => &shared.requests,
+    };
     loop {
         if let Some(pace) = &mut pace {
             pace.tick().await;
@@ -193,10 +198,6 @@ async fn client(
             let i = shared.pick(&mut rng);
             (i, shared.mix[i].0)
         });
-        let requests = match (only, &shared.dedicated_requests) {
-            (Some(_), Some(dedicated)) => dedicated,
-            _ => &shared.requests,
-        };
         let status = send(requests.request(&http, route, &mut rng)).await;
         let answered = Instant::now();
         let tally = &mut tallies[slot];

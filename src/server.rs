@@ -54,8 +54,6 @@ struct ProbeListener {
 /// A running kbq.
 pub struct Server {
     pub addr: SocketAddr,
-    /// The probes' own address, when `server.probe_listen` names one.
-    pub probe_addr: Option<SocketAddr>,
     probes: Option<ProbeListener>,
     pub kb: Arc<KnowledgeBase>,
     pub graph: GraphPool,
@@ -74,6 +72,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The probes' own address, when `server.probe_listen` names one.
+    pub fn probe_addr(&self) -> Option<SocketAddr> {
+        self.probes.as_ref().map(|p| p.addr)
+    }
+
     /// The actor runtime, e.g. to read its restart count.
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
@@ -293,7 +296,6 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     ));
     Ok(Server {
         addr,
-        probe_addr: probes.as_ref().map(|p| p.addr),
         probes,
         kb,
         graph: runtime.graph.clone(),

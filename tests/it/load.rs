@@ -179,7 +179,7 @@ async fn dedicated_clients_send_to_the_dedicated_url() {
     .await;
     let probes = format!(
         "http://{}",
-        t.server().probe_addr.expect("a probe listener")
+        t.server().probe_addr().expect("a probe listener")
     );
     let report = kbq_load_json(&[
         "--url",

@@ -60,7 +60,7 @@ async fn the_probes_listener_answers_the_probes_only() {
     let mut config = test_config();
     config.server.probe_listen = "127.0.0.1:0".into();
     let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
-    let probe_addr = t.server().probe_addr.expect("a probe listener");
+    let probe_addr = t.server().probe_addr().expect("a probe listener");
     assert_ne!(probe_addr, t.server().addr);
     let on = |base: String| {
         let http = t.http.clone();
