@@ -14,6 +14,20 @@ pub(crate) fn prefetch<T: ?Sized>(p: *const T) {
     let _ = p;
 }
 
+/// A hint to fetch the cache line at `p` into the second-level cache only, for memory read
+/// a while later: fetched into the first level (a few dozen kilobytes) that far ahead, it
+/// would push out what is read before it.
+#[inline(always)]
+pub(crate) fn prefetch_far<T: ?Sized>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as in `prefetch`.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// A hint to fetch every cache line (64 bytes) that `items` touch: the last one too when
 /// they do not start a line.
 #[inline(always)]

@@ -28,7 +28,7 @@ use crate::heap;
 use crate::hint::{fetched_ahead, prefetch, prefetch_lines};
 use crate::numbers::EntityNumbers;
 
-use ivf::{Ivf, List};
+use ivf::{Ivf, Kernel, LISTS_AHEAD, List};
 
 mod ivf;
 
@@ -855,23 +855,23 @@ impl CodeScan<'_> {
     fn run(&self) -> Scanned {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if Kernel::detect() == Kernel::Avx2 {
                 // SAFETY: the CPU supports AVX2, checked just above.
                 return unsafe { self.run_avx2() };
             }
         }
-        self.run_portable()
+        self.run_with(Kernel::Portable)
     }
 
-    /// [`run_portable`](Self::run_portable), compiled for AVX2.
+    /// [`run_with`](Self::run_with) AVX2's kernel, compiled for AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     fn run_avx2(&self) -> Scanned {
-        self.run_portable()
+        self.run_with(Kernel::Avx2)
     }
 
     #[inline(always)]
-    fn run_portable(&self) -> Scanned {
+    fn run_with(&self, kernel: Kernel) -> Scanned {
         let mut top = TopK::new(self.pool);
         let d = self.dimension;
         let (mut examined, mut passed) = (0, 0);
@@ -889,22 +889,22 @@ impl CodeScan<'_> {
             Some(lists) => {
                 // The lists are read by component (see `List`): only the query's components
                 // that are not zero.
-                let query: Vec<(usize, i32)> = self
+                let query: Vec<(usize, i16)> = self
                     .query
                     .iter()
                     .enumerate()
                     .filter(|&(_, &q)| q != 0)
-                    .map(|(j, &q)| (j, i32::from(q)))
+                    .map(|(j, &q)| (j, i16::from(q)))
                     .collect();
                 let mut sums = Vec::new();
-                if let Some(first) = lists.first() {
-                    first.fetch_start(&query);
+                for list in lists.iter().take(LISTS_AHEAD) {
+                    list.fetch_runs(&query);
                 }
                 for (i, list) in lists.iter().enumerate() {
-                    if let Some(next) = lists.get(i + 1) {
-                        next.fetch_start(&query);
+                    if let Some(ahead) = lists.get(i + LISTS_AHEAD) {
+                        ahead.fetch_runs(&query);
                     }
-                    list.dots(&query, &mut sums);
+                    list.dots(&query, &mut sums, kernel);
                     if self.keep.is_none() {
                         examined += list.slots.len();
                         passed += list.slots.len();
@@ -990,21 +990,30 @@ impl TopK {
     }
 
     /// Offers each of `slots` with its score, `dots` x `scales` (by place): keeps the same
-    /// pairs as [`admits`](Self::admits) then [`push`](Self::push) for each in turn. Most
-    /// slots of a scan fall below the bar, which stays in a register between the pushes; a
-    /// call to `admits` per slot read the heap's length and top from memory each time.
+    /// pairs as [`admits`](Self::admits) then [`push`](Self::push) for each in turn.
+    ///
+    /// Most slots of a scan fall below the bar: a chunk's scores are compared with it at
+    /// once, in vector code, and only those that reach it are offered one by one (the bar
+    /// only rises, so a slot under it at the chunk's start is under it at its turn). One at
+    /// a time, the loop was a fifth of the scan's time.
     #[inline(always)]
     fn offer_scaled(&mut self, slots: &[u32], dots: &[i32], scales: &[f32]) {
+        const CHUNK: usize = 16;
+        let n = slots.len().min(dots.len()).min(scales.len());
+        let (slots, dots, scales) = (&slots[..n], &dots[..n], &scales[..n]);
         let mut bar = self.bar();
-        for ((&slot, &dot), &scale) in slots.iter().zip(dots).zip(scales) {
-            let s = dot as f32 * scale;
-            // Written as "not below" so that a NaN, which `admits` takes while there is
-            // room, is offered to it as before.
-            #[allow(clippy::neg_cmp_op_on_partial_ord)]
-            let reaches = !(s < bar);
-            if reaches && self.admits(s, slot as usize) {
-                self.push(s, slot as usize);
-                bar = self.bar();
+        for start in (0..n).step_by(CHUNK) {
+            let end = (start + CHUNK).min(n);
+            let mut reaching = reaching(&dots[start..end], &scales[start..end], bar);
+            while reaching != 0 {
+                let i = start + reaching.trailing_zeros() as usize;
+                reaching &= reaching - 1;
+                let s = dots[i] as f32 * scales[i];
+                #[allow(clippy::neg_cmp_op_on_partial_ord)]
+                if !(s < bar) && self.admits(s, slots[i] as usize) {
+                    self.push(s, slots[i] as usize);
+                    bar = self.bar();
+                }
             }
         }
     }
@@ -1019,6 +1028,31 @@ impl TopK {
     fn into_vec(self) -> Vec<(usize, f32)> {
         self.heap.into_iter().map(|w| (w.1, w.0)).collect()
     }
+}
+
+/// Bit `i` set for each score `dots[i]` x `scales[i]` (up to 32) that is not below `bar`.
+/// Written as "not below" so that a NaN, which [`TopK::admits`] takes while there is room,
+/// is offered to it. A whole chunk of 16 is compared at once, a shorter one place by place.
+#[inline(always)]
+fn reaching(dots: &[i32], scales: &[f32], bar: f32) -> u32 {
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    let reaches = |d: i32, s: f32| !(d as f32 * s < bar);
+    if let (Ok(dots), Ok(scales)) = (<&[i32; 16]>::try_from(dots), <&[f32; 16]>::try_from(scales)) {
+        let mut each = [false; 16];
+        for ((r, &d), &s) in each.iter_mut().zip(dots).zip(scales) {
+            *r = reaches(d, s);
+        }
+        return each
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (i, &r)| bits | (u32::from(r) << i));
+    }
+    dots.iter()
+        .zip(scales)
+        .enumerate()
+        .fold(0, |bits, (i, (&d, &s))| {
+            bits | (u32::from(reaches(d, s)) << i)
+        })
 }
 
 #[cfg(test)]
