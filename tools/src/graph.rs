@@ -127,9 +127,12 @@ fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
     let mut out =
         String::with_capacity(walk.entities.len() + walk.relationships.len() + name.len() + 100);
     out.push_str("{\"entities\":[");
-    for (i, entity) in Objects(&walk.entities).enumerate() {
-        let [depth, entity_type, name, properties] =
-            fields(entity?, ["depth", "entity_type", "name", "properties"])?;
+    let entities = Objects::new(
+        &walk.entities,
+        ["depth", "entity_type", "name", "properties"],
+    );
+    for (i, entity) in entities.enumerate() {
+        let [depth, entity_type, name, properties] = entity?;
         out.push_str(if i > 0 { ",{\"depth\":" } else { "{\"depth\":" });
         out.push_str(depth);
         out.push_str(",\"entity_type\":");
@@ -143,9 +146,12 @@ fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
     out.push_str("],\"entity\":");
     write_str(&mut out, name);
     out.push_str(",\"found\":true,\"relationships\":[");
-    for (i, rel) in Objects(&walk.relationships).enumerate() {
-        let [ty, source, target] =
-            fields(rel?, ["relationship_type", "source_name", "target_name"])?;
+    let relationships = Objects::new(
+        &walk.relationships,
+        ["relationship_type", "source_name", "target_name"],
+    );
+    for (i, rel) in relationships.enumerate() {
+        let [ty, source, target] = rel?;
         out.push_str(if i > 0 {
             ",{\"relationship_type\":"
         } else {
@@ -166,36 +172,43 @@ fn from_traversal_json(name: &str, walk: &TraversalJson) -> Option<String> {
     Some(out)
 }
 
-/// The objects of a comma-separated run of compact JSON objects, as `serde_json` writes them;
-/// `None` for one that is not an object, and then the end. (The text is sliced only at ASCII
-/// bytes, so at its own character bounds.)
-struct Objects<'a>(&'a str);
+/// The fields `names` of each object of a comma-separated run of compact JSON objects, as
+/// `serde_json` writes them, each value as written there; `None` for an object that is not
+/// well formed or lacks one of them, and then the end. Each byte is read once. (The text is
+/// sliced only at ASCII bytes, so at its own character bounds.)
+struct Objects<'a, const N: usize> {
+    rest: &'a str,
+    names: [&'static str; N],
+}
 
-impl<'a> Iterator for Objects<'a> {
-    type Item = Option<&'a str>;
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.0.is_empty() {
-            return None;
-        }
-        let end = self
-            .0
-            .starts_with('{')
-            .then(|| value_end(self.0.as_bytes()));
-        let Some(end) = end.flatten() else {
-            self.0 = "";
-            return Some(None);
-        };
-        let (object, rest) = self.0.split_at(end);
-        self.0 = rest.strip_prefix(',').unwrap_or(rest);
-        Some(Some(object))
+impl<'a, const N: usize> Objects<'a, N> {
+    fn new(run: &'a str, names: [&'static str; N]) -> Self {
+        Objects { rest: run, names }
     }
 }
 
-/// The values of the fields `names` of the compact JSON object `object`, each as written
-/// there; `None` when one is missing or the object is not well formed.
-fn fields<'a, const N: usize>(object: &'a str, names: [&str; N]) -> Option<[&'a str; N]> {
+impl<'a, const N: usize> Iterator for Objects<'a, N> {
+    type Item = Option<[&'a str; N]>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let Some((values, end)) = fields(self.rest, self.names) else {
+            self.rest = "";
+            return Some(None);
+        };
+        let rest = &self.rest[end..];
+        self.rest = rest.strip_prefix(',').unwrap_or(rest);
+        Some(Some(values))
+    }
+}
+
+/// The values of the fields `names` of the compact JSON object at the start of `text`, each
+/// as written there, and the object's length; `None` when one is missing or the object is not
+/// well formed.
+fn fields<'a, const N: usize>(text: &'a str, names: [&str; N]) -> Option<([&'a str; N], usize)> {
     let mut found: [Option<&'a str>; N] = [None; N];
-    let mut rest = object.strip_prefix('{')?;
+    let mut rest = text.strip_prefix('{')?;
     while let Some(after_quote) = rest.strip_prefix('"') {
         // Keys here are field names: no escapes.
         let close = after_quote.find(['"', '\\'])?;
@@ -208,14 +221,12 @@ fn fields<'a, const N: usize>(object: &'a str, names: [&str; N]) -> Option<[&'a 
         rest = &value[end..];
         rest = rest.strip_prefix(',').unwrap_or(rest);
     }
-    if rest != "}" {
-        return None;
-    }
+    let after = rest.strip_prefix('}')?;
     let mut out = [""; N];
     for (o, f) in out.iter_mut().zip(found) {
         *o = f?;
     }
-    Some(out)
+    Some((out, text.len() - after.len()))
 }
 
 /// The length of the compact JSON value at the start of `json`: a string (to its closing
@@ -224,24 +235,16 @@ fn fields<'a, const N: usize>(object: &'a str, names: [&str; N]) -> Option<[&'a 
 /// end.
 fn value_end(json: &[u8]) -> Option<usize> {
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, &b) in json.iter().enumerate() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
-            }
-            continue;
-        }
+    let mut i = 0;
+    while let Some(&b) = json.get(i) {
         match b {
-            b'"' => in_string = true,
+            b'"' => {
+                i = string_end(json, i + 1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+                continue;
+            }
             b'{' | b'[' => depth += 1,
             b'}' | b']' if depth > 0 => {
                 depth -= 1;
@@ -252,9 +255,26 @@ fn value_end(json: &[u8]) -> Option<usize> {
             b',' | b'}' | b']' if depth == 0 => return (i > 0).then_some(i),
             _ => {}
         }
+        i += 1;
     }
-    (depth == 0 && !in_string && !json.is_empty() && !matches!(json[0], b'"' | b'{' | b'['))
-        .then_some(json.len())
+    (depth == 0 && !json.is_empty() && !matches!(json[0], b'"' | b'{' | b'[')).then_some(json.len())
+}
+
+/// Where the JSON string whose text starts at `from` (after its opening quote) ends: just
+/// after its closing quote, skipping escaped characters; `None` when it does not end. Its
+/// bytes are skipped in a loop of their own, without the value's state.
+fn string_end(json: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let at = from
+            + json
+                .get(from..)?
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\')?;
+        if json[at] == b'"' {
+            return Some(at + 1);
+        }
+        from = at + 2;
+    }
 }
 
 #[cfg(test)]
@@ -423,6 +443,42 @@ mod tests {
                 }
             }
             assert_eq!(compared, names.len() * 12);
+        }
+    }
+
+    /// A value's end is where `serde_json` finds it: strings with escapes and brackets in
+    /// them, nested objects and arrays, numbers and literals before a comma or a bracket;
+    /// none for text that does not end.
+    #[test]
+    fn a_value_ends_where_serde_json_ends_it() {
+        for value in [
+            r#""""#,
+            r#""a""#,
+            r#""a\"b\\""#,
+            r#""}],{\u0022""#,
+            r#"{"a":{"b":["}",1,{"c":"]"}]},"d":"\\"}"#,
+            r#"[[],[{}],"[",-1.5e3]"#,
+            "12",
+            "-0.5",
+            "true",
+            "null",
+        ] {
+            assert!(serde_json::from_str::<Value>(value).is_ok(), "{value}");
+            for after in ["", ",\"x\":1", "}", "]"] {
+                let text = format!("{value}{after}");
+                assert_eq!(value_end(text.as_bytes()), Some(value.len()), "{text}");
+            }
+        }
+        for unended in [
+            r#"""#,
+            r#""a"#,
+            r#""a\"#,
+            r#""a\""#,
+            "{",
+            r#"{"a":"}"#,
+            "[1,[2]",
+        ] {
+            assert_eq!(value_end(unended.as_bytes()), None, "{unended}");
         }
     }
 
