@@ -19,11 +19,13 @@
 //! - `options`: [`LoadOptions`] and the parsing and checks of the command line's forms.
 //! - `requests`: `Requests`, every URL, header and body built before the run.
 //! - `report`: [`LoadReport`] and [`RouteReport`], the statistics of the measured window.
+//! - `turns`: [`Turns`], the mix's routes measured alone but interleaved (`--turns-ms`).
 
 mod options;
 mod report;
 mod requests;
 mod route;
+mod turns;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +37,7 @@ use serde_json::{Value, json};
 pub use options::{DEFAULT_MIX, LoadOptions, check_loopback, parse_mix, parse_route_concurrency};
 pub use report::{Clients, LoadReport, Outcome, RouteReport, Tally};
 pub use route::Route;
+pub use turns::Turns;
 
 use requests::Requests;
 
@@ -118,6 +121,10 @@ struct Shared {
     dedicated_requests: Option<Requests>,
     mix: Vec<(Route, u32)>,
     total_weight: u32,
+    /// When the mix's routes take turns instead of being drawn by weight.
+    turns: Option<Turns>,
+    /// The start of the run (of the warm-up): where the turns start.
+    start: Instant,
     /// The end of the warm-up: the latencies of requests sent from then on are measured, and
     /// responses from then on counted.
     measured_from: Instant,
@@ -146,6 +153,18 @@ impl Shared {
             })
             .unwrap_or(0)
     }
+
+    /// Whether the mix's client of a request of `slot` whose response arrived at `answered`
+    /// counts it towards throughput: in the measured window, and with turns, in its route's
+    /// own turn after it settled.
+    fn counts(&self, slot: usize, answered: Instant) -> bool {
+        self.measured_from < answered
+            && answered <= self.until
+            && self
+                .turns
+                .as_ref()
+                .is_none_or(|t| t.at(answered - self.start) == (slot, true))
+    }
 }
 
 /// Sends `request` and reads its body to the end (as a real client must, to reuse the
@@ -157,7 +176,8 @@ async fn send(request: reqwest::RequestBuilder) -> Option<u16> {
 }
 
 /// One client: sends a request at a time until the window closes, each of `only`'s route
-/// (a dedicated client, paced by `route_interval`) or drawn from the mix. Returns its tallies by report slot: the mix's
+/// (a dedicated client, paced by `route_interval`), or the mix's: the route whose turn it is
+/// (`--turns-ms`), else one drawn by weight. Returns its tallies by report slot: the mix's
 /// routes by their index in the mix, a dedicated client's in slot `only.0`.
 async fn client(
     shared: Arc<Shared>,
@@ -186,7 +206,20 @@ async fn client(
         if sent >= shared.until {
             break;
         }
-        let measured = sent >= shared.measured_from;
+        // A dedicated client's route, the route whose turn it is, or one drawn by weight; and
+        // whether its turn has settled (always, without turns).
+        let (slot, route, settled) = match (only, &shared.turns) {
+            (Some((slot, route)), _) => (slot, route, true),
+            (None, Some(turns)) => {
+                let (i, settled) = turns.at(sent - shared.start);
+                (i, shared.mix[i].0, settled)
+            }
+            (None, None) => {
+                let i = shared.pick(&mut rng);
+                (i, shared.mix[i].0, true)
+            }
+        };
+        let measured = sent >= shared.measured_from && settled;
         if measured
             && shared
                 .max_requests
@@ -194,10 +227,6 @@ async fn client(
         {
             break;
         }
-        let (slot, route) = only.unwrap_or_else(|| {
-            let i = shared.pick(&mut rng);
-            (i, shared.mix[i].0)
-        });
         let status = send(requests.request(&http, route, &mut rng)).await;
         let answered = Instant::now();
         let tally = &mut tallies[slot];
@@ -207,7 +236,11 @@ async fn client(
                 latency: answered - sent,
             });
         }
-        if shared.measured_from < answered && answered <= shared.until {
+        let counts = match only {
+            Some(_) => shared.measured_from < answered && answered <= shared.until,
+            None => shared.counts(slot, answered),
+        };
+        if counts {
             tally.completed += 1;
         }
     }
@@ -274,12 +307,15 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
         }
         None => None,
     };
-    let measured_from = Instant::now() + o.warmup;
+    let start = Instant::now();
+    let measured_from = start + o.warmup;
     let shared = Arc::new(Shared {
         requests,
         dedicated_requests,
         mix: o.mix.clone(),
         total_weight: o.mix.iter().map(|(_, w)| w).sum(),
+        turns: o.turns.and_then(|unit| Turns::new(unit, &o.mix)),
+        start,
         measured_from,
         until: measured_from + o.duration,
         max_requests: o.max_requests,
@@ -322,9 +358,15 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
     }
     // The window closes at its planned end, or when the last response came if that was
     // first (`max_requests` sent).
-    let elapsed = (Instant::now().min(shared.until))
-        .saturating_duration_since(measured_from)
-        .as_secs_f64();
+    let end = Instant::now().min(shared.until);
+    let elapsed = end.saturating_duration_since(measured_from).as_secs_f64();
+    // The seconds each report slot's throughput is over: with turns, a mix route's own.
+    let measured_s = |slot: usize| match &shared.turns {
+        Some(turns) if slot < o.mix.len() => turns
+            .measured(slot, measured_from - start, end.max(measured_from) - start)
+            .as_secs_f64(),
+        _ => elapsed,
+    };
     let mix = o
         .mix
         .iter()
@@ -333,9 +375,10 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
     let routes = mix
         .chain(own)
         .zip(tallies.iter_mut())
-        .filter(|((_, _, clients), _)| *clients > 0)
-        .map(|((route, kind, clients), mine)| {
-            RouteReport::summarize(route, kind, clients, mine, elapsed)
+        .enumerate()
+        .filter(|(_, ((_, _, clients), _))| *clients > 0)
+        .map(|(slot, ((route, kind, clients), mine))| {
+            RouteReport::summarize(route, kind, clients, mine, measured_s(slot))
         })
         .collect();
     Ok(LoadReport::new(&o, elapsed, routes))

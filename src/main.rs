@@ -124,6 +124,12 @@ enum Command {
         /// (default: the name's first four).
         #[arg(long)]
         search_len: Option<usize>,
+        /// The mix's routes take turns instead of being drawn by weight: every mix client
+        /// sends one route for weight × this many milliseconds, then the next, round and
+        /// round. Each route's req/s is over its own turns, less the first fifth of each
+        /// (it settles), so routes measured alone are measured in the same minutes.
+        #[arg(long)]
+        turns_ms: Option<u64>,
         /// Threads of the runtime of the mix's clients (it shares the machine with the server);
         /// dedicated clients have a thread of their own.
         #[arg(long, default_value_t = 1)]
@@ -190,6 +196,7 @@ fn main() -> ExitCode {
         mix,
         seed,
         search_len,
+        turns_ms,
         threads,
         json,
     }) = &cli.command
@@ -224,6 +231,7 @@ fn main() -> ExitCode {
             seed: *seed,
             search_len: *search_len,
             client_threads: *threads,
+            turns: turns_ms.map(std::time::Duration::from_millis),
         };
         return match kbq::load::run_blocking(options) {
             Ok(report) if *json => {

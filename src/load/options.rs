@@ -19,6 +19,8 @@ const MAX_SECONDS: u64 = 86_400;
 const MAX_SEARCH_LEN: usize = 256;
 /// The most threads the client's own runtime may have.
 const MAX_THREADS: usize = 64;
+/// The shortest and the longest turn unit (`--turns-ms`): a turn of 10 ms settles for 2.
+const TURN_UNIT_MS: std::ops::RangeInclusive<u128> = 10..=3_600_000;
 
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -50,6 +52,9 @@ pub struct LoadOptions {
     /// Threads of the runtime of the mix's clients: it shares the machine with the server it
     /// measures. The dedicated clients have a thread and a runtime of their own.
     pub client_threads: usize,
+    /// `--turns-ms`: the mix's routes take turns of weight × this, each measured over its own
+    /// turns (see [`Turns`](super::Turns)), instead of each request's route drawn by weight.
+    pub turns: Option<Duration>,
 }
 
 impl LoadOptions {
@@ -86,6 +91,23 @@ impl LoadOptions {
         }
         if !(1..=MAX_THREADS).contains(&self.client_threads) {
             return Err(format!("--threads must be 1 to {MAX_THREADS}"));
+        }
+        if let Some(unit) = self.turns {
+            if !TURN_UNIT_MS.contains(&unit.as_millis()) {
+                return Err(format!(
+                    "--turns-ms must be {} to {}",
+                    TURN_UNIT_MS.start(),
+                    TURN_UNIT_MS.end()
+                ));
+            }
+            // Every route then has all of its turn in the window, whatever the phase.
+            let weights: u128 = self.mix.iter().map(|&(_, w)| u128::from(w)).sum();
+            let cycle = unit.as_millis() * weights;
+            if cycle > self.duration.as_millis() {
+                return Err(format!(
+                    "--turns-ms times the mix's weights ({cycle} ms a round) must be at most --duration"
+                ));
+            }
         }
         Ok(())
     }
@@ -231,6 +253,7 @@ mod tests {
             seed: 42,
             search_len: None,
             client_threads: 1,
+            turns: None,
         }
     }
 
@@ -248,6 +271,12 @@ mod tests {
             ..only_dedicated
         };
         assert!(no_mix.check().is_ok());
+        let turns = LoadOptions {
+            mix: vec![(Route::Livez, 1), (Route::Health, 4)],
+            turns: Some(Duration::from_secs(2)),
+            ..options()
+        };
+        assert!(turns.check().is_ok());
         let bad = [
             LoadOptions {
                 concurrency: 0,
@@ -283,6 +312,16 @@ mod tests {
             },
             LoadOptions {
                 client_threads: 0,
+                ..options()
+            },
+            LoadOptions {
+                turns: Some(Duration::from_millis(9)),
+                ..options()
+            },
+            // A round of 11 s in a window of 10.
+            LoadOptions {
+                mix: vec![(Route::Livez, 1), (Route::Health, 10)],
+                turns: Some(Duration::from_secs(1)),
                 ..options()
             },
         ];

@@ -59,7 +59,10 @@ pub struct RouteReport {
     pub shed: u64,
     /// Responses per status code ("transport" for failures without one).
     pub statuses: BTreeMap<String, u64>,
-    /// `completed` per second of the window.
+    /// The seconds `throughput_per_s` is over: the measured window, or with `--turns-ms` the
+    /// route's own settled turns in it.
+    pub measured_s: f64,
+    /// `completed` per second of `measured_s`.
     pub throughput_per_s: f64,
     pub p50_ms: f64,
     pub p90_ms: f64,
@@ -69,8 +72,8 @@ pub struct RouteReport {
 }
 
 impl RouteReport {
-    /// Summarizes `tally` (its outcomes in any order; sorted here by latency) over a window of
-    /// `elapsed_s` seconds.
+    /// Summarizes `tally` (its outcomes in any order; sorted here by latency) over `elapsed_s`
+    /// measured seconds.
     pub fn summarize(
         route: Route,
         clients: Clients,
@@ -97,6 +100,7 @@ impl RouteReport {
             errors: count(|s| !s.is_some_and(|c| (200..300).contains(&c))),
             shed: count(|s| s == Some(SHED)),
             statuses,
+            measured_s: elapsed_s,
             throughput_per_s: per_second(tally.completed, elapsed_s),
             p50_ms: percentile_ms(outcomes, 0.50),
             p90_ms: percentile_ms(outcomes, 0.90),
@@ -150,6 +154,9 @@ pub struct LoadReport {
     /// Characters per search query (`None`: an entity name's first four).
     pub search_len: Option<usize>,
     pub client_threads: usize,
+    /// The unit of the mix's turns (`--turns-ms`), when its routes took turns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turns_ms: Option<f64>,
     /// The measured window as it ran: from the end of the warm-up to its planned end, or to
     /// the last response if that came first (`max_requests` sent).
     pub elapsed_s: f64,
@@ -179,6 +186,7 @@ impl LoadReport {
             seed: o.seed,
             search_len: o.search_len,
             client_threads: o.client_threads,
+            turns_ms: o.turns.map(|t| t.as_secs_f64() * 1e3),
             elapsed_s,
             requests,
             completed,
@@ -197,7 +205,7 @@ impl LoadReport {
             .map(|(r, n)| format!("{}={n}", r.name()))
             .collect();
         let mut out = format!(
-            "{} requests in {:.1} s ({:.0} req/s) after a {:.0} s warm-up, {} errors of which {} shed (503); mix at concurrency {}, dedicated clients: {}\n\n| route | clients | requests | errors | shed | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+            "{} requests in {:.1} s ({:.0} req/s) after a {:.0} s warm-up, {} errors of which {} shed (503); mix at concurrency {}{}, dedicated clients: {}\n\n| route | clients | requests | errors | shed | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
             self.requests,
             self.elapsed_s,
             self.throughput_per_s,
@@ -205,6 +213,9 @@ impl LoadReport {
             self.errors,
             self.shed,
             self.concurrency,
+            self.turns_ms.map_or(String::new(), |ms| format!(
+                " in turns of {ms:.0} ms per weight (each route's req/s over its own turns)"
+            )),
             if dedicated.is_empty() {
                 "none".to_string()
             } else {
@@ -342,6 +353,7 @@ mod tests {
             seed: 7,
             search_len: Some(2),
             client_threads: 1,
+            turns: None,
         };
         let mix_livez = RouteReport::summarize(
             Route::Livez,

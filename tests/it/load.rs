@@ -228,3 +228,56 @@ async fn dedicated_clients_send_to_the_dedicated_url() {
     }
     t.stop().await;
 }
+
+/// `--turns-ms`: the mix's routes take turns, each route's req/s over its own settled turns
+/// (a fifth of each turn settles), in the same window; a round longer than the window is
+/// refused.
+#[tokio::test]
+async fn routes_in_turns_are_each_measured_over_their_own_turns() {
+    let t = TestServer::start().await;
+    let report = kbq_load_json(&[
+        "--url",
+        &t.base,
+        "--key",
+        KEY,
+        "--concurrency",
+        "2",
+        "--mix",
+        "livez=1,entity=3",
+        "--turns-ms",
+        "100",
+        "--duration",
+        "2",
+    ])
+    .await;
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["turns_ms"], 100.0, "{report}");
+    assert_eq!(report["elapsed_s"], 2.0, "{report}");
+    // Rounds of 400 ms: livez 100 ms (80 measured), entity 300 ms (240 measured); five rounds.
+    for (i, (route, measured)) in [("livez", 0.4), ("entity", 1.2)].into_iter().enumerate() {
+        let r = &report["routes"][i];
+        assert_eq!(r["route"], route, "{report}");
+        let m = r["measured_s"].as_f64().unwrap();
+        assert!((m - measured).abs() < 1e-9, "{r}");
+        let completed = r["completed"].as_u64().unwrap();
+        assert!(completed > 0 && r["requests"].as_u64().unwrap() > 0, "{r}");
+        let rps = r["throughput_per_s"].as_f64().unwrap();
+        assert!((rps - completed as f64 / measured).abs() < 1e-6, "{r}");
+    }
+    t.stop().await;
+
+    let out = kbq_load(&[
+        "--key",
+        KEY,
+        "--mix",
+        "livez=1,entity=1",
+        "--turns-ms",
+        "1000",
+        "--duration",
+        "1",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("at most --duration"), "{stderr}");
+}
