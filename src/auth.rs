@@ -103,14 +103,26 @@ impl Scopes {
 struct Key {
     name: Arc<str>,
     hash: [u8; 32],
+    /// The hash's first half in hex, the key's id in logs and limits: made once here rather
+    /// than for every request.
+    id: Arc<str>,
     scopes: Scopes,
 }
 
 impl Key {
+    fn new(name: Arc<str>, hash: [u8; 32], scopes: Scopes) -> Key {
+        Key {
+            name,
+            id: hex::encode(&hash[..16]).into(),
+            hash,
+            scopes,
+        }
+    }
+
     fn identity(&self) -> KeyIdentity {
         KeyIdentity {
             name: self.name.clone(),
-            id: hex::encode(&self.hash[..16]).into(),
+            id: self.id.clone(),
             scopes: self.scopes,
         }
     }
@@ -151,19 +163,15 @@ impl Keys {
                 let mut hash = [0u8; 32];
                 // Config validation has checked the hex already.
                 hex::decode_to_slice(&e.sha256, &mut hash).unwrap_or_default();
-                Key {
-                    name: e.name.as_str().into(),
+                Key::new(
+                    e.name.as_str().into(),
                     hash,
-                    scopes: Scopes::from_names(e.scopes.as_deref()),
-                }
+                    Scopes::from_names(e.scopes.as_deref()),
+                )
             })
             .collect();
         for (i, k) in plaintext.iter().enumerate() {
-            keys.push(Key {
-                name: format!("env-{i}").into(),
-                hash: hash(k),
-                scopes: Scopes::ALL,
-            });
+            keys.push(Key::new(format!("env-{i}").into(), hash(k), Scopes::ALL));
         }
         Keys { keys }
     }
@@ -188,11 +196,8 @@ impl Keys {
                 (key, true)
             }
         };
-        self.keys.push(Key {
-            name: "generated".into(),
-            hash: hash(&key),
-            scopes: Scopes::ALL,
-        });
+        self.keys
+            .push(Key::new("generated".into(), hash(&key), Scopes::ALL));
         Ok(Some(GeneratedKey { key, path, new }))
     }
 
@@ -289,4 +294,32 @@ pub async fn require_scope(
             .map_into_right_body());
     }
     Ok(next.call(req).await?.map_into_left_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key is known by its configured name and by an id, its hash's first half in hex,
+    /// whichever way it was configured; another key is not known.
+    #[test]
+    fn a_verified_key_carries_its_name_and_its_hashs_id() {
+        let configured = "kbq_configured";
+        let keys = Keys::new(
+            &[KeyEntry {
+                name: "reader".into(),
+                sha256: hex::encode(hash(configured)),
+                scopes: Some(vec!["graph".into()]),
+            }],
+            &["plain".to_string()],
+        );
+        for (presented, name) in [(configured, "reader"), ("plain", "env-0")] {
+            let who = keys.verify(presented).expect("a configured key");
+            assert_eq!(&*who.name, name);
+            assert_eq!(&*who.id, hex::encode(&hash(presented)[..16]));
+            assert_eq!(who.id.len(), 32);
+        }
+        assert!(keys.verify("kbq_other").is_none());
+        assert!(keys.verify("").is_none());
+    }
 }
