@@ -154,16 +154,15 @@ impl Shared {
             .unwrap_or(0)
     }
 
-    /// Whether the mix's client of a request of `slot` whose response arrived at `answered`
-    /// counts it towards throughput: in the measured window, and with turns, in its route's
-    /// own turn after it settled.
-    fn counts(&self, slot: usize, answered: Instant) -> bool {
-        self.measured_from < answered
-            && answered <= self.until
-            && self
-                .turns
-                .as_ref()
-                .is_none_or(|t| t.at(answered - self.start) == (slot, true))
+    /// Whether a response that arrived at `answered` counts towards throughput: in the
+    /// measured window, and for a mix client's request of `mix_slot` (`None`: a dedicated
+    /// client's) when the routes take turns, in its route's own turn after it settled.
+    fn counts(&self, mix_slot: Option<usize>, answered: Instant) -> bool {
+        let in_turn = || match (&self.turns, mix_slot) {
+            (Some(t), Some(slot)) => t.at(answered - self.start) == (slot, true),
+            _ => true,
+        };
+        self.measured_from < answered && answered <= self.until && in_turn()
     }
 }
 
@@ -236,11 +235,7 @@ async fn client(
                 latency: answered - sent,
             });
         }
-        let counts = match only {
-            Some(_) => shared.measured_from < answered && answered <= shared.until,
-            None => shared.counts(slot, answered),
-        };
-        if counts {
+        if shared.counts(only.is_none().then_some(slot), answered) {
             tally.completed += 1;
         }
     }
