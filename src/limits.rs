@@ -69,11 +69,12 @@ pub async fn limit(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let limits = req.app_data::<web::Data<RateLimits>>().cloned();
-    let key = req.extensions().get::<KeyIdentity>().map(|k| k.id.clone());
     let budget = limits.as_ref().and_then(|l| match route {
         Route::Graph => l.graph.as_ref(),
         Route::Agent => l.agent.as_ref(),
     });
+    // The key's id is copied only when there is a budget to spend.
+    let key = budget.and_then(|_| req.extensions().get::<KeyIdentity>().map(|k| k.id.clone()));
     let (Some(budget), Some(key)) = (budget, key) else {
         return Ok(next.call(req).await?.map_into_left_body());
     };

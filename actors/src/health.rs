@@ -48,6 +48,48 @@ struct Entry {
     last_checked: Option<Instant>,
 }
 
+/// An entry's reported times at `now`.
+struct Timings {
+    latency_ms: Option<f64>,
+    ejected_for_ms: Option<u64>,
+    checked_ms_ago: Option<u64>,
+}
+
+impl Entry {
+    /// `up` or `down`.
+    fn status(&self) -> &'static str {
+        if self.ejected_until.is_none() {
+            "up"
+        } else {
+            "down"
+        }
+    }
+
+    fn timings(&self, now: Instant) -> Timings {
+        Timings {
+            latency_ms: self
+                .latency
+                .map(|d| (d.as_secs_f64() * 1e5).round() / 100.0),
+            ejected_for_ms: self
+                .ejected_until
+                .map(|t| t.saturating_duration_since(now).as_millis() as u64),
+            checked_ms_ago: self
+                .last_checked
+                .map(|t| now.duration_since(t).as_millis() as u64),
+        }
+    }
+}
+
+/// healthy = every provider up, degraded = some up and some down, unhealthy = none up.
+fn overall(entries: &[Entry]) -> Health {
+    let up = entries.iter().filter(|e| e.ejected_until.is_none()).count();
+    match (up, entries.len()) {
+        (0, _) => Health::Unhealthy,
+        (u, n) if u == n => Health::Healthy,
+        _ => Health::Degraded,
+    }
+}
+
 /// One provider's state as reported.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize)]
@@ -115,36 +157,78 @@ impl HealthBoard {
     }
 
     pub fn report(&self) -> HealthReport {
-        let now = Instant::now();
+        self.report_at(Instant::now())
+    }
+
+    fn report_at(&self, now: Instant) -> HealthReport {
         let entries = self.entries.read();
         let providers: Vec<ProviderStatus> = entries
             .iter()
-            .map(|e| ProviderStatus {
-                name: e.name.clone(),
-                kind: e.kind,
-                status: if e.ejected_until.is_none() {
-                    "up"
-                } else {
-                    "down"
-                },
-                latency_ms: e.latency.map(|d| (d.as_secs_f64() * 1e5).round() / 100.0),
-                last_error: e.last_error.clone(),
-                consecutive_failures: e.consecutive_failures,
-                ejected_for_ms: e
-                    .ejected_until
-                    .map(|t| t.saturating_duration_since(now).as_millis() as u64),
-                checked_ms_ago: e
-                    .last_checked
-                    .map(|t| now.duration_since(t).as_millis() as u64),
+            .map(|e| {
+                let t = e.timings(now);
+                ProviderStatus {
+                    name: e.name.clone(),
+                    kind: e.kind,
+                    status: e.status(),
+                    latency_ms: t.latency_ms,
+                    last_error: e.last_error.clone(),
+                    consecutive_failures: e.consecutive_failures,
+                    ejected_for_ms: t.ejected_for_ms,
+                    checked_ms_ago: t.checked_ms_ago,
+                }
             })
             .collect();
-        let up = providers.iter().filter(|p| p.status == "up").count();
-        let status = match (up, providers.len()) {
-            (0, _) => Health::Unhealthy,
-            (u, n) if u == n => Health::Healthy,
-            _ => Health::Degraded,
+        HealthReport {
+            status: overall(&entries),
+            providers,
+        }
+    }
+
+    /// Appends the report as JSON, the bytes `serde_json` writes for [`Self::report`] (a
+    /// unit test holds both to the same bytes), and returns its overall value. Load
+    /// balancers ask for it often: it is written from the board, with nothing copied.
+    pub fn write_report(&self, out: &mut String) -> Health {
+        self.write_report_at(Instant::now(), out)
+    }
+
+    fn write_report_at(&self, now: Instant, out: &mut String) -> Health {
+        use std::fmt::Write as _;
+
+        use kbq_store::json::{write_optional_f64, write_optional_str, write_str};
+        // Writing to a `String` cannot fail.
+        let optional_u64 = |out: &mut String, x: Option<u64>| match x {
+            Some(x) => _ = write!(out, "{x}"),
+            None => out.push_str("null"),
         };
-        HealthReport { status, providers }
+        let entries = self.entries.read();
+        let status = overall(&entries);
+        out.push_str(match status {
+            Health::Healthy => "{\"status\":\"healthy\",\"providers\":[",
+            Health::Degraded => "{\"status\":\"degraded\",\"providers\":[",
+            Health::Unhealthy => "{\"status\":\"unhealthy\",\"providers\":[",
+        });
+        for (i, e) in entries.iter().enumerate() {
+            let t = e.timings(now);
+            out.push_str(if i > 0 { ",{\"name\":" } else { "{\"name\":" });
+            write_str(out, &e.name);
+            out.push_str(",\"kind\":");
+            write_str(out, e.kind);
+            out.push_str(",\"status\":\"");
+            out.push_str(e.status());
+            out.push_str("\",\"latency_ms\":");
+            write_optional_f64(out, t.latency_ms);
+            out.push_str(",\"last_error\":");
+            write_optional_str(out, e.last_error.as_deref());
+            out.push_str(",\"consecutive_failures\":");
+            _ = write!(out, "{}", e.consecutive_failures);
+            out.push_str(",\"ejected_for_ms\":");
+            optional_u64(out, t.ejected_for_ms);
+            out.push_str(",\"checked_ms_ago\":");
+            optional_u64(out, t.checked_ms_ago);
+            out.push('}');
+        }
+        out.push_str("]}");
+        status
     }
 
     fn record(&self, o: &Outcome) {
@@ -350,5 +434,46 @@ mod tests {
         b.record(&outcome("b", false, false));
         assert_eq!(b.report().status, Health::Unhealthy);
         assert_eq!(b.report().providers[1].last_error.as_deref(), Some("boom"));
+    }
+
+    /// The report written by hand is what `serde_json` writes for it, at the same instant, in
+    /// every state: fresh, failing with an error that needs escapes, ejected, back with a
+    /// latency, and with no provider up.
+    #[test]
+    fn the_written_report_is_what_serde_json_writes() {
+        let b = HealthBoard::new(
+            &[("a \"quoted\"".into(), "openai"), ("b".into(), "builtin")],
+            HealthPolicy {
+                probe_interval: Duration::from_secs(1),
+                failure_threshold: 2,
+                cooldown: Duration::from_millis(30),
+                max_cooldown: Duration::from_secs(10),
+            },
+        );
+        let same = |b: &HealthBoard, expected: Health| {
+            let now = Instant::now();
+            let mut out = String::new();
+            assert_eq!(b.write_report_at(now, &mut out), expected);
+            assert_eq!(out, serde_json::to_string(&b.report_at(now)).unwrap());
+            let mut fresh = String::new();
+            assert_eq!(b.write_report(&mut fresh), expected);
+            out
+        };
+        same(&b, Health::Healthy);
+        let mut failed = outcome("a \"quoted\"", false, false);
+        failed.error = Some("line\n\t\"x\" \\ é \u{1}".into());
+        b.record(&failed);
+        same(&b, Health::Healthy);
+        b.record(&failed);
+        let written = same(&b, Health::Degraded);
+        assert!(written.contains("\"status\":\"down\""), "{written}");
+        let mut ok = outcome("b", true, true);
+        ok.latency = Duration::from_micros(1_234_567);
+        b.record(&ok);
+        let written = same(&b, Health::Degraded);
+        assert!(written.contains("\"latency_ms\":1234.57"), "{written}");
+        b.record(&outcome("b", false, false));
+        b.record(&outcome("b", false, false));
+        same(&b, Health::Unhealthy);
     }
 }

@@ -16,15 +16,21 @@ use crate::auth::{Scope, require_key, require_scope};
 use crate::error::{ApiError, ErrorCode};
 use crate::limits::{self, Route};
 
-/// All routes: probes and the API's description at the root, the graph API under `/data/v1`,
-/// RAG search under `/v1/rag`, the agent API under `/v1`. The OpenAPI document
-/// (`crate::openapi`) describes each one; tests/it/openapi.rs checks that against this.
+/// All routes, in the order they are tried: the probes and the providers' health, the graph
+/// API under `/data/v1`, RAG search under `/v1/rag`, the agent API under `/v1`, then metrics
+/// and the API's description at the root. The OpenAPI document (`crate::openapi`) describes
+/// each one; tests/it/openapi.rs checks that against this.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // The last `wrap` runs first: the key is checked, then the key's budget is spent.
     cfg.configure(probes::configure)
-        // Metrics for Prometheus: no key, like the probes; not versioned.
-        .service(web::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
-        .configure(docs::configure)
+        // The providers' health, which load balancers ask for often: matched here, before
+        // the scopes are tried, with the key and the agent budget of the rest of `/v1`.
+        .service(
+            web::resource("/v1/agent/health")
+                .wrap(from_fn(|req, next| limits::limit(Route::Agent, req, next)))
+                .wrap(from_fn(require_key))
+                .route(web::get().to(agent::health)),
+        )
         // Registered before `/data/v1`, which would otherwise match first.
         .service(
             web::scope("/data/v1/ingest")
@@ -56,7 +62,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .configure(agent::configure)
                 .configure(completions::configure)
                 .configure(openai::configure),
-        );
+        )
+        // Metrics for Prometheus: no key, like the probes; not versioned. After the API's
+        // scopes, with the API's description, so that API requests are not first tried
+        // against their patterns (Swagger UI's is a regular expression).
+        .service(web::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
+        .configure(docs::configure);
 }
 
 /// MCP at `/mcp` (crate::mcp): a key with the `read` scope, and the key's graph budget per

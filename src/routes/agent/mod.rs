@@ -30,8 +30,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         web::resource("/agent/chat")
             .wrap(from_fn(|req, next| require_scope(Scope::Agent, req, next)))
             .route(web::post().to(chat)),
-    )
-    .service(web::resource("/agent/health").route(web::get().to(health)));
+    );
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -344,16 +343,17 @@ fn chat_body(r: &ChatResponse) -> Vec<u8> {
     // Any key will do: no scope.
     security(("bearer" = []), ("api_key" = [])),
 )]
-async fn health(agent: web::Data<Agent>) -> HttpResponse {
-    let report = agent.health().report();
-    let status = if report.status == Health::Unhealthy {
+pub(crate) async fn health(agent: web::Data<Agent>) -> HttpResponse {
+    let mut body = String::with_capacity(256);
+    let status = if agent.health().write_report(&mut body) == Health::Unhealthy {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
     };
     HttpResponse::build(status)
+        .insert_header(ContentType::json())
         .insert_header(("Cache-Control", "no-store"))
-        .json(report)
+        .body(body)
 }
 
 #[cfg(test)]
