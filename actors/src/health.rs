@@ -56,13 +56,14 @@ struct Timings {
 }
 
 impl Entry {
+    /// Whether the provider may take traffic: it is not ejected.
+    fn is_up(&self) -> bool {
+        self.ejected_until.is_none()
+    }
+
     /// `up` or `down`.
     fn status(&self) -> &'static str {
-        if self.ejected_until.is_none() {
-            "up"
-        } else {
-            "down"
-        }
+        if self.is_up() { "up" } else { "down" }
     }
 
     fn timings(&self, now: Instant) -> Timings {
@@ -82,7 +83,7 @@ impl Entry {
 
 /// healthy = every provider up, degraded = some up and some down, unhealthy = none up.
 fn overall(entries: &[Entry]) -> Health {
-    let up = entries.iter().filter(|e| e.ejected_until.is_none()).count();
+    let up = entries.iter().filter(|e| e.is_up()).count();
     match (up, entries.len()) {
         (0, _) => Health::Unhealthy,
         (u, n) if u == n => Health::Healthy,
@@ -151,7 +152,7 @@ impl HealthBoard {
         self.entries
             .read()
             .iter()
-            .filter(|e| e.ejected_until.is_none())
+            .filter(|e| e.is_up())
             .map(|e| e.name.clone())
             .collect()
     }
