@@ -10,9 +10,9 @@ async fn kbq_load(args: &[&str]) -> std::process::Output {
     kbq_cli(&[&["load"], args].concat()).await
 }
 
-/// `kbq load --json` that must succeed, and its report.
-async fn kbq_load_json(args: &[&str]) -> Value {
-    let out = kbq_load(&[args, &["--json"]].concat()).await;
+/// `kbq load --json` against `t` with the test's key, that must succeed, and its report.
+async fn kbq_load_json(t: &TestServer, args: &[&str]) -> Value {
+    let out = kbq_load(&[&["--url", &t.base, "--key", KEY], args, &["--json"]].concat()).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -25,20 +25,19 @@ async fn kbq_load_json(args: &[&str]) -> Value {
 #[tokio::test]
 async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
     let t = TestServer::start().await;
-    let report = kbq_load_json(&[
-        "--url",
-        &t.base,
-        "--key",
-        KEY,
-        "--concurrency",
-        "4",
-        "--requests",
-        "240",
-        "--duration",
-        "120",
-        "--mix",
-        "traverse=3,search=2,entity=2,documents=1,rag=1,chat=1,health=1,livez=1",
-    ])
+    let report = kbq_load_json(
+        &t,
+        &[
+            "--concurrency",
+            "4",
+            "--requests",
+            "240",
+            "--duration",
+            "120",
+            "--mix",
+            "traverse=3,search=2,entity=2,documents=1,rag=1,chat=1,health=1,livez=1",
+        ],
+    )
     .await;
     assert_eq!(report["requests"], 240, "bounded in requests: {report}");
     assert_eq!(report["errors"], 0, "{report}");
@@ -77,26 +76,25 @@ async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
 #[tokio::test]
 async fn dedicated_clients_run_beside_the_mix_and_are_reported_apart() {
     let t = TestServer::start().await;
-    let report = kbq_load_json(&[
-        "--url",
-        &t.base,
-        "--key",
-        KEY,
-        "--concurrency",
-        "2",
-        "--mix",
-        "search=1,livez=1",
-        "--route-concurrency",
-        "livez=1,health=2",
-        "--route-interval-ms",
-        "20",
-        "--search-len",
-        "2",
-        "--warmup",
-        "1",
-        "--duration",
-        "1",
-    ])
+    let report = kbq_load_json(
+        &t,
+        &[
+            "--concurrency",
+            "2",
+            "--mix",
+            "search=1,livez=1",
+            "--route-concurrency",
+            "livez=1,health=2",
+            "--route-interval-ms",
+            "20",
+            "--search-len",
+            "2",
+            "--warmup",
+            "1",
+            "--duration",
+            "1",
+        ],
+    )
     .await;
     assert_eq!(report["errors"], 0, "{report}");
     assert_eq!(report["shed"], 0, "{report}");
@@ -138,18 +136,17 @@ async fn dedicated_clients_run_beside_the_mix_and_are_reported_apart() {
     assert!(livez["requests"].as_u64().unwrap() <= 51, "{livez}");
 
     // No mix at all: only the dedicated clients.
-    let report = kbq_load_json(&[
-        "--url",
-        &t.base,
-        "--key",
-        KEY,
-        "--concurrency",
-        "0",
-        "--route-concurrency",
-        "entity=1",
-        "--requests",
-        "20",
-    ])
+    let report = kbq_load_json(
+        &t,
+        &[
+            "--concurrency",
+            "0",
+            "--route-concurrency",
+            "entity=1",
+            "--requests",
+            "20",
+        ],
+    )
     .await;
     assert_eq!(report["requests"], 20, "{report}");
     assert_eq!(report["routes"].as_array().unwrap().len(), 1, "{report}");
@@ -181,24 +178,23 @@ async fn dedicated_clients_send_to_the_dedicated_url() {
         "http://{}",
         t.server().probe_addr().expect("a probe listener")
     );
-    let report = kbq_load_json(&[
-        "--url",
-        &t.base,
-        "--dedicated-url",
-        &probes,
-        "--key",
-        KEY,
-        "--concurrency",
-        "2",
-        "--mix",
-        "entity=1",
-        "--route-concurrency",
-        "livez=1,health=1,entity=1",
-        "--route-interval-ms",
-        "20",
-        "--duration",
-        "1",
-    ])
+    let report = kbq_load_json(
+        &t,
+        &[
+            "--dedicated-url",
+            &probes,
+            "--concurrency",
+            "2",
+            "--mix",
+            "entity=1",
+            "--route-concurrency",
+            "livez=1,health=1,entity=1",
+            "--route-interval-ms",
+            "20",
+            "--duration",
+            "1",
+        ],
+    )
     .await;
     assert_eq!(report["dedicated_url"], probes.as_str(), "{report}");
     let route = |route: &str, clients: &str| {
@@ -235,20 +231,19 @@ async fn dedicated_clients_send_to_the_dedicated_url() {
 #[tokio::test]
 async fn routes_in_turns_are_each_measured_over_their_own_turns() {
     let t = TestServer::start().await;
-    let report = kbq_load_json(&[
-        "--url",
-        &t.base,
-        "--key",
-        KEY,
-        "--concurrency",
-        "2",
-        "--mix",
-        "livez=1,entity=3",
-        "--turns-ms",
-        "100",
-        "--duration",
-        "2",
-    ])
+    let report = kbq_load_json(
+        &t,
+        &[
+            "--concurrency",
+            "2",
+            "--mix",
+            "livez=1,entity=3",
+            "--turns-ms",
+            "100",
+            "--duration",
+            "2",
+        ],
+    )
     .await;
     assert_eq!(report["errors"], 0, "{report}");
     assert_eq!(report["turns_ms"], 100.0, "{report}");
