@@ -10,15 +10,14 @@
 //! table is exactly what SurrealDB holds. A remote store, which other nodes write too, is
 //! read from SurrealDB as before.
 
-use std::sync::Arc;
 use std::time::Instant;
-
-use rustc_hash::FxHashMap;
 
 use surrealdb::types::{RecordId, SurrealValue, Value};
 
+use crate::db::{Connected, obj, query_on, vector_from};
+use crate::documents::DocumentTable;
 use crate::error::{Result, StoreError};
-use crate::kb::{Connected, KnowledgeBase, obj, query_on, vector_from};
+use crate::kb::KnowledgeBase;
 use crate::model::Document;
 use crate::model::table::DOCUMENT;
 use crate::numbers::EntityNumbers;
@@ -38,56 +37,6 @@ pub(crate) struct DocEntry {
     pub(crate) text: Analysed,
     /// The document itself, its id public (`document:<key>`).
     pub(crate) document: Document,
-}
-
-/// Every document of an embedded store by key, as SurrealDB holds it (see the module's docs).
-#[derive(Default)]
-pub(crate) struct DocumentTable {
-    /// Shared with the hits that return them: a hit is a handle, not a copy.
-    by_key: FxHashMap<Box<str>, Arc<Document>>,
-}
-
-impl DocumentTable {
-    /// Approximate heap bytes: the table, the keys and every document's strings.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        let owned: usize = self
-            .by_key
-            .iter()
-            .map(|(k, d)| {
-                k.len()
-                    + crate::heap::arc::<Document>()
-                    + d.id.capacity()
-                    + d.title.capacity()
-                    + d.content.capacity()
-                    + d.source.capacity()
-                    + d.source_id.capacity()
-                    + d.content_type.capacity()
-                    + d.url.as_ref().map_or(0, String::capacity)
-                    + d.entity_name.as_ref().map_or(0, String::capacity)
-            })
-            .sum();
-        crate::heap::map(&self.by_key) + owned
-    }
-
-    pub(crate) fn get(&self, key: &str) -> Option<&Arc<Document>> {
-        self.by_key.get(key)
-    }
-
-    fn put(&mut self, key: &str, document: Document) {
-        self.by_key.insert(key.into(), Arc::new(document));
-    }
-
-    fn remove(&mut self, key: &str) {
-        self.by_key.remove(key);
-    }
-
-    /// Unlinks the document `key` from its entity (the entity was deleted).
-    pub(crate) fn unlink(&mut self, key: &str) {
-        if let Some(d) = self.by_key.get_mut(key) {
-            // A hit handed out before keeps the document as it was.
-            Arc::make_mut(d).entity_name = None;
-        }
-    }
 }
 
 impl DocEntry {
@@ -341,8 +290,7 @@ mod tests {
             .held_documents()
             .expect("an embedded store holds its documents")
             .read()
-            .by_key
-            .values()
+            .all()
             .map(|d| Document::clone(d))
             .collect();
         let mut stored: Vec<Document> = kb

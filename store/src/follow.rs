@@ -18,58 +18,24 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::stream::{BoxStream, SelectAll};
+use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
 use parking_lot::RwLockWriteGuard;
 use surrealdb::types::{Object, RecordIdKey, SurrealValue, Value};
 
+use crate::db::Connected;
+use crate::db::{RELATIONSHIP_FIELDS, obj, relationship_record_id};
 use crate::error::{Result, StoreError};
-use crate::kb::{
-    KnowledgeBase, RELATIONSHIP_FIELDS, RELATIONSHIP_NAME_FIELDS, obj, relationship_record_id,
-};
+use crate::kb::KnowledgeBase;
+use crate::live::{FirstSubscription, Notifications, Table};
 use crate::model::Relationship;
-use crate::model::table::{DOCUMENT, ENTITY, RELATES};
+use crate::model::table::DOCUMENT;
 use crate::write::LOCK_BATCH;
 
 /// Most changed records applied in one round of reads.
 const BATCH: usize = 1000;
 /// Pause before subscribing again after a failed attempt.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
-
-/// The tables followed, one LIVE SELECT each.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Table {
-    Entity,
-    Relates,
-    Document,
-}
-
-impl Table {
-    const ALL: [Table; 3] = [Table::Entity, Table::Relates, Table::Document];
-
-    /// The LIVE SELECT on this table; it projects only what names a record.
-    fn subscription(self) -> String {
-        match self {
-            Table::Entity => format!("LIVE SELECT name FROM {ENTITY}"),
-            Table::Relates => format!("LIVE SELECT {RELATIONSHIP_NAME_FIELDS} FROM {RELATES}"),
-            Table::Document => format!("LIVE SELECT id FROM {DOCUMENT}"),
-        }
-    }
-}
-
-/// The first connection's subscription, for [`KnowledgeBase::follow_changes_from_start`].
-#[derive(Default)]
-pub(crate) enum FirstSubscription {
-    /// The first connection does not subscribe: the follower subscribes and rebuilds.
-    #[default]
-    NotWanted,
-    /// The next connection subscribes before it builds the indexes.
-    Wanted,
-    /// It did: the follower starts from this subscription.
-    Made(Notifications),
-}
-
-pub(crate) type Notifications = SelectAll<BoxStream<'static, (Table, surrealdb::Result<Value>)>>;
 
 /// Records named by notifications, waiting to be read and applied.
 #[derive(Default)]
@@ -183,7 +149,7 @@ impl KnowledgeBase {
     }
 
     /// Starts the three LIVE SELECTs on `c`.
-    pub(crate) async fn subscribe_on(&self, c: &crate::kb::Connected) -> Result<Notifications> {
+    pub(crate) async fn subscribe_on(&self, c: &Connected) -> Result<Notifications> {
         let mut all = SelectAll::new();
         for table in Table::ALL {
             let mut resp =
@@ -304,7 +270,7 @@ mod tests {
     use surrealdb::types::{RecordId, SurrealValue, Value};
 
     use super::{Changes, Table};
-    use crate::kb::obj;
+    use crate::db::obj;
 
     #[test]
     fn a_notification_names_its_record_and_other_shapes_are_ignored() {

@@ -19,7 +19,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::heap;
 use crate::hint::{fetched_ahead, prefetch, prefetch_lines};
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
-use crate::names::NameIndex;
+use crate::names::{NameIndex, fold_case, search_rank};
 use crate::numbers::EntityNumbers;
 
 /// Which edges a walk may follow from an entity.
@@ -364,19 +364,6 @@ pub(crate) fn candidate_order(a: (&str, &str, bool), b: (&str, &str, bool)) -> s
         .then_with(|| b.2.cmp(&a.2))
 }
 
-/// Ranks a search hit: 0 exact, 1 prefix, 2 elsewhere (all case-insensitive); `None` if no hit.
-pub fn search_rank(name_lower: &str, query_lower: &str) -> Option<u8> {
-    if name_lower == query_lower {
-        Some(0)
-    } else if name_lower.starts_with(query_lower) {
-        Some(1)
-    } else if name_lower.contains(query_lower) {
-        Some(2)
-    } else {
-        None
-    }
-}
-
 /// Sorts search hits by rank, then name, and keeps `limit`.
 pub fn rank_hits(hits: Vec<(u8, EntityRef)>, limit: usize) -> Vec<EntityRef> {
     best_ranked(hits, limit, |e| &e.name)
@@ -398,11 +385,6 @@ fn best_ranked<T>(mut hits: Vec<(u8, T)>, limit: usize, name: impl Fn(&T) -> &st
     }
     hits.sort_by(order);
     hits
-}
-
-/// Lower-cases a name the way search compares names (Unicode lower case).
-pub fn fold_case(s: &str) -> String {
-    s.to_lowercase()
 }
 
 /// Nodes fetched ahead by [`GraphIndex::reach`].

@@ -10,16 +10,16 @@ use std::time::Instant;
 
 use surrealdb::types::{Object, SurrealValue, Value};
 
+use crate::db::{Connected, RELATIONSHIP_FIELDS, entity_record_id, obj};
 use crate::error::{Result, StoreError};
 use crate::graph::{
     self, Direction, GraphIndex, Reach, Reached, Traversal, TraversalJson, TraversalQuery, Walk,
     candidate_order,
 };
-use crate::kb::{
-    Connected, KnowledgeBase, RELATIONSHIP_FIELDS, WRITE_BATCH, entity_record_id, obj,
-};
+use crate::kb::{KnowledgeBase, WRITE_BATCH};
 use crate::model::table::{ENTITY, RELATES};
 use crate::model::{Entity, EntityRef, Relationship, keys};
+use crate::names;
 use crate::parts::{self, Parts};
 
 /// An entity row as [`Entity`] reads it; the id is filled in from the name (see [`with_id`]).
@@ -229,7 +229,7 @@ impl KnowledgeBase {
             self.connection().await?;
             return Ok(index.read().search(query, entity_type, limit));
         }
-        let q = graph::fold_case(query);
+        let q = names::fold_case(query);
         let rows: Vec<Entity> = self
             .run(
                 &format!("SELECT {ENTITY_FIELDS} FROM {ENTITY} WHERE string::contains(name_lower, $q) AND ($type = NONE OR entity_type = $type)"),
@@ -242,7 +242,7 @@ impl KnowledgeBase {
         let hits = rows
             .into_iter()
             .filter_map(|e| {
-                let rank = graph::search_rank(&graph::fold_case(&e.name), &q)?;
+                let rank = names::search_rank(&names::fold_case(&e.name), &q)?;
                 Some((rank, with_id(e)))
             })
             .collect();

@@ -1,18 +1,13 @@
 //! [`KnowledgeBase`]: the one door to SurrealDB. This file holds the struct, its connection
 //! (reaching the database, the schema and the in-memory indexes loaded on connecting, retried
-//! after a failure), and the query helpers every other part uses: `run`, `exec`, their
-//! `*_on` forms for a connection in hand, record ids, row builders and the stored form of
-//! vectors.
+//! after a failure), and the query methods every other part uses: `run`, `exec` and their
+//! `*_on` forms for a connection in hand. The connection itself, record ids, row builders and
+//! the stored form of vectors are in `db`, below this file.
 //!
-//! The rest of `impl KnowledgeBase` lives beside the code it belongs with, each file
-//! extending the struct defined here (the one sanctioned two-way `use` between files of this
-//! crate: they use `crate::kb`, and this file calls their methods on `self`):
-//! - [`schema`](crate::schema): the schema, the embedder record and `reembed`;
-//! - [`write`](crate::write): upserts, pipelined inserts and deletes;
-//! - [`doc_index`](crate::doc_index): the vector and keyword indexes kept in step with SurrealDB;
-//! - [`graph_reads`](crate::graph_reads): entities and traversals, from the graph index or SurrealDB;
-//! - [`search`](crate::search), [`related`](crate::related), [`memory`](crate::memory) and
-//!   [`follow`](crate::follow).
+//! The rest of `impl KnowledgeBase` lives beside the code it belongs with (schema, write,
+//! doc_index, graph_reads, search, related, memory and follow; the crate's Layout names each).
+//! Those files use this one; this one imports none of them, and reaches them only as methods
+//! on `self`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,19 +15,18 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde_json::Value as Json;
-use surrealdb::IndexedResults;
 use surrealdb::Surreal;
-use surrealdb::engine::any::Any;
 use surrealdb::engine::local::Db;
 use surrealdb::opt::auth::Root;
-use surrealdb::types::{Object, RecordId, Value};
+use surrealdb::types::Object;
 
-use crate::doc_index::DocumentTable;
+use crate::db::{Connected, Database, query_on};
+use crate::documents::DocumentTable;
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
-use crate::model::keys;
-use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
+use crate::live::FirstSubscription;
+use crate::model::table::{DOCUMENT, ENTITY, RELATES};
 use crate::numbers::EntityNumbers;
 use crate::parts::{DOCUMENT_PARTS, GRAPH_PARTS, Parts};
 use crate::progress::{LoadProgress, Silent};
@@ -90,13 +84,6 @@ impl StoreConfig {
 /// How many records an import hands to one upsert call (and its progress step).
 pub const WRITE_BATCH: usize = 1000;
 
-/// A relationship row as [`Relationship`] reads it.
-pub(crate) const RELATIONSHIP_FIELDS: &str =
-    "source_name, target_name, relationship_type, properties";
-
-/// What names a relationship: its ends and its type.
-pub(crate) const RELATIONSHIP_NAME_FIELDS: &str = "source_name, target_name, relationship_type";
-
 /// Counts of each table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
@@ -124,35 +111,6 @@ pub struct IndexStats {
     pub documents_bytes: u64,
 }
 
-pub(crate) struct Connected {
-    pub(crate) db: Database,
-}
-
-/// A connection to SurrealDB: through the SDK's `any` engine (`mem://`, `ws://`, `wss://`),
-/// or to a surrealkv datastore this process opened itself, to size its block cache (see
-/// [`StoreConfig::block_cache_bytes`]).
-#[derive(Clone)]
-pub(crate) enum Database {
-    Any(Surreal<Any>),
-    SurrealKv(Surreal<Db>),
-}
-
-impl Database {
-    pub(crate) async fn query(&self, sql: &str, vars: Object) -> surrealdb::Result<IndexedResults> {
-        match self {
-            Database::Any(db) => db.query(sql).bind(vars).await,
-            Database::SurrealKv(db) => db.query(sql).bind(vars).await,
-        }
-    }
-
-    async fn health(&self) -> surrealdb::Result<()> {
-        match self {
-            Database::Any(db) => db.health().await,
-            Database::SurrealKv(db) => db.health().await,
-        }
-    }
-}
-
 pub struct KnowledgeBase {
     config: StoreConfig,
     embedder: Arc<dyn Embedder>,
@@ -174,13 +132,8 @@ pub struct KnowledgeBase {
     /// Whether the first connection subscribes to changes before it builds the indexes, and
     /// the subscription it made, waiting for the follower (see
     /// [`follow_changes_from_start`](Self::follow_changes_from_start)).
-    pub(crate) first_subscription: parking_lot::Mutex<crate::follow::FirstSubscription>,
+    pub(crate) first_subscription: parking_lot::Mutex<FirstSubscription>,
 }
-
-/// Longest wait for one of the queries that read a whole table to build the in-memory
-/// indexes (at connection, and after a following node resubscribes): a large store takes
-/// longer than an ordinary query may.
-pub(crate) const INDEX_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
 /// waiting out its own attempt.
@@ -317,17 +270,14 @@ impl KnowledgeBase {
         self.define_schema(&c).await?;
         // Subscribed before the build, no write falls between the two (follow.rs). Kept for
         // the follower only once the build is done: a failed attempt subscribes again.
-        let wanted = matches!(
-            *self.first_subscription.lock(),
-            crate::follow::FirstSubscription::Wanted
-        );
+        let wanted = matches!(*self.first_subscription.lock(), FirstSubscription::Wanted);
         let notifications = match wanted {
             true => Some(self.subscribe_on(&c).await?),
             false => None,
         };
         self.load_indexes(&c, progress).await?;
         if let Some(notifications) = notifications {
-            *self.first_subscription.lock() = crate::follow::FirstSubscription::Made(notifications);
+            *self.first_subscription.lock() = FirstSubscription::Made(notifications);
         }
         Ok(c)
     }
@@ -571,63 +521,6 @@ impl KnowledgeBase {
     }
 }
 
-/// The record id of the entity named `name`.
-pub(crate) fn entity_record_id(name: &str) -> RecordId {
-    RecordId::new(table::ENTITY, keys::entity(name))
-}
-
-/// The record id of the relationship (source, target, type).
-pub(crate) fn relationship_record_id(
-    source: &str,
-    target: &str,
-    relationship_type: &str,
-) -> RecordId {
-    RecordId::new(
-        table::RELATES,
-        keys::relationship(source, target, relationship_type),
-    )
-}
-
-/// A vector as SurrealDB stores document embeddings: little-endian `f32` bytes, a quarter of
-/// the size of an array of numbers and far cheaper to write.
-pub(crate) fn vector_bytes(v: &[f32]) -> Value {
-    Value::Bytes(surrealdb::types::Bytes::from(
-        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
-    ))
-}
-
-/// An embedding read back from SurrealDB: bytes as [`vector_bytes`] writes them, or an array
-/// of numbers.
-pub(crate) fn vector_from(v: &Value) -> Option<Vec<f32>> {
-    match v {
-        Value::Bytes(b) => {
-            let (chunks, rest) = b.as_chunks::<4>();
-            rest.is_empty()
-                .then(|| chunks.iter().map(|c| f32::from_le_bytes(*c)).collect())
-        }
-        Value::Array(a) => a
-            .iter()
-            .map(|x| match x {
-                Value::Number(n) => Some(n.to_f64()? as f32),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    }
-}
-
-pub(crate) fn row<const N: usize>(fields: [(&str, Value); N]) -> Value {
-    Value::Object(obj(fields))
-}
-
-pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
-    let mut o = Object::new();
-    for (k, v) in fields {
-        o.insert(k, v);
-    }
-    o
-}
-
 /// Opens the surrealkv datastore of `config.url` (`surrealkv://PATH`) as the SDK's local
 /// engine would, but with the block cache and memtable sizes of `config`. The SDK opens every
 /// embedded store with surrealkv's defaults, which size them for a database server (a block
@@ -664,21 +557,4 @@ async fn open_surrealkv(config: &StoreConfig) -> Result<Surreal<Db>> {
     Surreal::<Db>::unstable_from_datastore(datastore, None)
         .await
         .map_err(failed)
-}
-
-/// Runs `sql` on `db` with a time limit. A free function, so that a statement can run on a
-/// task of its own (see [`KnowledgeBase::insert_pipelined`]).
-pub(crate) async fn query_on(
-    db: &Database,
-    sql: &str,
-    vars: Object,
-    timeout: Duration,
-) -> Result<surrealdb::IndexedResults> {
-    match tokio::time::timeout(timeout, db.query(sql, vars)).await {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-        Err(_) => Err(StoreError::Unavailable(format!(
-            "no answer within {timeout:?}"
-        ))),
-    }
 }

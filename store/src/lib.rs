@@ -3,15 +3,21 @@
 //!
 //! # Layout
 //! - [`model`]: entities, relationships, documents, the import record, table names and record keys.
-//! - [`kb`]: [`KnowledgeBase`], its connection and the query helpers (`impl KnowledgeBase`
-//!   continues in schema, write, doc_index, graph_reads, search, related, memory and follow).
+//! - `db`: the SurrealDB connection, statements with a time limit, rows, record ids and the
+//!   stored form of vectors; below every file that runs a query.
+//! - [`kb`]: [`KnowledgeBase`], the store's facade: reaching the database, loading the indexes
+//!   and the query methods (`impl KnowledgeBase` continues in schema, write, doc_index,
+//!   graph_reads, search, related, memory and follow, each of which uses `kb` and `db`; `kb`
+//!   uses none of them).
 //! - [`schema`]: the schema, the embedder record that guards it, and `reembed`.
 //! - [`write`](mod@write): upserts through pipelined INSERTs, and deletes.
 //! - [`doc_index`]: the document indexes (vectors, keywords) and, for an embedded store, the
 //!   documents themselves, kept in step with SurrealDB.
+//! - `documents`: the table of every document an embedded store holds in memory.
 //! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
-//! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search reads.
+//! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search
+//!   reads, and how names are compared (`fold_case`, `search_rank`).
 //! - [`numbers`]: [`EntityNumbers`](numbers::EntityNumbers), one number per entity name, that
 //!   the graph index and the vector index share so that a walk hands numbers, not names, over.
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
@@ -22,6 +28,7 @@
 //! - `hint`: prefetch hints, for loops that read scattered memory.
 //! - `parts`: reads whole tables in key ranges, several at once, to build the indexes.
 //! - [`follow`]: keeps the in-memory indexes current with writes made by other nodes.
+//! - `live`: the LIVE SELECT subscriptions the follower and the first connection hold.
 //! - [`related`]: traverse, then resolve entities to their documents, scored.
 //! - [`search`]: semantic (KNN over [`vectors`]) and keyword (BM25 over [`text`]) document search.
 //! - [`vectors`]: the in-process vector index of document embeddings, with its inverted file.
@@ -30,7 +37,9 @@
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
 
+pub(crate) mod db;
 pub mod doc_index;
+pub(crate) mod documents;
 pub mod embed;
 pub mod error;
 pub mod follow;
@@ -42,6 +51,7 @@ pub(crate) mod hint;
 pub mod import;
 pub mod json;
 pub mod kb;
+pub(crate) mod live;
 pub mod memory;
 pub mod model;
 pub mod names;

@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 use surrealdb::types::{SurrealValue, Value};
 
+use crate::db::obj;
 use crate::error::{Result, StoreError};
-use crate::kb::{KnowledgeBase, obj};
+use crate::kb::KnowledgeBase;
 use crate::model::table::MEMORY;
 
 /// Longest fact accepted, in characters.

@@ -48,7 +48,23 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::graph::fold_case;
+/// Lower-cases a name the way search compares names (Unicode lower case).
+pub fn fold_case(s: &str) -> String {
+    s.to_lowercase()
+}
+
+/// Ranks a search hit: 0 exact, 1 prefix, 2 elsewhere (all case-insensitive); `None` if no hit.
+pub fn search_rank(name_lower: &str, query_lower: &str) -> Option<u8> {
+    if name_lower == query_lower {
+        Some(0)
+    } else if name_lower.starts_with(query_lower) {
+        Some(1)
+    } else if name_lower.contains(query_lower) {
+        Some(2)
+    } else {
+        None
+    }
+}
 
 /// Most ids in one block of a [`NameList`]: a fuller block splits. The unit tests use small
 /// blocks, so that their few names span many blocks.
@@ -829,7 +845,6 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::graph::search_rank;
 
     /// The scan the index must equal.
     fn scan(names: &[&str], query: &str, limit: usize) -> Vec<String> {

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use futures::StreamExt;
 use surrealdb::types::{RecordId, RecordIdKey, RecordIdKeyRange, SurrealValue, Value};
 
+use crate::db::{Connected, INDEX_LOAD_TIMEOUT, obj, query_on};
 use crate::error::{Result, StoreError};
-use crate::kb::{Connected, INDEX_LOAD_TIMEOUT, obj, query_on};
 use crate::progress::LoadProgress;
 
 /// How many key ranges a table is read in. Keys are a letter and 32 hex digits

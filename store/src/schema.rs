@@ -6,8 +6,9 @@
 use serde_json::Value as Json;
 use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 
+use crate::db::{Connected, obj, row, vector_bytes};
 use crate::error::{Result, StoreError};
-use crate::kb::{Connected, KnowledgeBase, obj, row, vector_bytes};
+use crate::kb::KnowledgeBase;
 use crate::model::table::{self, DOCUMENT, ENTITY, MEMORY, META, RELATES};
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;

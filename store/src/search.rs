@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use surrealdb::types::{RecordId, SurrealValue};
 
+use crate::db::obj;
 use crate::error::{Result, StoreError};
-use crate::kb::{KnowledgeBase, obj};
+use crate::kb::KnowledgeBase;
 use crate::model::Document;
 use crate::model::table::DOCUMENT;
 use crate::vectors::{DocTags, VectorKey};

@@ -10,16 +10,18 @@ use serde_json::Value as Json;
 use surrealdb::types::{RecordId, SurrealValue, Value};
 use tokio_util::task::AbortOnDropHandle;
 
+use crate::db::{
+    RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, query_on, relationship_record_id, row,
+    vector_bytes,
+};
 use crate::doc_index::DocEntry;
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
-use crate::graph::{self, GraphIndex};
-use crate::kb::{
-    KnowledgeBase, RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, query_on,
-    relationship_record_id, row, vector_bytes,
-};
+use crate::graph::GraphIndex;
+use crate::kb::KnowledgeBase;
 use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
 use crate::model::{Entity, NewDocument, NewEntity, NewRelationship, Relationship, keys};
+use crate::names;
 use crate::text::Analysed;
 use crate::vectors::DocTags;
 
@@ -296,7 +298,7 @@ impl GraphRecord for NewEntity {
         row([
             ("id", entity_record_id(&self.name).into_value()),
             ("name", self.name.clone().into_value()),
-            ("name_lower", graph::fold_case(&self.name).into_value()),
+            ("name_lower", names::fold_case(&self.name).into_value()),
             ("entity_type", self.entity_type.clone().into_value()),
             ("properties", json(Json::Object(self.properties.clone()))),
         ])

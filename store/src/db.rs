@@ -1,0 +1,131 @@
+//! The SurrealDB connection and the helpers every query uses: the database handle
+//! ([`Database`], [`Connected`]), statements with a time limit ([`query_on`]), the rows and
+//! record ids kbq writes, and the stored form of vectors. It sits below every file that runs a
+//! query, [`KnowledgeBase`](crate::KnowledgeBase)'s own included, and knows none of them.
+
+use std::time::Duration;
+
+use surrealdb::IndexedResults;
+use surrealdb::Surreal;
+use surrealdb::engine::any::Any;
+use surrealdb::engine::local::Db;
+use surrealdb::types::{Object, RecordId, Value};
+
+use crate::error::{Result, StoreError};
+use crate::model::keys;
+use crate::model::table;
+
+/// A relationship row as [`Relationship`] reads it.
+pub(crate) const RELATIONSHIP_FIELDS: &str =
+    "source_name, target_name, relationship_type, properties";
+
+/// What names a relationship: its ends and its type.
+pub(crate) const RELATIONSHIP_NAME_FIELDS: &str = "source_name, target_name, relationship_type";
+
+pub(crate) struct Connected {
+    pub(crate) db: Database,
+}
+
+/// A connection to SurrealDB: through the SDK's `any` engine (`mem://`, `ws://`, `wss://`),
+/// or to a surrealkv datastore this process opened itself, to size its block cache (see
+/// [`StoreConfig::block_cache_bytes`]).
+#[derive(Clone)]
+pub(crate) enum Database {
+    Any(Surreal<Any>),
+    SurrealKv(Surreal<Db>),
+}
+
+impl Database {
+    pub(crate) async fn query(&self, sql: &str, vars: Object) -> surrealdb::Result<IndexedResults> {
+        match self {
+            Database::Any(db) => db.query(sql).bind(vars).await,
+            Database::SurrealKv(db) => db.query(sql).bind(vars).await,
+        }
+    }
+
+    pub(crate) async fn health(&self) -> surrealdb::Result<()> {
+        match self {
+            Database::Any(db) => db.health().await,
+            Database::SurrealKv(db) => db.health().await,
+        }
+    }
+}
+
+/// Longest wait for one of the queries that read a whole table to build the in-memory
+/// indexes (at connection, and after a following node resubscribes): a large store takes
+/// longer than an ordinary query may.
+pub(crate) const INDEX_LOAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The record id of the entity named `name`.
+pub(crate) fn entity_record_id(name: &str) -> RecordId {
+    RecordId::new(table::ENTITY, keys::entity(name))
+}
+
+/// The record id of the relationship (source, target, type).
+pub(crate) fn relationship_record_id(
+    source: &str,
+    target: &str,
+    relationship_type: &str,
+) -> RecordId {
+    RecordId::new(
+        table::RELATES,
+        keys::relationship(source, target, relationship_type),
+    )
+}
+
+/// A vector as SurrealDB stores document embeddings: little-endian `f32` bytes, a quarter of
+/// the size of an array of numbers and far cheaper to write.
+pub(crate) fn vector_bytes(v: &[f32]) -> Value {
+    Value::Bytes(surrealdb::types::Bytes::from(
+        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    ))
+}
+
+/// An embedding read back from SurrealDB: bytes as [`vector_bytes`] writes them, or an array
+/// of numbers.
+pub(crate) fn vector_from(v: &Value) -> Option<Vec<f32>> {
+    match v {
+        Value::Bytes(b) => {
+            let (chunks, rest) = b.as_chunks::<4>();
+            rest.is_empty()
+                .then(|| chunks.iter().map(|c| f32::from_le_bytes(*c)).collect())
+        }
+        Value::Array(a) => a
+            .iter()
+            .map(|x| match x {
+                Value::Number(n) => Some(n.to_f64()? as f32),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+pub(crate) fn row<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::Object(obj(fields))
+}
+
+pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
+    let mut o = Object::new();
+    for (k, v) in fields {
+        o.insert(k, v);
+    }
+    o
+}
+
+/// Runs `sql` on `db` with a time limit. A free function, so that a statement can run on a
+/// task of its own (see [`KnowledgeBase::insert_pipelined`]).
+pub(crate) async fn query_on(
+    db: &Database,
+    sql: &str,
+    vars: Object,
+    timeout: Duration,
+) -> Result<surrealdb::IndexedResults> {
+    match tokio::time::timeout(timeout, db.query(sql, vars)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer within {timeout:?}"
+        ))),
+    }
+}
