@@ -17,6 +17,8 @@
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
 //! - [`offload`]: runs handlers' knowledge-base calls on the main runtime, off the HTTP threads.
 //! - [`priority`]: lowers the main runtime's threads below the HTTP workers and lookup lane.
+//! - [`huge_pages`]: transparent huge pages off for the process, for its allocator's sake.
+//! - [`cors`]: the browser origins allowed to call kbq.
 //! - [`peer`]: notices a client that has closed its connection, so a handler can stop early.
 //! - [`metrics`]: the Prometheus series at `/metrics` and the middleware that records them.
 //! - [`load`]: `kbq load`, the load generator that drives a running kbq.

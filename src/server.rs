@@ -286,13 +286,17 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         None => None,
     };
     tracing::info!(%addr, store = %config.store.url, "kbq listening");
+    if config.server.huge_pages.is_some() {
+        tracing::warn!(
+            "server.huge_pages is no longer read: the built indexes stay on ordinary pages"
+        );
+    }
     let follower = Arc::new(parking_lot::Mutex::new(None));
     let startup = tokio::spawn(start_up(
         kb.clone(),
         readiness.clone().into_inner(),
         config.store.load_demo,
         (config.store.follow_changes && kb.config().is_server()).then(|| follower.clone()),
-        config.server.huge_pages,
     ));
     Ok(Server {
         addr,
@@ -394,7 +398,6 @@ pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Re
         Arc::new(Readiness::new(false)),
         config.store.load_demo,
         follower.clone(),
-        config.server.huge_pages,
     )
     .await;
     let models = crate::models::Models::new(&runtime.agent.providers(), &config.chat.aliases);
@@ -432,7 +435,6 @@ async fn start_up(
     readiness: Arc<Readiness>,
     load_demo: bool,
     follower: Option<Follower>,
-    huge_pages: bool,
 ) {
     let started = std::time::Instant::now();
     let mut last_warning: Option<std::time::Instant> = None;
@@ -453,19 +455,6 @@ async fn start_up(
         "knowledge base connected and indexed"
     );
     startup::release_free_memory();
-    if huge_pages {
-        tokio::task::spawn_blocking(|| {
-            let started = std::time::Instant::now();
-            if let Some(done) = crate::huge_pages::collapse_built_indexes() {
-                tracing::info!(
-                    stretches = done.stretches,
-                    refused = done.refused,
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "built indexes remapped on huge pages"
-                );
-            }
-        });
-    }
     if let Some(slot) = follower {
         let (task, mut first_sync) = kb.follow_changes();
         *slot.lock() = Some(task);

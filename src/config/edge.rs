@@ -32,9 +32,11 @@ pub struct ServerConfig {
     pub shutdown_delay_ms: u64,
     /// How much lower than the rest the main runtime's threads run (Linux nice, 0 to 19).
     pub main_runtime_nice: u8,
-    /// Whether the memory the indexes were built in is remapped on huge pages once they are
-    /// built (Linux, THP mode `madvise`; crate::huge_pages).
-    pub huge_pages: bool,
+    /// No longer read: the built indexes are not remapped on huge pages (crate::huge_pages
+    /// says why). Accepted so that a configuration that sets it still loads; a warning says
+    /// it is ignored.
+    #[serde(skip_serializing)]
+    pub huge_pages: Option<bool>,
     /// Browser origins (`scheme://host[:port]`) whose pages may call kbq (CORS); none by
     /// default (docs/configuration.md).
     pub cors_origins: Vec<String>,
@@ -52,7 +54,7 @@ impl Default for ServerConfig {
             header_timeout_ms: 5_000,
             body_timeout_ms: 30_000,
             main_runtime_nice: 2,
-            huge_pages: true,
+            huge_pages: None,
             cors_origins: Vec::new(),
         }
     }

@@ -134,12 +134,9 @@ async fn load_waits_for_a_starting_server_then_runs() {
 /// Runs `kbq serve` on a fresh in-memory store with standard error piped (not a terminal)
 /// and `env`, until it is ready; returns what it logged. On Linux it also checks that the
 /// process runs without transparent huge pages, which it turns off before it builds its
-/// indexes (src/huge_pages.rs says why); `server.huge_pages` is off here, so that they are
-/// not turned on again once the indexes are built.
+/// indexes and keeps off (src/huge_pages.rs says why).
 async fn serve_logs(env: &[(&str, &str)]) -> String {
-    let mut env = env.to_vec();
-    env.push(("KBQ_SERVER__HUGE_PAGES", "false"));
-    let mut serve = ServeProcess::start(&env, std::process::Stdio::piped()).await;
+    let mut serve = ServeProcess::start(env, std::process::Stdio::piped()).await;
     #[cfg(target_os = "linux")]
     {
         let pid = serve.child.id().unwrap();

@@ -54,8 +54,6 @@ pub fn test_config() -> Config {
         _ => c.store.url = "mem://".into(),
     }
     c.store.load_demo = false;
-    // Each in-process server would remap the whole test process's memory.
-    c.server.huge_pages = false;
     c.data_dir = std::env::temp_dir().join("kbq-tests-unused");
     // Tests send bursts; the rate-limit test sets its own budgets.
     c.limits.graph_per_minute = 0;
