@@ -25,6 +25,8 @@ pub enum ErrorCode {
     VersionSunset,
     InsufficientScope,
     PayloadTooLarge,
+    /// 415: a source of a type ingestion does not read.
+    UnsupportedMediaType,
     RateLimitExceeded,
     Internal,
     ServiceUnavailable,
@@ -36,7 +38,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// All codes, for docs and tests.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidApiKey,
         ErrorCode::InsufficientScope,
@@ -45,6 +47,7 @@ impl ErrorCode {
         ErrorCode::RequestTimeout,
         ErrorCode::VersionSunset,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
         ErrorCode::RateLimitExceeded,
         ErrorCode::Internal,
         ErrorCode::ServiceUnavailable,
@@ -60,6 +63,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::VersionSunset => StatusCode::GONE,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::RateLimitExceeded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -81,7 +85,12 @@ impl ErrorCode {
             ErrorCode::NotFound => "no such path, or an API version that kbq does not serve",
             ErrorCode::MethodNotAllowed => "the path exists but not with this method",
             ErrorCode::VersionSunset => "the API version has passed its sunset date",
-            ErrorCode::PayloadTooLarge => "the body is larger than `server.max_body_bytes`",
+            ErrorCode::PayloadTooLarge => {
+                "the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes`"
+            }
+            ErrorCode::UnsupportedMediaType => {
+                "a source whose content type or file extension ingestion does not read; the message lists those it does"
+            }
             ErrorCode::RateLimitExceeded => "the key has used up its request budget",
             ErrorCode::Internal => "a fault inside kbq; the request id in the logs tells which",
             ErrorCode::ServiceUnavailable => {
@@ -104,6 +113,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::VersionSunset => "version_sunset",
             ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::RateLimitExceeded => "RATE_LIMIT_EXCEEDED",
             ErrorCode::Internal => "internal_error",
             ErrorCode::ServiceUnavailable => "service_unavailable",
@@ -128,6 +138,7 @@ impl ErrorCode {
             408 => ErrorCode::RequestTimeout,
             410 => ErrorCode::VersionSunset,
             413 => ErrorCode::PayloadTooLarge,
+            415 => ErrorCode::UnsupportedMediaType,
             429 => ErrorCode::RateLimitExceeded,
             502 => ErrorCode::Upstream,
             503 => ErrorCode::ServiceUnavailable,
@@ -339,7 +350,8 @@ mod tests {
             MethodNotAllowed => Some(VersionSunset),
             VersionSunset => Some(InsufficientScope),
             InsufficientScope => Some(PayloadTooLarge),
-            PayloadTooLarge => Some(RateLimitExceeded),
+            PayloadTooLarge => Some(UnsupportedMediaType),
+            UnsupportedMediaType => Some(RateLimitExceeded),
             RateLimitExceeded => Some(Internal),
             Internal => Some(ServiceUnavailable),
             ServiceUnavailable => Some(Upstream),

@@ -22,15 +22,19 @@
 //! - [`peer`]: notices a client that has closed its connection, so a handler can stop early.
 //! - [`metrics`]: the Prometheus series at `/metrics` and the middleware that records them.
 //! - [`load`]: `kbq load`, the load generator that drives a running kbq.
+//! - [`ingest_files`]: `kbq ingest`, files and folders through the ingestion pipeline.
+//! - [`cli`]: how the one-shot commands end: their result line and exit status.
 //! - [`demo`]: the bundled demo knowledge base.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod cors;
 pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod huge_pages;
+pub mod ingest_files;
 pub mod limits;
 pub mod load;
 pub mod mcp;

@@ -57,6 +57,16 @@ enum Command {
         store: Option<String>,
         file: PathBuf,
     },
+    /// Ingest files and folders (recursively): Markdown, HTML, PDF, DOCX and text, chunked,
+    /// their entities and relationships extracted by the configured model (docs/ingest.md).
+    /// Files whose content has not changed since the last run ask the model nothing.
+    Ingest {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
     /// Embed every document again with the configured embedder (after changing `[embedder]`).
     Reindex {
         /// Store URL (overrides store.url).
@@ -285,7 +295,9 @@ fn main() -> ExitCode {
             config.store.url = store.clone().unwrap_or(config.store.url);
             config.store.load_demo &= !no_demo;
         }
-        Command::Import { store, .. } | Command::Reindex { store } => {
+        Command::Import { store, .. }
+        | Command::Ingest { store, .. }
+        | Command::Reindex { store } => {
             config.store.url = store.clone().unwrap_or(config.store.url);
         }
         Command::Mcp { store, no_demo } => {
@@ -300,10 +312,17 @@ fn main() -> ExitCode {
         eprintln!("kbq: {e}");
         return ExitCode::from(2);
     }
-    init_logs(&config);
+    // A command that prints its result logs only warnings and errors (RUST_LOG still rules):
+    // the storage engine's start-up lines are not its result.
+    let one_shot = matches!(
+        command,
+        Command::Import { .. } | Command::Ingest { .. } | Command::Reindex { .. }
+    );
+    init_logs(&config, one_shot);
     match command {
         Command::Serve { .. } => runtime.block_on(serve(config)),
         Command::Import { file, .. } => runtime.block_on(import_file(config, file)),
+        Command::Ingest { paths, .. } => runtime.block_on(kbq::ingest_files::run(config, paths)),
         Command::Reindex { .. } => runtime.block_on(reindex(config)),
         Command::Mcp { .. } => runtime.block_on(mcp(config)),
         Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
@@ -312,9 +331,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logs(config: &Config) {
+fn init_logs(config: &Config, one_shot: bool) {
+    let level = if one_shot { "warn" } else { &config.log.level };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let colored = config.log.colored(
         std::io::stderr().is_terminal(),
         std::env::var("NO_COLOR").ok().as_deref(),
@@ -496,16 +516,7 @@ async fn import_file(config: Config, file: PathBuf) -> ExitCode {
         report.records,
         report.failures.len()
     );
-    if std::io::stderr().is_terminal() {
-        eprintln!("{summary}")
-    } else {
-        println!("{summary}")
-    }
-    if report.failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    kbq::cli::finish(&summary, !report.failures.is_empty())
 }
 
 async fn reindex(config: Config) -> ExitCode {

@@ -55,6 +55,11 @@ pub const API_KEY: &str = "api_key";
         routes::ingest::ndjson,
         routes::ingest::delete_entity,
         routes::ingest::delete_document,
+        routes::sources::submit,
+        routes::sources::job,
+        routes::sources::events,
+        routes::sources::cancel,
+        routes::sources::retract,
         routes::agent::chat,
         routes::agent::health,
         routes::completions::completions,
@@ -234,6 +239,7 @@ impl Modify for Rules {
         state::<kbq_store::NewEntity>(doc);
         state::<kbq_store::NewRelationship>(doc);
         state::<kbq_store::NewDocument>(doc);
+        state::<routes::sources::SourceRequest>(doc);
         for path in [
             "/data/v1/ingest/entities",
             "/data/v1/ingest/relationships",
@@ -250,6 +256,8 @@ impl Modify for Rules {
         path_parameter(doc, "entity_name", name);
         path_parameter(doc, "name", name);
         path_parameter(doc, "id", kbq_store::write::DOCUMENT_ID_PATTERN);
+        path_parameter(doc, "source", name);
+        path_parameter(doc, "source_id", name);
     }
 }
 
@@ -510,6 +518,7 @@ fn error_response(code: ErrorCode) -> Response {
         | ErrorCode::VersionSunset
         | ErrorCode::InsufficientScope
         | ErrorCode::PayloadTooLarge
+        | ErrorCode::UnsupportedMediaType
         | ErrorCode::Internal
         | ErrorCode::Upstream => {}
     }

@@ -18,6 +18,7 @@ use crate::openapi::Live;
 use crate::routes::docs::ApiDocument;
 use crate::routes::ingest::IngestService;
 use crate::routes::rag::RagService;
+use crate::routes::sources::SourcesService;
 use crate::startup::{Readiness, Stage};
 use crate::versions::{Clock, SystemClock, Versions};
 use crate::{demo, middleware, routes, startup, versions};
@@ -170,7 +171,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     // RAG search and ingestion call the knowledge base on this runtime (crate::offload).
     let offload = Offload::current();
     let rag = rag_service(&config, &kb, &runtime, offload.clone());
-    let ingest = web::Data::new(IngestService::new(kb.clone(), offload));
+    let ingest = web::Data::new(IngestService::new(kb.clone(), offload.clone()));
+    let sources = web::Data::new(SourcesService::new(runtime.ingest.clone(), offload));
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
     let document = web::Data::new(ApiDocument::new(api_document(&config, &kb, &models)?));
@@ -202,6 +204,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             .app_data(kb_data.clone())
             .app_data(rag.clone())
             .app_data(ingest.clone())
+            .app_data(sources.clone())
             .app_data(payload.clone())
             .app_data(body_timeout)
             .app_data(metrics.clone())
@@ -355,6 +358,7 @@ fn mcp_server(
         tools: runtime.agent.tools().clone(),
         graph: runtime.graph.clone(),
         rag,
+        ingest: crate::mcp::sources::Ingestion::new(runtime.ingest.clone(), Offload::current()),
         metrics,
     });
     let catalogue = Arc::new(crate::mcp::catalogue(&document));

@@ -62,4 +62,6 @@ pub struct RuntimeConfig {
     pub providers: Vec<ProviderConfig>,
     pub health: HealthPolicy,
     pub session: SessionLimits,
+    /// Ingestion of raw documents.
+    pub ingest: crate::ingest::IngestConfig,
 }

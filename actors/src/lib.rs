@@ -8,6 +8,8 @@
 //! ├── graph factory × 3 lanes         GraphWorker × graph.workers..=graph.max_workers per lane
 //! ├── CapacityController              sizes every elastic pool above to its queue
 //! ├── tool factory × 6                ToolWorker × agent.tool_workers..=tool_max_workers per tool
+//! ├── IngestActor                     queues ingestion jobs, runs max_jobs at once, resumes
+//! │                                   unfinished ones; a job's model calls go to the providers
 //! └── EdgeSupervisor                  parent of the actors beside the HTTP edge; restarts none
 //!     ├── ChatSessionActor × chats    one chat turn's tool loop
 //!     └── LocalGraphActor × HTTP workers × 2  a thread's lookups, and its graph documents;
@@ -54,6 +56,8 @@
 //! - [`edge_supervisor`]: the EdgeSupervisor, parent of the sessions and local graph actors.
 //! - [`agent`]: [`Agent`], the edge's handle on chats and completions.
 //! - [`embedder`]: the OpenAI-compatible embedder the knowledge base may use.
+//! - [`ingest`]: raw documents into the graph: the [`IngestActor`](ingest::IngestActor) that
+//!   queues and resumes jobs, the pipeline a job runs, and the edge's [`Ingestor`](ingest::Ingestor).
 
 pub mod agent;
 pub mod backend;
@@ -65,6 +69,7 @@ pub mod edge_supervisor;
 pub mod embedder;
 pub mod graph;
 pub mod health;
+pub mod ingest;
 pub mod local;
 pub mod pool;
 pub mod provider;

@@ -14,6 +14,7 @@ use crate::capacity::ElasticPool;
 use crate::edge_supervisor::{EdgeSupervisor, EdgeSupervisorMessage};
 use crate::graph::{GraphLane, GraphRequest, GraphWorker};
 use crate::health::{HealthActor, HealthArguments, HealthBoard, HealthMessage};
+use crate::ingest::{IngestActor, IngestDeps, IngestMessage};
 use crate::pool::{PoolHandle, Slot, spawn_pool};
 use crate::provider::{ProviderArguments, ProviderMessage, ProviderWorker};
 use crate::tools::{ToolJob, ToolWorker};
@@ -44,6 +45,9 @@ pub struct RootArguments {
     pub(crate) health_board: HealthBoard,
     pub(crate) health_slot: Slot<ActorRef<HealthMessage>>,
     pub(crate) edge_slot: Slot<ActorRef<EdgeSupervisorMessage>>,
+    /// What ingestion jobs share, and where the edge finds the ingestion actor.
+    pub(crate) ingest: Arc<IngestDeps>,
+    pub(crate) ingest_slot: Slot<ActorRef<IngestMessage>>,
 }
 
 /// The arguments, kept to rebuild any child, and how many restarts there were.
@@ -71,6 +75,7 @@ enum Child {
     Provider(usize),
     Health,
     Edge,
+    Ingest,
 }
 
 fn id_of<T: Clone + Into<ActorCell>>(slot: &Slot<T>) -> Option<ActorId> {
@@ -95,6 +100,9 @@ impl RootState {
         }
         if id_of(&a.edge_slot) == Some(id) {
             return Some(Child::Edge);
+        }
+        if id_of(&a.ingest_slot) == Some(id) {
+            return Some(Child::Ingest);
         }
         if let Some((name, _)) = a.tools.iter().find(|(_, t)| id_of(t.slot()) == Some(id)) {
             return Some(Child::Tool(name.clone()));
@@ -165,6 +173,10 @@ async fn spawn_child(
             let (s, _) = Actor::spawn_linked(None, EdgeSupervisor, (), root).await?;
             *args.edge_slot.write() = Some(s);
         }
+        Child::Ingest => {
+            let (i, _) = Actor::spawn_linked(None, IngestActor, args.ingest.clone(), root).await?;
+            *args.ingest_slot.write() = Some(i);
+        }
     }
     Ok(())
 }
@@ -197,6 +209,7 @@ impl Actor for RootSupervisor {
         for name in names {
             spawn_child(&Child::Tool(name), &args, root.clone()).await?;
         }
+        spawn_child(&Child::Ingest, &args, root.clone()).await?;
         spawn_child(&Child::Edge, &args, root).await?;
         Ok(RootState { args, restarts: 0 })
     }

@@ -24,6 +24,7 @@ use crate::capacity::{ElasticPool, Pools};
 use crate::config::{ProviderConfig, ProviderKind, RuntimeConfig};
 use crate::graph::{ActorsHere, GraphLane, GraphPool};
 use crate::health::HealthBoard;
+use crate::ingest::Ingestor;
 use crate::local::LocalActors;
 use crate::pool::PoolHandle;
 use crate::root::{ProviderSpec, RootArguments, RootMessage, RootSupervisor};
@@ -35,6 +36,7 @@ use crate::tools::{ToolJob, ToolPool};
 pub struct Runtime {
     pub graph: GraphPool,
     pub agent: Agent,
+    pub ingest: Ingestor,
     pub pools: Pools,
     root: ActorRef<RootMessage>,
     root_handle: tokio::task::JoinHandle<()>,
@@ -194,6 +196,23 @@ impl Runtime {
             board: board.clone(),
         };
         let edge_slot = Arc::new(RwLock::new(None));
+        let deps = SessionDeps {
+            kb: kb.clone(),
+            extractor,
+            definitions: Arc::new(toolbox.openai_definitions()),
+            toolbox: toolbox.clone(),
+            tools,
+            router,
+            limits: config.session,
+        };
+        let agent = Agent::new(deps, edge_slot.clone(), tokio::runtime::Handle::current());
+        let ingest = Ingestor::new(
+            kb.clone(),
+            agent.clone(),
+            config.ingest.clone(),
+            extraction_model(&provider_configs, config.ingest.providers.as_deref()),
+            Arc::new(RwLock::new(None)),
+        );
         let args = RootArguments {
             kb: kb.clone(),
             graph: graph.clone(),
@@ -206,25 +225,19 @@ impl Runtime {
             health_board: board,
             health_slot: Arc::new(RwLock::new(None)),
             edge_slot: edge_slot.clone(),
+            ingest: ingest.deps(),
+            ingest_slot: ingest.slot(),
         };
         let (root, root_handle) = Actor::spawn(None, RootSupervisor, args).await?;
         // Lookups and graph documents answered from memory on the HTTP workers' own actors
         // (crate::local).
         let local = LocalActors::new(kb.clone(), edge_slot.clone())
             .map(|l| Arc::new(l) as Arc<dyn ActorsHere>);
-        let deps = SessionDeps {
-            kb,
-            extractor,
-            definitions: Arc::new(toolbox.openai_definitions()),
-            toolbox,
-            tools,
-            router,
-            limits: config.session,
-        };
         Ok(Runtime {
             graph: GraphPool::new(graph, local),
             pools: Pools::new(pools),
-            agent: Agent::new(deps, edge_slot, tokio::runtime::Handle::current()),
+            agent,
+            ingest,
             root,
             root_handle,
             _lane: lane,
@@ -241,4 +254,20 @@ impl Runtime {
         self.root.stop(None);
         let _ = self.root_handle.await;
     }
+}
+
+/// What names the model that extraction asks, for keeping its answers: each provider of the
+/// chain (all providers when `None`) with its model. `None` when only the built-in provider
+/// would answer: it is not a language model, and ingestion then links chunks to the names
+/// already in the graph instead.
+fn extraction_model(providers: &[ProviderConfig], chain: Option<&[String]>) -> Option<String> {
+    let asked: Vec<String> = providers
+        .iter()
+        .filter(|p| chain.is_none_or(|c| c.contains(&p.name)))
+        .filter_map(|p| match &p.kind {
+            ProviderKind::OpenAi { model, .. } => Some(format!("{}={model}", p.name)),
+            ProviderKind::Builtin => None,
+        })
+        .collect();
+    (!asked.is_empty()).then(|| asked.join(","))
 }

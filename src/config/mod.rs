@@ -10,10 +10,12 @@
 //! - `edge`: `[server]`, `[limits]`, `[auth]`, `[versions.vN]`, `[log]`: what the HTTP edge reads.
 //! - `store`: `[store]`, `[embedder]`, `[graph]`: the knowledge base and its graph pool.
 //! - `agent`: `[agent]`, `[[providers]]`, `[chat]`, `[health]`: the agent runtime.
+//! - `ingest`: `[ingest]`: chunking, extraction and resolution of raw documents.
 //! - `tests`: the shipped files, and each rule broken alone with the message it gives.
 
 mod agent;
 mod edge;
+mod ingest;
 mod store;
 
 use std::collections::BTreeMap;
@@ -31,6 +33,7 @@ pub use edge::{
     AuthSection, LimitsSection, LogColor, LogFormat, LogSection, ServerConfig, VersionSection,
     VersionStatus, is_version_name, parse_date,
 };
+pub use ingest::IngestSection;
 pub use store::{EmbedderKind, EmbedderSection, GraphSection, StoreSection};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -49,6 +52,8 @@ pub struct Config {
     /// Model names of `POST /v1/chat/completions`.
     pub chat: ChatSection,
     pub health: HealthSection,
+    /// Ingestion of raw documents.
+    pub ingest: IngestSection,
     pub limits: LimitsSection,
     pub auth: AuthSection,
     /// API versions by path prefix (`v1`, ...).
@@ -68,6 +73,7 @@ impl Default for Config {
             chat: ChatSection::default(),
             embedder: EmbedderSection::default(),
             health: HealthSection::default(),
+            ingest: IngestSection::default(),
             limits: LimitsSection::default(),
             auth: AuthSection::default(),
             versions: BTreeMap::from([("v1".to_string(), VersionSection::v1())]),
@@ -164,6 +170,7 @@ impl Config {
         self.health.validate()?;
         self.limits.validate()?;
         agent::validate_providers(&self.providers)?;
+        self.ingest.validate(&self.providers)?;
         self.auth.validate()?;
         for (name, version) in &self.versions {
             version.validate(name)?;
@@ -255,6 +262,7 @@ impl Config {
                 provider_timeout,
                 max_sessions: self.agent.max_sessions,
             },
+            ingest: self.ingest.runtime(),
         }
     }
 

@@ -1,15 +1,22 @@
 //! kbq's tools over the Model Context Protocol, at `/mcp` (Streamable HTTP, with rmcp; see
-//! `http`): the agent's six built-in tools, called through the same tool actors the
-//! agent's sessions call, and four tools for what the graph and RAG endpoints do that those
-//! six do not (entity search, exact lookup, graph documents, keyword search), answered by the
-//! same functions as those endpoints. docs/mcp.md has the catalogue and a host's config.
+//! `http`) and over stdio (`kbq mcp`): the agent's six built-in tools, called through the
+//! same tool actors the agent's sessions call; four tools for what the graph and RAG
+//! endpoints do that those six do not (entity search, exact lookup, graph documents, keyword
+//! search), answered by the same functions as those endpoints; and ingestion's three
+//! (`sources`). docs/mcp.md has the catalogue and a host's config.
 //!
 //! The HTTP layers in front of `/mcp` are the API's: the key (`require_key`), the `read`
 //! scope, and the key's graph budget, per HTTP request. Here, per tool call: the `write`
-//! scope for MemoryStoreTool, the key as the owner of any memory a call touches, a count in
-//! /metrics and a log line with the key.
+//! scope for MemoryStoreTool and ingestion's tools (a key without it is not shown them
+//! either), the key as the owner of any memory or job a call touches, a count in /metrics
+//! and a log line with the key.
+//!
+//! # Layout
+//! - [`http`]: the bridge from actix-web to rmcp's Streamable HTTP service, sessions by key.
+//! - [`sources`]: ingestion's tools: a source added, its job followed, the source retracted.
 
 pub mod http;
+pub mod sources;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -26,6 +33,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::auth::{Scope, Scopes};
@@ -77,6 +85,7 @@ pub struct McpDeps {
     pub tools: ToolPool,
     pub graph: GraphPool,
     pub rag: web::Data<RagService>,
+    pub ingest: sources::Ingestion,
     pub metrics: Option<web::Data<Metrics>>,
 }
 
@@ -123,13 +132,67 @@ fn inline(schema: &Value, components: &Value) -> Value {
     }
 }
 
-fn annotations(read_only: bool) -> ToolAnnotations {
+/// What a tool's call does to the knowledge base: its annotations say it to a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Reads only: asked twice, it answers the same.
+    Reads,
+    /// Adds: a memory stored twice is two memories.
+    Adds,
+    /// Replaces or removes what a source said: the same call again changes nothing more.
+    Replaces,
+}
+
+fn annotations(effect: Effect) -> ToolAnnotations {
     ToolAnnotations::new()
-        .read_only(read_only)
-        .destructive(false)
-        // A search or a lookup asked twice answers the same; a memory stored twice is two.
-        .idempotent(read_only)
+        .read_only(effect == Effect::Reads)
+        .destructive(effect == Effect::Replaces)
+        .idempotent(effect != Effect::Adds)
         .open_world(false)
+}
+
+/// The scopes a call of `tool` needs: `read` for every tool, as `/mcp` itself needs over
+/// HTTP; `write` too for a tool that writes and for ingestion's, as their routes need.
+fn needs(tool: &Tool) -> &'static [Scope] {
+    let read_only = tool
+        .annotations
+        .as_ref()
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false);
+    if read_only && !sources::TOOLS.contains(&tool.name.as_ref()) {
+        &[Scope::Read]
+    } else {
+        &[Scope::Read, Scope::Write]
+    }
+}
+
+/// The args of a call as the request type `T`, checked as its endpoint checks a body.
+fn arguments<T: DeserializeOwned>(args: &Value) -> Result<T, Value> {
+    crate::extract::parse(&serde_json::to_vec(args).unwrap_or_default()).map_err(invalid_arguments)
+}
+
+/// A call whose arguments break the tool's rules; `field` names the one at fault.
+fn invalid_arguments(e: ApiError) -> Value {
+    json!({"error": e.message, "error_type": "invalid_arguments", "field": e.field})
+}
+
+/// An endpoint's error: the arguments' fault when it names a field, else the knowledge
+/// base's.
+fn answered(e: ApiError) -> Value {
+    if e.field.is_some() {
+        invalid_arguments(e)
+    } else {
+        failed(e)
+    }
+}
+
+fn failed(e: ApiError) -> Value {
+    json!({"error": e.message, "error_type": "failed"})
+}
+
+/// What the call names (a job, a source) is not there, or not this key's.
+fn not_found(message: &str) -> Value {
+    json!({"error": message, "error_type": "not_found"})
 }
 
 /// Every tool, with its input and output schemas: the agent's from the tools themselves, the
@@ -143,7 +206,11 @@ pub fn catalogue(document: &Value) -> Vec<Tool> {
         .map(|t| {
             Tool::new(t.name(), t.description(), object(t.parameters()))
                 .with_raw_output_schema(Arc::new(object(t.output_schema())))
-                .with_annotations(annotations(t.read_only()))
+                .with_annotations(annotations(if t.read_only() {
+                    Effect::Reads
+                } else {
+                    Effect::Adds
+                }))
         })
         .collect();
     let entity = inline(&json!({"$ref": "#/components/schemas/Entity"}), components);
@@ -153,6 +220,7 @@ pub fn catalogue(document: &Value) -> Vec<Tool> {
             "Find entities whose names contain a string, ignoring case: exact matches first, then names that start with it, then the rest, by name within each group. The same search as POST /data/v1/query/graph/search.",
             schema("SearchRequest"),
             schema("SearchResponse"),
+            Effect::Reads,
         ),
         (
             ENTITY_LOOKUP,
@@ -168,25 +236,31 @@ pub fn catalogue(document: &Value) -> Vec<Tool> {
                 "properties": {"entity": {"oneOf": [entity, {"type": "null"}]}},
                 "required": ["entity"]
             })),
+            Effect::Reads,
         ),
         (
             GRAPH_DOCUMENTS,
             "Walk the graph from an entity, then return the documents of the entities reached, scored by closeness and similarity. The same as POST /data/v1/query/graph/documents.",
             schema("DocumentsRequest"),
             schema("DocumentsResponse"),
+            Effect::Reads,
         ),
         (
             KEYWORD_SEARCH,
             "Documents matching the query's words, by BM25 over title and content, optionally filtered by source, content type or entity. The same search as POST /v1/rag/keyword.",
             schema("RagRequest"),
             schema("RagAnswer"),
+            Effect::Reads,
         ),
     ];
-    tools.extend(extra.into_iter().map(|(name, description, input, output)| {
-        Tool::new(name, description, input)
-            .with_raw_output_schema(Arc::new(output))
-            .with_annotations(annotations(true))
-    }));
+    let ingestion = sources::tools(schema);
+    tools.extend(extra.into_iter().chain(ingestion).map(
+        |(name, description, input, output, effect)| {
+            Tool::new(name, description, input)
+                .with_raw_output_schema(Arc::new(output))
+                .with_annotations(annotations(effect))
+        },
+    ));
     tools
 }
 
@@ -199,6 +273,19 @@ impl KbqMcp {
         }
     }
 
+    /// Who makes a request: over HTTP, the key in the request's head (rmcp keeps the head in
+    /// the context, and `http::handle` put the caller in its extensions); over stdio, the
+    /// local caller.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        context
+            .extensions
+            .get::<::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .cloned()
+            .or_else(|| self.local.clone())
+            .ok_or_else(|| McpError::invalid_request("no API key came with the call", None))
+    }
+
     /// Runs the tool `name`: its result, or the error a host sees as a failed call.
     async fn run(&self, name: &str, caller: &Caller, args: Value) -> Result<Value, Value> {
         let tool = self
@@ -206,18 +293,8 @@ impl KbqMcp {
             .iter()
             .find(|t| t.name == name)
             .ok_or_else(|| ToolError::UnknownTool(name.into()).to_result().value())?;
-        let read_only = tool
-            .annotations
-            .as_ref()
-            .and_then(|a| a.read_only_hint)
-            .unwrap_or(false);
-        // Every tool needs `read`, as `/mcp` itself does over HTTP; one that writes, `write` too.
-        let needed: &[Scope] = if read_only {
-            &[Scope::Read]
-        } else {
-            &[Scope::Read, Scope::Write]
-        };
-        if let Some(missing) = needed.iter().find(|s| !caller.scopes.allows(**s)) {
+        // A tool the key is not shown is still refused by name, with the scope it lacks.
+        if let Some(missing) = needs(tool).iter().find(|s| !caller.scopes.allows(**s)) {
             return Err(json!({
                 "error": format!("the key lacks the `{}` scope this tool needs", missing.as_str()),
                 "error_type": "insufficient_scope",
@@ -225,20 +302,9 @@ impl KbqMcp {
         }
         let d = &self.deps;
         // The API's rules, checked as the endpoints check them; a failure names the field.
-        let refused = |e: ApiError| json!({"error": e.message, "error_type": "invalid_arguments", "field": e.field});
-        let failed = |e: ApiError| json!({"error": e.message, "error_type": "failed"});
-        // An endpoint's error: the arguments' fault when it names a field.
-        let answered = |e: ApiError| {
-            if e.field.is_some() {
-                refused(e)
-            } else {
-                failed(e)
-            }
-        };
-        let parse = |args: &Value| serde_json::to_vec(args).unwrap_or_default();
         match name {
             ENTITY_SEARCH => {
-                let req: SearchRequest = crate::extract::parse(&parse(&args)).map_err(refused)?;
+                let req: SearchRequest = arguments(&args)?;
                 search_answer(&d.graph, req, |r| {
                     serde_json::to_value(&r).unwrap_or(Value::Null)
                 })
@@ -251,8 +317,8 @@ impl KbqMcp {
                 struct Lookup {
                     name: String,
                 }
-                let req: Lookup = crate::extract::parse(&parse(&args)).map_err(refused)?;
-                crate::extract::name("name", &req.name).map_err(refused)?;
+                let req: Lookup = arguments(&args)?;
+                crate::extract::name("name", &req.name).map_err(invalid_arguments)?;
                 let found = d
                     .graph
                     .entity(req.name)
@@ -261,8 +327,7 @@ impl KbqMcp {
                 Ok(json!({"entity": found.as_deref()}))
             }
             GRAPH_DOCUMENTS => {
-                let req: DocumentsRequest =
-                    crate::extract::parse(&parse(&args)).map_err(refused)?;
+                let req: DocumentsRequest = arguments(&args)?;
                 documents_answer(&d.graph, req, |r| {
                     serde_json::to_value(&r).unwrap_or(Value::Null)
                 })
@@ -270,12 +335,15 @@ impl KbqMcp {
                 .map_err(answered)
             }
             KEYWORD_SEARCH => {
-                let req: RagRequest = crate::extract::parse(&parse(&args)).map_err(refused)?;
+                let req: RagRequest = arguments(&args)?;
                 d.rag
                     .answer(kbq_tools::rag::Method::Keyword, req)
                     .await
                     .map(|a| serde_json::to_value(&a).unwrap_or(Value::Null))
                     .map_err(answered)
+            }
+            sources::ADD_SOURCE | sources::INGEST_JOB | sources::DELETE_SOURCE => {
+                d.ingest.run(name, &caller.owner, args).await
             }
             _ => {
                 let ctx = ToolContext {
@@ -302,7 +370,10 @@ impl ServerHandler for KbqMcp {
                  and a memory per API key. Find entities with EntitySearchTool or \
                  EntityLookupTool, walk the graph with KnowledgeGraphTool, find documents with \
                  HybridSearchTool, SemanticSearchTool, KeywordSearchTool or GraphDocumentsTool, \
-                 and remember facts with MemoryStoreTool (MemorySearchTool recalls them).",
+                 and remember facts with MemoryStoreTool (MemorySearchTool recalls them). \
+                 With the `write` scope, add a note or a document to the knowledge base with \
+                 AddSourceTool, follow its job with IngestJobTool, and retract it with \
+                 DeleteSourceTool.",
             )
     }
 
@@ -314,13 +385,19 @@ impl ServerHandler for KbqMcp {
         self.catalogue.iter().find(|t| t.name == name).cloned()
     }
 
+    /// The tools the caller's key may call: one whose scope it lacks is not shown.
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let caller = self.caller(&context)?;
         Ok(ListToolsResult::with_all_items(
-            self.catalogue.as_ref().clone(),
+            self.catalogue
+                .iter()
+                .filter(|t| needs(t).iter().all(|s| caller.scopes.allows(*s)))
+                .cloned()
+                .collect(),
         ))
     }
 
@@ -329,15 +406,7 @@ impl ServerHandler for KbqMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        // Over HTTP, rmcp keeps the request's head in the context; its extensions hold the
-        // caller (`http::handle`).
-        let caller = context
-            .extensions
-            .get::<::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<Caller>())
-            .cloned()
-            .or_else(|| self.local.clone())
-            .ok_or_else(|| McpError::invalid_request("no API key came with the call", None))?;
+        let caller = self.caller(&context)?;
         let name = request.name.to_string();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let started = Instant::now();

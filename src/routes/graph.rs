@@ -15,6 +15,7 @@ use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{
     RELATIONSHIP_TYPES, Range, Rules, ValidJson, name, name_in_path, relationship_types,
 };
+use crate::routes::sources::SourcesService;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
@@ -115,6 +116,7 @@ pub struct TraversalResponse<'a> {
 )]
 async fn traverse(
     graph: web::Data<GraphPool>,
+    sources: web::Data<SourcesService>,
     ValidJson(req): ValidJson<TraversalRequest>,
 ) -> Result<HttpResponse, ApiError> {
     name("entity_name", &req.entity_name)?;
@@ -125,7 +127,15 @@ async fn traverse(
         limit: TraversalRequest::LIMIT.check(req.limit)? as usize,
         start: req.entity_name,
     };
-    let walk = graph.traverse(query.clone()).await?;
+    let mut walk = graph.traverse(query.clone()).await?;
+    if walk.total_entities == 0
+        && let Some(target) = sources.alias_target(&query.start).await?
+    {
+        // A name a source's resolution merged into another entity walks from that entity.
+        let mut from_target = query.clone();
+        from_target.start = target;
+        walk = graph.traverse(from_target).await?;
+    }
     Ok(HttpResponse::Ok()
         .insert_header(ContentType::json())
         .body(traversal_body(&query.start, &walk)))
@@ -243,9 +253,19 @@ pub async fn search_answer<R>(
     ),
     security(("bearer" = ["read"]), ("api_key" = ["read"])),
 )]
-async fn entity(graph: web::Data<GraphPool>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn entity(
+    graph: web::Data<GraphPool>,
+    sources: web::Data<SourcesService>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
     let name = name_in_path(&req, "/query/graph/entity/", "entity_name")?;
-    let found = graph.entity(name).await?;
+    let mut found = graph.entity(name.clone()).await?;
+    if found.is_none()
+        && let Some(target) = sources.alias_target(&name).await?
+    {
+        // A name a source's resolution merged into another entity finds that entity.
+        found = graph.entity(target).await?;
+    }
     Ok(HttpResponse::Ok().json(found))
 }
 

@@ -8,6 +8,7 @@ pub mod ingest;
 pub mod openai;
 pub mod probes;
 pub mod rag;
+pub mod sources;
 
 use actix_web::middleware::from_fn;
 use actix_web::web;
@@ -37,7 +38,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .wrap(from_fn(|req, next| require_scope(Scope::Write, req, next)))
                 .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
                 .wrap(from_fn(require_key))
-                .configure(ingest::configure),
+                .configure(ingest::configure)
+                .configure(sources::configure),
         )
         .service(
             web::scope("/data/v1")

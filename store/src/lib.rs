@@ -34,6 +34,8 @@
 //! - [`vectors`]: the in-process vector index of document embeddings, with its inverted file.
 //! - [`text`]: the in-process keyword (BM25) index of document titles and contents.
 //! - [`memory`]: agent memory, owned by an API key and recalled only by it.
+//! - [`sources`]: ingested sources, their chunks' documents, the supports of every fact they
+//!   gave, the model answers kept per chunk, and carrying out a retraction plan.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
 
@@ -61,6 +63,7 @@ pub mod progress;
 pub mod related;
 pub mod schema;
 pub mod search;
+pub mod sources;
 pub mod text;
 pub mod vectors;
 pub mod write;

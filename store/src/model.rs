@@ -15,6 +15,10 @@ pub mod table {
     pub const DOCUMENT: &str = "document";
     pub const META: &str = "kbq_meta";
     pub const MEMORY: &str = "memory";
+    pub const SOURCE: &str = "source";
+    pub const SUPPORT: &str = "support";
+    pub const EXTRACTION: &str = "extraction";
+    pub const INGEST_JOB: &str = "ingest_job";
 }
 
 /// Longest entity name, relationship type or entity type accepted, in characters (Unicode
@@ -149,6 +153,18 @@ pub mod keys {
     }
     pub fn document(source: &str, source_id: &str) -> String {
         digest("d", &[source, source_id])
+    }
+    /// The record of a source's current version (its chunks are documents).
+    pub fn source(source: &str, source_id: &str) -> String {
+        digest("o", &[source, source_id])
+    }
+    /// One support of a fact: the fact's stored key, its origin and chunk.
+    pub fn support(fact: &str, origin: &str, chunk: i64) -> String {
+        digest("s", &[fact, origin, &chunk.to_string()])
+    }
+    /// A model's kept answer for a chunk.
+    pub fn extraction(chunk_hash: &str, model: &str, prompt_version: u32) -> String {
+        digest("x", &[chunk_hash, model, &prompt_version.to_string()])
     }
     /// The public id of an entity: `entity:<key>`.
     pub fn entity_id(name: &str) -> String {

@@ -9,7 +9,9 @@ use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 use crate::db::{Connected, obj, row, vector_bytes};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
-use crate::model::table::{self, DOCUMENT, ENTITY, MEMORY, META, RELATES};
+use crate::model::table::{
+    self, DOCUMENT, ENTITY, EXTRACTION, INGEST_JOB, MEMORY, META, RELATES, SOURCE, SUPPORT,
+};
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;
 
@@ -91,7 +93,15 @@ impl KnowledgeBase {
              DEFINE TABLE IF NOT EXISTS {MEMORY} SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS memory_owner ON {MEMORY} FIELDS owner;
              DEFINE INDEX IF NOT EXISTS memory_content_text ON {MEMORY} FIELDS content FULLTEXT ANALYZER kbq_text BM25;
-             DEFINE TABLE IF NOT EXISTS {META} SCHEMALESS;"
+             DEFINE TABLE IF NOT EXISTS {META} SCHEMALESS;
+             DEFINE TABLE IF NOT EXISTS {SOURCE} SCHEMALESS;
+             DEFINE TABLE IF NOT EXISTS {SUPPORT} SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS support_fact ON {SUPPORT} FIELDS fact;
+             DEFINE INDEX IF NOT EXISTS support_origin ON {SUPPORT} FIELDS origin;
+             DEFINE INDEX IF NOT EXISTS support_entity ON {SUPPORT} FIELDS entity;
+             DEFINE INDEX IF NOT EXISTS support_alias ON {SUPPORT} FIELDS alias;
+             DEFINE TABLE IF NOT EXISTS {EXTRACTION} SCHEMALESS;
+             DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;"
         );
         self.exec_on(c, &schema, Object::new()).await?;
         // Vectors of two embedders must never mix in one index.

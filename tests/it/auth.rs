@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::openapi::{base_body, document, documented};
-use crate::support::{KEY, TestServer, assert_error, key_entry, read, test_config};
+use crate::support::{KEY, TestServer, assert_error, key_entry, read, served, test_config};
 
 /// The operations that need no key, and why. Every other operation of the document needs
 /// one, and a new public route fails the test until it is listed here.
@@ -154,7 +154,7 @@ async fn every_operation_in_the_document_checks_the_key_and_its_scope() {
         ] {
             let (status, _, body) = send(headers.clone()).await;
             assert!(
-                status.is_success(),
+                served(&op, status, &body),
                 "{label} with {headers:?}: {status} {body}"
             );
             answers.push(status);
@@ -166,7 +166,7 @@ async fn every_operation_in_the_document_checks_the_key_and_its_scope() {
                 needed.is_empty() || scope == "admin" || needed.iter().any(|n| n == scope);
             if allowed {
                 assert!(
-                    status.is_success(),
+                    served(&op, status, &body),
                     "{label} with a {scope} key: {status} {body}"
                 );
             } else {
@@ -358,7 +358,10 @@ async fn a_keys_memory_reaches_no_other_key_on_any_operation() {
                 r = r.header("content-type", content_type).body(bytes);
             }
             let (status, _, answer) = read(r.send().await.unwrap()).await;
-            assert!(status.is_success(), "{method} {path}: {status} {answer}");
+            assert!(
+                served(&op, status, &answer),
+                "{method} {path}: {status} {answer}"
+            );
             assert!(
                 !answer.to_string().contains(SECRET),
                 "{method} {path} showed another key's memory: {answer}"

@@ -30,6 +30,7 @@ mod scopes;
 pub mod scripted;
 mod scripted_server;
 mod shutdown;
+mod sources;
 mod startup;
 mod supervision;
 mod support;

@@ -1,11 +1,12 @@
 //! MCP at `/mcp` with the official MCP Python SDK as the client (tests/mcp/setup.sh installs
 //! it; tests/mcp/mcp_client.py drives it), and the HTTP layers in front of it: keys, scopes,
-//! the rate budget, and the tool calls in /metrics.
+//! the rate budget, and the tool calls in /metrics; ingestion's tools for a `write` key.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kbq::versions::SystemClock;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{KEY, TestServer, key_entry, test_config};
 
@@ -29,6 +30,75 @@ fn sse_answer(text: &str) -> serde_json::Value {
         .rfind(|d| !d.trim().is_empty())
         .unwrap_or_else(|| panic!("no data in {text:?}"));
     serde_json::from_str(data).unwrap()
+}
+
+/// One request in 2026-07-28's form as `key` (no handshake: the version, the method and a
+/// tool's name in headers as well as in the body): its JSON-RPC answer.
+async fn request(t: &TestServer, key: &str, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    let mut req = t
+        .http
+        .post(t.url("/mcp"))
+        .bearer_auth(key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = params["name"].as_str() {
+        req = req.header("mcp-name", name);
+    }
+    let res = req
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "{method} {params}");
+    sse_answer(&res.text().await.unwrap())
+}
+
+/// A call of `tool` as `key`: the tool's result (`isError`, `structuredContent`, `content`).
+async fn call(t: &TestServer, key: &str, tool: &str, arguments: Value) -> Value {
+    let answer = request(
+        t,
+        key,
+        "tools/call",
+        json!({"name": tool, "arguments": arguments}),
+    )
+    .await;
+    answer["result"].clone()
+}
+
+/// A successful call's structured result.
+async fn answer(t: &TestServer, key: &str, tool: &str, arguments: Value) -> Value {
+    let result = call(t, key, tool, arguments.clone()).await;
+    assert_eq!(result["isError"], false, "{tool} {arguments}: {result}");
+    result["structuredContent"].clone()
+}
+
+/// A failed call's error object, which kbq sends as the text only.
+async fn refusal(t: &TestServer, key: &str, tool: &str, arguments: Value) -> Value {
+    let result = call(t, key, tool, arguments.clone()).await;
+    assert_eq!(result["isError"], true, "{tool} {arguments}: {result}");
+    assert_eq!(result.get("structuredContent"), None, "{result}");
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// The tools `key` is shown, by name, with their annotations.
+async fn tools(t: &TestServer, key: &str) -> Vec<(String, Value)> {
+    let answer = request(t, key, "tools/list", json!({})).await;
+    answer["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {answer}"))
+        .iter()
+        .map(|tool| {
+            (
+                tool["name"].as_str().unwrap().to_string(),
+                tool["annotations"].clone(),
+            )
+        })
+        .collect()
 }
 
 async fn post_mcp(t: &TestServer, key: Option<&str>) -> reqwest::Response {
@@ -155,37 +225,8 @@ async fn kbq_mcp_refuses_an_unknown_key() {
 #[tokio::test]
 async fn both_protocol_versions_are_served() {
     let t = TestServer::start_with(test_config(), Arc::new(SystemClock), true).await;
-    // 2026-07-28 names the version, the method and the tool in headers as well.
-    let send = |version: &'static str, method: &'static str, body: serde_json::Value| {
-        t.http
-            .post(t.url("/mcp"))
-            .bearer_auth(KEY)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", version)
-            .header("mcp-method", method)
-            .header("mcp-name", "EntityLookupTool")
-            .json(&body)
-            .send()
-    };
-    let res = send(
-        "2026-07-28",
-        "tools/call",
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": "EntityLookupTool", "arguments": {"name": "Ada"},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }
-        }}),
-    )
-    .await
-    .unwrap();
-    assert_eq!(res.status(), 200);
-    let body = sse_answer(&res.text().await.unwrap());
-    assert_eq!(
-        body["result"]["structuredContent"]["entity"]["name"], "Ada",
-        "{body}"
-    );
+    let found = answer(&t, KEY, "EntityLookupTool", json!({"name": "Ada"})).await;
+    assert_eq!(found["entity"]["name"], "Ada", "{found}");
     for (asked, given) in [("2025-11-25", "2025-11-25"), ("2025-03-26", "2025-11-25")] {
         let mut init = initialize();
         init["params"]["protocolVersion"] = json!(asked);
@@ -268,32 +309,208 @@ async fn graph_documents_over_mcp_are_the_http_routes_answer() {
     {
         let (status, http) = t.post("/data/v1/query/graph/documents", args.clone()).await;
         assert_eq!(status, 200, "{http}");
-        let res = t
-            .http
-            .post(t.url("/mcp"))
-            .bearer_auth(KEY)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "GraphDocumentsTool")
-            .json(
-                &json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
-                    "name": "GraphDocumentsTool", "arguments": args,
-                    "_meta": {
-                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                        "io.modelcontextprotocol/clientCapabilities": {}
-                    }
-                }}),
-            )
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200);
-        let body = sse_answer(&res.text().await.unwrap());
-        assert_eq!(body["result"]["structuredContent"], http, "{args}");
+        let mcp = answer(&t, KEY, "GraphDocumentsTool", args.clone()).await;
+        assert_eq!(mcp, http, "{args}");
         if n == 0 {
             assert!(http["total"].as_u64() > Some(0), "{http}");
         }
+    }
+    t.stop().await;
+}
+
+const INGESTION: [&str; 3] = ["AddSourceTool", "IngestJobTool", "DeleteSourceTool"];
+
+/// Calls IngestJobTool until the job has ended: the job.
+async fn job_ended(t: &TestServer, key: &str, job_id: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = answer(t, key, "IngestJobTool", json!({"job_id": job_id})).await;
+        if matches!(
+            job["status"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        ) {
+            return job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job did not end: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ingestion's tools are shown to a key with `write` only, and refused to one without it.
+#[tokio::test]
+async fn ingestion_tools_are_a_write_key_s_only() {
+    let mut config = test_config();
+    config
+        .auth
+        .keys
+        .push(key_entry("reader", READER, Some(&["read"])));
+    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let shown = tools(&t, KEY).await;
+    let names: Vec<&str> = shown.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(&names[names.len() - 3..], INGESTION, "{names:?}");
+    // What each does, said to a host: adding a source again replaces what it said before, a
+    // retraction removes; the job is only read.
+    for (name, annotations) in &shown {
+        let (read_only, destructive, idempotent) = match name.as_str() {
+            "AddSourceTool" | "DeleteSourceTool" => (false, true, true),
+            "MemoryStoreTool" => (false, false, false),
+            _ => (true, false, true),
+        };
+        assert_eq!(annotations["readOnlyHint"], read_only, "{name}");
+        assert_eq!(annotations["destructiveHint"], destructive, "{name}");
+        assert_eq!(annotations["idempotentHint"], idempotent, "{name}");
+    }
+    // A read key is shown neither them nor MemoryStoreTool: only the tools it may call.
+    let read: Vec<String> = tools(&t, READER)
+        .await
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let expected: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| !INGESTION.contains(n) && *n != "MemoryStoreTool")
+        .collect();
+    assert_eq!(read, expected);
+    // Called by name all the same, each is refused for the scope, and nothing is added.
+    for (tool, args) in [
+        (
+            "AddSourceTool",
+            json!({"source": "notes", "source_id": "n1", "content": "A reader's zebra note."}),
+        ),
+        (
+            "IngestJobTool",
+            json!({"job_id": "00000000-0000-0000-0000-000000000000"}),
+        ),
+        (
+            "DeleteSourceTool",
+            json!({"source": "notes", "source_id": "n1"}),
+        ),
+    ] {
+        let e = refusal(&t, READER, tool, args).await;
+        assert_eq!(e["error_type"], "insufficient_scope", "{tool}: {e}");
+        assert!(e["error"].as_str().unwrap().contains("`write`"), "{e}");
+    }
+    let hits = answer(&t, READER, "KeywordSearchTool", json!({"query": "zebra"})).await;
+    assert_eq!(hits["total"], 0, "{hits}");
+    t.stop().await;
+}
+
+/// A note added through MCP: its job followed to the end, its chunk found by keyword search,
+/// then retracted; the same job as the HTTP route reads, and none of another key's.
+#[tokio::test]
+async fn a_write_key_adds_a_note_finds_it_and_retracts_it() {
+    let mut config = test_config();
+    config.auth.keys.push(key_entry("other", OTHER, None));
+    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    // The routes' rules: a format ingestion does not read, a missing field, an unknown one.
+    for (args, field) in [
+        (
+            json!({"source": "notes", "source_id": "n1", "content": "x", "content_type": "application/zip"}),
+            "content_type",
+        ),
+        (json!({"source": "notes", "source_id": "n1"}), "content"),
+        (
+            json!({"source": " ", "source_id": "n1", "content": "x"}),
+            "source",
+        ),
+        (
+            json!({"source": "notes", "source_id": "n1", "content": "x", "tags": []}),
+            "tags",
+        ),
+    ] {
+        let e = refusal(&t, KEY, "AddSourceTool", args.clone()).await;
+        assert_eq!(e["error_type"], "invalid_arguments", "{args}: {e}");
+        assert_eq!(e["field"], field, "{args}: {e}");
+    }
+
+    let note = json!({
+        "source": "notes",
+        "source_id": "lighthouse",
+        "title": "Keeper's log",
+        "content": "# Keeper's log\n\nThe lighthouse keeper wrote to Babbage about a storm.\n",
+        "content_type": "text/markdown",
+    });
+    let job = answer(&t, KEY, "AddSourceTool", note).await;
+    assert_eq!(job["status"], "queued", "{job}");
+    assert_eq!(
+        (&job["source"], &job["source_id"]),
+        (&json!("notes"), &json!("lighthouse"))
+    );
+    let job_id = job["job_id"].as_str().unwrap().to_string();
+    let job = job_ended(&t, KEY, &job_id).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["chunks"], 1, "{job}");
+    // The job the route reads.
+    let (status, http) = t.get(&format!("/data/v1/ingest/jobs/{job_id}")).await;
+    assert_eq!(status, 200, "{http}");
+    assert_eq!(http, job);
+    // A job is the key's that started it, and an id that names none is not found.
+    for (key, id) in [(OTHER, job_id.as_str()), (KEY, "no-such-job")] {
+        let e = refusal(&t, key, "IngestJobTool", json!({"job_id": id})).await;
+        assert_eq!(e["error_type"], "not_found", "{e}");
+    }
+
+    let found = answer(
+        &t,
+        KEY,
+        "KeywordSearchTool",
+        json!({"query": "lighthouse keeper storm", "limit": 3}),
+    )
+    .await;
+    let top = &found["results"][0];
+    assert_eq!(top["source_id"], "lighthouse#0", "{found}");
+    assert_eq!(top["title"], "Keeper's log", "{found}");
+    assert!(
+        top["content"]
+            .as_str()
+            .unwrap()
+            .contains("lighthouse keeper"),
+        "{found}"
+    );
+
+    let source = json!({"source": "notes", "source_id": "lighthouse"});
+    let retracted = answer(&t, KEY, "DeleteSourceTool", source.clone()).await;
+    assert_eq!(retracted["deleted"], true, "{retracted}");
+    assert_eq!(retracted["chunks"], 1, "{retracted}");
+    let found = answer(
+        &t,
+        KEY,
+        "KeywordSearchTool",
+        json!({"query": "lighthouse keeper storm"}),
+    )
+    .await;
+    assert!(
+        found["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["source_id"] != "lighthouse#0"),
+        "{found}"
+    );
+    let e = refusal(&t, KEY, "DeleteSourceTool", source).await;
+    assert_eq!(e["error_type"], "not_found", "{e}");
+    let e = refusal(
+        &t,
+        KEY,
+        "DeleteSourceTool",
+        json!({"source": "notes", "source_id": ""}),
+    )
+    .await;
+    assert_eq!(
+        (&e["error_type"], &e["field"]),
+        (&json!("invalid_arguments"), &json!("source_id")),
+        "{e}"
+    );
+    let metrics = t.metrics_text().await;
+    for line in [
+        "kbq_tool_calls_total{tool=\"AddSourceTool\",outcome=\"ok\"}",
+        "kbq_tool_calls_total{tool=\"DeleteSourceTool\",outcome=\"error\"}",
+    ] {
+        assert!(metrics.contains(line), "no {line} in /metrics");
     }
     t.stop().await;
 }

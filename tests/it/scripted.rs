@@ -119,6 +119,11 @@ impl ScriptedLlm {
         self.script.lock().steps.push_back(step);
     }
 
+    /// Drops the steps not played yet.
+    pub fn clear(&self) {
+        self.script.lock().steps.clear();
+    }
+
     /// Bodies of every POST /v1/chat/completions received so far, in order, as JSON.
     ///
     /// Includes requests answered with an error (down, streaming, script exhausted); a body
@@ -194,8 +199,61 @@ async fn chat_completions(
     };
     match step {
         Some(step) => play(&script, step, &body["model"]).await,
+        // Asked for the extraction schema with nothing queued: answered from the text.
+        None if body["response_format"]["json_schema"]["name"] == "kbq_extraction" => {
+            let text = body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            let answer = extraction_of(text).to_string();
+            completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
+        }
         None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),
     }
+}
+
+/// What the scripted model extracts from a chunk: every `[[Name]]` is an entity (type
+/// `thing`), and every `[[A]] -[type]-> [[B]]` a relationship. A real model reads prose; tests write their facts
+/// in this markup so that what is extracted is known exactly.
+pub fn extraction_of(text: &str) -> Value {
+    let mut entities: Vec<String> = Vec::new();
+    let mut relationships: Vec<Value> = Vec::new();
+    let mut rest = text;
+    let mut last: Option<String> = None;
+    while let Some(open) = rest.find("[[") {
+        let after = &rest[open + 2..];
+        let Some(close) = after.find("]]") else { break };
+        let name = after[..close].to_string();
+        let tail = &after[close + 2..];
+        // An arrow right after the name, to the next name: a relationship.
+        if let Some(prev) = last.take()
+            && let Some(arrow) = rest[..open].trim_end().strip_suffix("->")
+            && let Some(start) = arrow.rfind("-[")
+            && arrow.ends_with(']')
+        {
+            let relationship_type = &arrow[start + 2..arrow.len() - 1];
+            relationships.push(json!({
+                "source": prev,
+                "target": name,
+                "type": relationship_type,
+                "description": "",
+            }));
+        }
+        if !entities.contains(&name) {
+            entities.push(name.clone());
+        }
+        last = Some(name);
+        rest = tail;
+    }
+    json!({
+        "entities": entities.iter().map(|n| json!({
+            "name": n,
+            "type": "thing",
+            "description": format!("{n}, as the text names it"),
+        })).collect::<Vec<_>>(),
+        "relationships": relationships,
+    })
 }
 
 /// Answers with `step`. Sleeps with tokio's timer, so a waiting step holds up no other request.

@@ -349,21 +349,27 @@ impl ServeProcess {
             .stderr(stderr)
             .kill_on_drop(true);
         let child = command.spawn().unwrap();
-        let http = reqwest::Client::new();
-        let ready = eventually(Duration::from_secs(60), || async {
-            http.get(format!("http://127.0.0.1:{port}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        assert!(ready, "kbq serve did not become ready");
+        wait_ready(port).await;
         ServeProcess {
             child,
             port,
             _data: data,
         }
     }
+}
+
+/// Waits until the `kbq serve` on `port` answers `/readyz` with 200: ready, not only live,
+/// since the store starts behind the listener.
+pub async fn wait_ready(port: u16) {
+    let http = reqwest::Client::new();
+    let ready = eventually(Duration::from_secs(60), || async {
+        http.get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(ready, "kbq serve did not become ready");
 }
 
 /// Asserts that `/readyz` answers 503 `service_unavailable` with `Retry-After: 1` and the
@@ -415,4 +421,18 @@ pub async fn python_checks<S: AsRef<std::ffi::OsStr>>(
         out.status.success() && stdout.contains("all checks passed"),
         "{script} failed:\n{stdout}\n{stderr}"
     );
+}
+
+/// Whether a request reached its handler and was served: a success, or the `not_found` that
+/// the operation `op` documents for a thing its path names and that does not exist (a job id
+/// in a fresh store), which is not the default route's "no route for".
+pub fn served(op: &Value, status: reqwest::StatusCode, body: &Value) -> bool {
+    status.is_success()
+        || (status == 404
+            && op["responses"]["404"].is_object()
+            && body["error"]["code"] == "not_found"
+            && !body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("no route for"))
 }

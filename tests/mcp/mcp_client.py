@@ -1,7 +1,8 @@
 """Drives kbq's MCP server with the official MCP Python SDK over Streamable HTTP: the tool
 list, a call of every tool (the SDK checks each structured result against the tool's output
-schema), bad arguments, scopes, memory isolation between keys, and refused keys; or over
-standard input and output, with `kbq mcp` started as a host starts it.
+schema), bad arguments, scopes, memory isolation between keys, a note added, found and
+retracted, and refused keys; or over standard input and output, with `kbq mcp` started as a
+host starts it.
 
     python mcp_client.py MCP_URL KEY OTHER_KEY READ_KEY WRITE_ONLY_KEY
     python mcp_client.py --stdio KBQ_BINARY DATA_DIR
@@ -29,6 +30,9 @@ AGENT_TOOLS = [
     "MemoryStatsTool",
 ]
 OTHER_TOOLS = ["EntitySearchTool", "EntityLookupTool", "GraphDocumentsTool", "KeywordSearchTool"]
+#: Shown to a key with the `write` scope only, as MemoryStoreTool is.
+INGEST_TOOLS = ["AddSourceTool", "IngestJobTool", "DeleteSourceTool"]
+ALL_TOOLS = AGENT_TOOLS + OTHER_TOOLS + INGEST_TOOLS
 
 #: A good call of each tool, and one whose arguments break the tool's rules.
 CALLS = {
@@ -90,11 +94,31 @@ async def refused(url, key):
         return repr(e)
 
 
+async def a_note(s, label):
+    """A note added, its job followed to the end, found by keyword search, then retracted."""
+    note = {"source": "notes", "source_id": f"{label}-note", "content": f"The {label} lighthouse keeper saw a comet."}
+    r = await s.call_tool("AddSourceTool", note)
+    check(f"{label}: a note added", not r.is_error and r.structured_content["status"] == "queued", r)
+    job = r.structured_content
+    for _ in range(1500):
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        await asyncio.sleep(0.02)
+        job = (await s.call_tool("IngestJobTool", {"job_id": job["job_id"]})).structured_content
+    check(f"{label}: its job succeeds", job["status"] == "succeeded", job)
+    r = await s.call_tool("KeywordSearchTool", {"query": f"{label} lighthouse comet", "limit": 1})
+    check(f"{label}: the note is found", r.structured_content["results"][0]["source_id"] == f"{label}-note#0", r)
+    r = await s.call_tool("DeleteSourceTool", {"source": "notes", "source_id": f"{label}-note"})
+    check(f"{label}: and retracted", r.structured_content == {"deleted": True, "chunks": 1, "entities": 0, "relationships": 0}, r)
+    r = await s.call_tool("DeleteSourceTool", {"source": "notes", "source_id": f"{label}-note"})
+    check(f"{label}: once", r.is_error and error_of(r)["error_type"] == "not_found", r)
+
+
 async def every_tool(s, label):
     """The tool list and a good and a bad call of every tool."""
     tools = (await s.list_tools()).tools
     names = [t.name for t in tools]
-    check(f"{label}: the tool list", names == AGENT_TOOLS + OTHER_TOOLS, names)
+    check(f"{label}: the tool list", names == ALL_TOOLS, names)
     for name, (good, bad) in CALLS.items():
         r = await s.call_tool(name, good)
         check(f"{label}: {name} answers", not r.is_error and isinstance(r.structured_content, dict), r)
@@ -109,6 +133,7 @@ async def stdio(binary, data_dir):
         async with ClientSession(read, write) as s:
             await s.initialize()
             await every_tool(s, "stdio")
+            await a_note(s, "stdio")
             r = await s.call_tool("EntityLookupTool", {"name": "Alan Turing"})
             check("stdio: an exact lookup", r.structured_content["entity"]["name"] == "Alan Turing", r)
             r = await s.call_tool("MemoryStoreTool", {"content": "stdio remembers the lighthouse"})
@@ -130,17 +155,20 @@ async def main():
     async with Session(url, key) as s:
         tools = (await s.list_tools()).tools
         names = [t.name for t in tools]
-        check("the tool list", names == AGENT_TOOLS + OTHER_TOOLS, names)
+        check("the tool list", names == ALL_TOOLS, names)
         for t in tools:
             check(f"{t.name} has an input schema", t.input_schema.get("type") == "object", t.input_schema)
             check(f"{t.name} has an output schema", (t.output_schema or {}).get("type") == "object", t.output_schema)
-            read_only = t.name != "MemoryStoreTool"
+            # Adding a source again replaces what it said, so does retracting it: destructive,
+            # and idempotent; a memory stored twice is two.
+            destructive = t.name in ("AddSourceTool", "DeleteSourceTool")
+            read_only = t.name != "MemoryStoreTool" and not destructive
             check(
                 f"{t.name}'s annotations",
                 t.annotations is not None
                 and t.annotations.read_only_hint is read_only
-                and t.annotations.idempotent_hint is read_only
-                and t.annotations.destructive_hint is False,
+                and t.annotations.idempotent_hint is (t.name != "MemoryStoreTool")
+                and t.annotations.destructive_hint is destructive,
                 t.annotations,
             )
         for name, (good, bad) in CALLS.items():
@@ -172,6 +200,7 @@ async def main():
             any("kbq-mcp-secret-42" in x.get("content", "") for x in r.structured_content["results"]),
             r.structured_content,
         )
+        await a_note(s, "http")
 
     async with Session(url, other) as s:
         r = await s.call_tool("MemorySearchTool", {"query": "kbq-mcp-secret-42 vault code"})
@@ -184,11 +213,20 @@ async def main():
         check("another key's memory stats", r.structured_content["memories"] == 0, r.structured_content)
 
     async with Session(url, read_key) as s:
+        names = [t.name for t in (await s.list_tools()).tools]
+        writers = ["MemoryStoreTool"] + INGEST_TOOLS
+        check("a read key is not shown the tools that write", names == [n for n in ALL_TOOLS if n not in writers], names)
         r = await s.call_tool("EntityLookupTool", {"name": "Alan Turing"})
         check("a read key queries", not r.is_error, r)
         r = await s.call_tool("MemoryStoreTool", {"content": "not allowed"})
         check(
             "a read key cannot store a memory",
+            r.is_error and error_of(r)["error_type"] == "insufficient_scope",
+            r,
+        )
+        r = await s.call_tool("AddSourceTool", {"source": "notes", "source_id": "n", "content": "not allowed"})
+        check(
+            "nor add a source",
             r.is_error and error_of(r)["error_type"] == "insufficient_scope",
             r,
         )

@@ -22,6 +22,11 @@ export type BatchReport = Schemas["BatchReport"];
 export type NdjsonReport = Schemas["NdjsonReport"];
 export type EntityDeletion = Schemas["EntityDeletion"];
 export type DocumentDeletion = Schemas["DocumentDeletion"];
+export type SourceRequest = Schemas["SourceRequest"];
+export type JobView = Schemas["JobView"];
+export type JobCounts = Schemas["JobCounts"];
+export type JobStatus = Schemas["JobStatus"];
+export type SourceRetraction = Schemas["SourceRetraction"];
 export type ChatRequest = Schemas["ChatRequest"];
 export type ChatResponse = Schemas["ChatResponse"];
 export type HealthReport = Schemas["HealthReport"];
@@ -34,6 +39,8 @@ export declare const VERSION: string;
 export declare const DEFAULT_BASE_URL: string;
 /** Method and path by operation id of /openapi.json, for the operations this library sends. */
 export declare const OPERATIONS: Record<string, [string, string]>;
+/** The HTTP status of each of kbq's error codes. */
+export declare const STATUS_OF_CODE: Record<string, number>;
 
 export interface ClientOptions {
   /** Default: KBQ_BASE_URL (Node), then http://127.0.0.1:8080. */
@@ -57,6 +64,27 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
+export interface WaitOptions extends RequestOptions {
+  /** The longest wait, in milliseconds; then the job is returned as it stands. Default: none. */
+  timeout?: number;
+}
+
+/** What `uploadSource` sends: a Blob or File, an ArrayBuffer, or a typed array (a Node Buffer). */
+export type Upload = Blob | ArrayBuffer | ArrayBufferView;
+
+export interface UploadArgs {
+  /** Default "upload". */
+  source?: string;
+  /** Default: the file name. */
+  source_id?: string;
+  title?: string;
+  url?: string;
+  /** The file's format; default: the Blob's type, else the file name's extension tells. */
+  content_type?: string;
+  /** Default: a File's name. */
+  file_name?: string;
+}
+
 export type ChatStreamEvent =
   | { event: "tool_call.started"; data: ToolCallStarted }
   | { event: "tool_call.completed"; data: ToolCallCompleted }
@@ -74,6 +102,21 @@ export declare class ChatStream implements AsyncIterable<ChatStreamEvent> {
 }
 
 type ChatArgs = Omit<ChatRequest, "stream"> & { retry?: boolean };
+
+export interface JobEvent {
+  event: "progress" | "end";
+  data: JobView;
+}
+
+export declare class JobEventStream implements AsyncIterable<JobEvent> {
+  readonly response: Response;
+  readonly requestId: string | null;
+  /** The job as it ended, once the `end` event has come. */
+  final: JobView | null;
+  [Symbol.asyncIterator](): AsyncIterator<JobEvent>;
+  untilEnd(): Promise<JobView>;
+  close(): Promise<void>;
+}
 
 export declare class Client {
   constructor(options?: ClientOptions);
@@ -96,6 +139,13 @@ export declare class Client {
     ndjson(records: string | ImportRecord[], options?: RequestOptions): Promise<NdjsonReport>;
     deleteEntity(name: string, options?: RequestOptions): Promise<EntityDeletion>;
     deleteDocument(id: string, options?: RequestOptions): Promise<DocumentDeletion>;
+    addSource(args: SourceRequest, options?: RequestOptions): Promise<JobView>;
+    uploadSource(file: Upload, args?: UploadArgs, options?: RequestOptions): Promise<JobView>;
+    job(jobId: string, options?: RequestOptions): Promise<JobView>;
+    wait(jobId: string, options?: WaitOptions): Promise<JobView>;
+    jobEvents(jobId: string, options?: RequestOptions): Promise<JobEventStream>;
+    cancelJob(jobId: string, options?: RequestOptions): Promise<JobView>;
+    deleteSource(source: string, sourceId: string, options?: RequestOptions): Promise<SourceRetraction>;
   };
   readonly agent: {
     chat(args: ChatArgs, options?: RequestOptions): Promise<ChatResponse>;

@@ -2,7 +2,7 @@
 // the agent with its streamed chat). fetch-based, no runtime dependency: Node 18+ and
 // browsers. Types: index.d.ts, over schema.d.ts generated from kbq's OpenAPI document.
 
-export const VERSION = "1.0.0";
+export const VERSION = "1.1.0";
 
 /** Where kbq listens when neither `baseUrl` nor `KBQ_BASE_URL` says. */
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8080";
@@ -64,7 +64,7 @@ const BY_STATUS = {
 };
 
 /** The status each error code answers with (kbq's ErrorCode table), for stream errors. */
-const STATUS_OF_CODE = {
+export const STATUS_OF_CODE = {
   invalid_request: 400,
   INVALID_API_KEY: 401,
   insufficient_scope: 403,
@@ -73,6 +73,7 @@ const STATUS_OF_CODE = {
   request_timeout: 408,
   version_sunset: 410,
   payload_too_large: 413,
+  unsupported_media_type: 415,
   RATE_LIMIT_EXCEEDED: 429,
   internal_error: 500,
   upstream_error: 502,
@@ -154,6 +155,11 @@ export const OPERATIONS = {
   ingest_ndjson: ["POST", "/data/v1/ingest/ndjson"],
   ingest_delete_entity: ["DELETE", "/data/v1/ingest/entities/{name}"],
   ingest_delete_document: ["DELETE", "/data/v1/ingest/documents/{id}"],
+  ingest_submit: ["POST", "/data/v1/ingest/sources"],
+  ingest_job: ["GET", "/data/v1/ingest/jobs/{job_id}"],
+  ingest_events: ["GET", "/data/v1/ingest/jobs/{job_id}/events"],
+  ingest_cancel: ["DELETE", "/data/v1/ingest/jobs/{job_id}"],
+  ingest_retract: ["DELETE", "/data/v1/ingest/sources/{source}/{source_id}"],
   agent_chat: ["POST", "/v1/agent/chat"],
   agent_health: ["GET", "/v1/agent/health"],
 };
@@ -283,11 +289,29 @@ export class Client {
     return response.json();
   }
 
-  /** Sends `c` for a stream of events. */
+  /** Sends `c` for a stream of events: a `c.events` (ChatStream unless the call says). */
   async _stream(c, options = {}) {
     const response = await this._response(c, { ...options, stream: true });
     if (response.status >= 400) throw await this._error(response);
-    return new ChatStream(response);
+    return new (c.events ?? ChatStream)(response);
+  }
+
+  /**
+   * Sends `c` until `done` holds of its answer or `timeout` ms have passed (none: no end),
+   * after 250 ms, then twice as long each time up to 2 s; the last answer.
+   */
+  async _poll(c, done, { timeout, signal } = {}) {
+    const deadline = timeout == null ? Infinity : Date.now() + timeout;
+    for (let wait = 250; ; wait = Math.min(wait * 2, 2000)) {
+      const answer = await this._send(c, { signal });
+      const left = deadline - Date.now();
+      if (done(answer) || left <= 0) return answer;
+      try {
+        await sleep(Math.min(wait, left), signal);
+      } catch {
+        throw new APIUserAbortError("the wait was aborted", {});
+      }
+    }
   }
 }
 
@@ -341,7 +365,30 @@ class Rag extends Resource {
   }
 }
 
-/** Upserts and deletes (scope `write`); upserts are retried like reads. */
+/** The statuses of a job that has ended. */
+const FINAL_STATUSES = ["succeeded", "failed", "cancelled"];
+
+/**
+ * A multipart/form-data body of the text `fields` and a `file` part. Written out rather than
+ * through FormData, which names a nameless Blob "blob": kbq would take that for the file
+ * name (and the source id). Names are escaped as browsers do.
+ */
+function multipart(fields, { blob, name, type }) {
+  const boundary = `----kbq-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`;
+  const escape = (v) => String(v).replace(/["\r\n]/g, (ch) => ({ '"': "%22", "\r": "%0D", "\n": "%0A" })[ch]);
+  const parts = [];
+  for (const [key, value] of Object.entries(fields)) {
+    parts.push(`--${boundary}\r\nContent-Disposition: form-data; name="${key}"\r\n\r\n`, String(value), "\r\n");
+  }
+  const filename = name == null ? "" : `; filename="${escape(name)}"`;
+  parts.push(`--${boundary}\r\nContent-Disposition: form-data; name="file"${filename}\r\nContent-Type: ${type}\r\n\r\n`, blob, `\r\n--${boundary}--\r\n`);
+  return { content: new Blob(parts), headers: { "content-type": `multipart/form-data; boundary=${boundary}` } };
+}
+
+/**
+ * Upserts and deletes, and documents (sources) read into the graph by jobs (scope `write`).
+ * Upserts and submissions are retried like reads: kbq refuses them before doing anything.
+ */
 class Ingest extends Resource {
   entities(records, options) {
     return this._client._send(op("ingest_entities", {}, { json: records }), options);
@@ -367,6 +414,61 @@ class Ingest extends Resource {
 
   deleteDocument(id, options) {
     return this._client._send(op("ingest_delete_document", { id }), options);
+  }
+
+  /**
+   * Submits a document's text (`content_type` text/plain, the server's default,
+   * text/markdown or text/html) as the source `source_id` of `source`; resolves to its job,
+   * queued (`wait` for it, or follow it with `jobEvents`).
+   */
+  addSource({ source, source_id, content, content_type, title, url }, options) {
+    return this._client._send(op("ingest_submit", {}, { json: body({ source, source_id, title, content, content_type, url }) }), options);
+  }
+
+  /**
+   * Uploads a document (Markdown, HTML, PDF, DOCX or plain text): a Blob or File, an
+   * ArrayBuffer or a typed array (a Node Buffer). Its format is `content_type`, else the
+   * Blob's type, else the file name's extension (`file_name`, else a File's name).
+   * `source` defaults to "upload" and `source_id` to the file name.
+   */
+  async uploadSource(file, { source, source_id, title, url, content_type, file_name } = {}, options) {
+    let blob;
+    if (typeof Blob !== "undefined" && file instanceof Blob) blob = file;
+    else if (file instanceof ArrayBuffer || ArrayBuffer.isView(file)) blob = new Blob([file]);
+    else throw new KbqError("uploadSource takes a Blob, a File, an ArrayBuffer or a typed array (for text, use addSource)");
+    const name = file_name ?? (typeof file.name === "string" ? file.name : null);
+    // Without a content type the server reads the format from the file name's extension.
+    const type = content_type ?? (blob.type || "application/octet-stream");
+    const form = multipart(body({ source, source_id, title, url }), { blob, name, type });
+    return this._client._send(op("ingest_submit", {}, form), options);
+  }
+
+  /** A job: its status, progress and counts (NotFoundError when this key has no such job). */
+  job(jobId, options) {
+    return this._client._send(op("ingest_job", { job_id: jobId }), options);
+  }
+
+  /**
+   * Reads the job until it has ended (succeeded, failed or cancelled) and resolves to it; when
+   * `timeout` ms pass first, to the job as it stands. Check its `status` either way.
+   */
+  wait(jobId, { timeout, signal } = {}) {
+    return this._client._poll(op("ingest_job", { job_id: jobId }), (job) => FINAL_STATUSES.includes(job.status), { timeout, signal });
+  }
+
+  /** Follows a job: resolves to a JobEventStream of `progress` events, then one `end`. */
+  jobEvents(jobId, options) {
+    return this._client._stream(op("ingest_events", { job_id: jobId }, { events: JobEventStream }), options);
+  }
+
+  /** Cancels a job; resolves to it, cancelled or as it had ended. */
+  cancelJob(jobId, options) {
+    return this._client._send(op("ingest_cancel", { job_id: jobId }), options);
+  }
+
+  /** Retracts a source: its chunks, and what no other source supports (NotFoundError when it was never ingested). */
+  deleteSource(source, sourceId, options) {
+    return this._client._send(op("ingest_retract", { source, source_id: sourceId }), options);
   }
 }
 
@@ -395,16 +497,17 @@ class Agent extends Resource {
 }
 
 // ---------------------------------------------------------------------------------------
-// Streamed chat
+// Event streams: a streamed chat, a followed job
 
 /**
- * The events of a streamed chat as they come: `{ event, data }` with `event`
- * `tool_call.started`, `tool_call.completed`, `delta` or `done` (whose data is the answer
- * `chat` returns, also kept as `final`). An `error` event is thrown as the APIError of its
- * code. Iterate it once with `for await`; `untilDone()` reads the rest and returns the
- * answer; `close()` (or breaking out of the loop) ends the request, and kbq cancels the turn.
+ * Server-sent events as they come, `{ event, data }` with `data` parsed from JSON; the data
+ * of the event named `FINAL` is kept as `final`. An `error` event is thrown as the APIError
+ * of its code. Iterate it once with `for await`; `close()` (or breaking out of the loop)
+ * ends the request.
  */
-export class ChatStream {
+class EventStream {
+  static FINAL = "";
+
   constructor(response) {
     this.response = response;
     this.requestId = response.headers.get("x-request-id");
@@ -429,7 +532,7 @@ export class ChatStream {
           if (line === "") {
             if (data.length) {
               const event = parseEvent(name ?? "message", data.join("\n"));
-              if (event.event === "done") this.final = event.data;
+              if (event.event === this.constructor.FINAL) this.final = event.data;
               name = null;
               data = [];
               yield event;
@@ -451,16 +554,43 @@ export class ChatStream {
     }
   }
 
-  async untilDone() {
+  async _untilFinal() {
     for await (const _ of this) {
       // read to the end
     }
-    if (this.final === null) throw new APIError("the stream ended without a `done` event");
+    if (this.final === null) throw new APIError(`the stream ended without a \`${this.constructor.FINAL}\` event`);
     return this.final;
   }
 
   async close() {
     await this.response.body?.cancel().catch(() => {});
+  }
+}
+
+/**
+ * The events of a streamed chat: `tool_call.started`, `tool_call.completed`, `delta`, then
+ * `done`, whose data is the answer `chat` returns (also kept as `final`). `untilDone()`
+ * reads the rest and returns the answer; ending the stream early cancels the turn.
+ */
+export class ChatStream extends EventStream {
+  static FINAL = "done";
+
+  untilDone() {
+    return this._untilFinal();
+  }
+}
+
+/**
+ * The events of an ingestion job: `progress` with the job at once and at each change, then
+ * `end` with the job as it ended (also kept as `final`), after which kbq closes the stream.
+ * `untilEnd()` reads the rest and returns the job; ending the stream early leaves the job
+ * running.
+ */
+export class JobEventStream extends EventStream {
+  static FINAL = "end";
+
+  untilEnd() {
+    return this._untilFinal();
   }
 }
 

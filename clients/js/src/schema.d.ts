@@ -86,6 +86,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/ingest/jobs/{job_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Reads a job: its status, progress and counts. */
+        get: operations["ingest_job"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancels a job. What it wrote stays consistent: a cancelled job of a source that was
+         *     ingested before leaves that version's facts or the new version's (submit it again to
+         *     finish); a job that had ended is answered as it ended.
+         */
+        delete: operations["ingest_cancel"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/ingest/jobs/{job_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follows a job as server-sent events: a `progress` event with the job (as
+         *     `/data/v1/ingest/jobs/{job_id}` answers it) at once and at each change, and a last `end`
+         *     event when it has ended; then the stream closes.
+         */
+        get: operations["ingest_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/ingest/ndjson": {
         parameters: {
             query?: never;
@@ -126,6 +169,51 @@ export interface paths {
          */
         post: operations["ingest_relationships"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/ingest/sources": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submits a source: Markdown, HTML, PDF (its text layer), DOCX or plain text.
+         * @description Either `multipart/form-data` with a `file` part (its content type, or its file name's
+         *     extension, tells the format) and optional `source`, `source_id`, `title` and `url` parts
+         *     (`source` defaults to `upload`, `source_id` to the file name), or a JSON object. The answer
+         *     comes at once with the job, which runs in the background: read it at
+         *     `/data/v1/ingest/jobs/{job_id}`, or follow it at `.../events`. Submitting a source again
+         *     with unchanged content asks no model and changes nothing.
+         */
+        post: operations["ingest_submit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/ingest/sources/{source}/{source_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Retracts a source: its chunks, and every entity, relationship, alias and description that
+         *     no other source supports. What another source or an import also states stays.
+         */
+        delete: operations["ingest_retract"];
         options?: never;
         head?: never;
         patch?: never;
@@ -781,14 +869,15 @@ export interface components {
          *     - `method_not_allowed` (405): the path exists but not with this method
          *     - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed
          *     - `version_sunset` (410): the API version has passed its sunset date
-         *     - `payload_too_large` (413): the body is larger than `server.max_body_bytes`
+         *     - `payload_too_large` (413): the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes`
+         *     - `unsupported_media_type` (415): a source whose content type or file extension ingestion does not read; the message lists those it does
          *     - `RATE_LIMIT_EXCEEDED` (429): the key has used up its request budget
          *     - `internal_error` (500): a fault inside kbq; the request id in the logs tells which
          *     - `service_unavailable` (503): the knowledge base (or another dependency) cannot answer now; retry later
          *     - `upstream_error` (502): every language-model provider tried for the request failed
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "INVALID_API_KEY" | "not_found" | "method_not_allowed" | "version_sunset" | "insufficient_scope" | "payload_too_large" | "RATE_LIMIT_EXCEEDED" | "internal_error" | "service_unavailable" | "upstream_error" | "request_timeout";
+        ErrorCode: "invalid_request" | "INVALID_API_KEY" | "not_found" | "method_not_allowed" | "version_sunset" | "insufficient_scope" | "payload_too_large" | "unsupported_media_type" | "RATE_LIMIT_EXCEEDED" | "internal_error" | "service_unavailable" | "upstream_error" | "request_timeout";
         ErrorDetail: {
             code: components["schemas"]["ErrorCode"];
             /** @description The request field at fault (a JSON path such as `history[2].role`), only when one is. */
@@ -885,6 +974,85 @@ export interface components {
             source_id: string;
             title: string;
             url?: string | null;
+        };
+        /** @description What a job did. */
+        JobCounts: {
+            /**
+             * Format: int64
+             * @description Chunks of the source.
+             */
+            chunks: number;
+            /**
+             * Format: int64
+             * @description Chunks whose extraction failed (the model's answers broke the schema, or it failed).
+             */
+            chunks_failed: number;
+            /**
+             * Format: int64
+             * @description Entities that were not in the graph.
+             */
+            entities_added: number;
+            /**
+             * Format: int64
+             * @description Names resolved to an entity of another name already in the graph or the source.
+             */
+            entities_merged: number;
+            /**
+             * Format: int64
+             * @description Entities and relationships removed because only the old version of the source
+             *     supported them.
+             */
+            entities_retracted: number;
+            /**
+             * Format: int64
+             * @description Calls made to a model (kept answers are not asked again).
+             */
+            model_calls: number;
+            /**
+             * Format: int64
+             * @description Relationships that were not in the graph.
+             */
+            relationships_added: number;
+            /** Format: int64 */
+            relationships_retracted: number;
+        };
+        /**
+         * @description One server-sent event of a job's stream, as an SSE client reads it: `progress` and `end`
+         *     each carry the job (a [`JobView`]) as JSON in `data`.
+         */
+        JobEvent: {
+            /** @description The job, as JSON. */
+            data: string;
+            event: string;
+        };
+        /**
+         * @description Where a job is.
+         * @enum {string}
+         */
+        JobStatus: "queued" | "running" | "succeeded" | "failed" | "cancelled";
+        /** @description A job as clients see it. */
+        JobView: {
+            /**
+             * Format: int64
+             * @description Chunks whose extraction is done (or that needed none), of `chunks_total`.
+             */
+            chunks_done: number;
+            /** Format: int64 */
+            chunks_total: number;
+            counts: components["schemas"]["JobCounts"];
+            /**
+             * Format: int64
+             * @description Unix milliseconds.
+             */
+            created_at: number;
+            /** @description Why the job failed. */
+            error?: string | null;
+            job_id: string;
+            source: string;
+            source_id: string;
+            status: components["schemas"]["JobStatus"];
+            /** Format: int64 */
+            updated_at: number;
         };
         /** @enum {string} */
         Method: "semantic" | "keyword" | "hybrid";
@@ -1058,6 +1226,65 @@ export interface components {
             total: number;
         };
         /**
+         * @description A source as JSON: its text in `content`. Binary formats (PDF, DOCX) come as a multipart
+         *     upload instead.
+         */
+        SourceRequest: {
+            /** @description The document's text. */
+            content: string;
+            /**
+             * @description `text/plain`, `text/markdown` or `text/html` (with or without parameters); default
+             *     `text/plain`.
+             */
+            content_type?: string | null;
+            /** @description The source's namespace (a collection, a connector). */
+            source: string;
+            /**
+             * @description The source's id within `source`; ingesting the same pair again replaces its
+             *     contribution.
+             */
+            source_id: string;
+            /**
+             * @description Defaults to the document's own title (a Markdown H1, an HTML `<title>`), else
+             *     `source_id`.
+             */
+            title?: string | null;
+            url?: string | null;
+        };
+        /** @description What retracting a source did. */
+        SourceRetraction: {
+            /**
+             * Format: int64
+             * @description The source's chunks (documents) deleted.
+             */
+            chunks: number;
+            deleted: boolean;
+            /**
+             * Format: int64
+             * @description Entities and relationships no other source (nor an import) supported, removed.
+             */
+            entities: number;
+            /** Format: int64 */
+            relationships: number;
+        };
+        /**
+         * @description The parts of a multipart upload, as the OpenAPI document shows them; a part of another
+         *     name is refused, as an unknown field of the JSON body is.
+         */
+        SourceUpload: {
+            /**
+             * Format: binary
+             * @description The document: its part's content type or its file name's extension tells the format.
+             */
+            file: string;
+            /** @description Default `upload`. */
+            source?: string | null;
+            /** @description Default: the file name. */
+            source_id?: string | null;
+            title?: string | null;
+            url?: string | null;
+        };
+        /**
          * @description Why the loop ended.
          * @enum {string}
          */
@@ -1200,7 +1427,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `payload_too_large`: the body is larger than `server.max_body_bytes` */
+        /** @description `payload_too_large`: the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes` */
         payload_too_large: {
             headers: {
                 [name: string]: unknown;
@@ -1223,6 +1450,15 @@ export interface components {
             headers: {
                 /** @description Seconds to wait before retrying */
                 "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description `unsupported_media_type`: a source whose content type or file extension ingestion does not read; the message lists those it does */
+        unsupported_media_type: {
+            headers: {
                 [name: string]: unknown;
             };
             content: {
@@ -1429,6 +1665,135 @@ export interface operations {
             };
         };
     };
+    ingest_job: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id, as submitting answered it */
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `not_found`: no job of this key has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ingest_cancel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id */
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job: `cancelled`, or as it had ended */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `not_found`: no job of this key has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ingest_events: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job's id */
+                job_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `text/event-stream`: `progress` events, each `data` a job, then one `end` event */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["JobEvent"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `not_found`: no job of this key has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+        };
+    };
     ingest_ndjson: {
         parameters: {
             query?: never;
@@ -1502,6 +1867,130 @@ export interface operations {
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
             /** @description `service_unavailable`: the knowledge base cannot answer now; the statements written before the failure stay written, and a retry is safe */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ingest_submit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SourceRequest"];
+                "multipart/form-data": components["schemas"]["SourceUpload"];
+            };
+        };
+        responses: {
+            /** @description The job, queued */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description `invalid_request`: a field is missing, blank, too long, or of the wrong type; `field` names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            408: components["responses"]["request_timeout"];
+            410: components["responses"]["version_sunset"];
+            /** @description `payload_too_large`: the source is larger than `ingest.max_source_bytes` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `unsupported_media_type`: the content type or extension is not one ingestion reads; the message lists them */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer, or `ingest.max_queued` jobs are waiting */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ingest_retract: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The source's namespace, percent-encoded */
+                source: string;
+                /** @description The source's id, percent-encoded */
+                source_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What was retracted */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SourceRetraction"];
+                };
+            };
+            /** @description `invalid_request`: `source` or `source_id` breaks the name rule */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `not_found`: no source of this name was ingested */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer; a retry completes the retraction */
             503: {
                 headers: {
                     [name: string]: unknown;

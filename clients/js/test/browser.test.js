@@ -1,7 +1,7 @@
 // The client in headless Chromium (Debian's package, /usr/bin/chromium or CHROMIUM): a page
 // served from one loopback origin calls kbq on another, once with the page's origin in
-// kbq's server.cors_origins (every call works, the stream included) and once without (the
-// browser refuses: APIConnectionError).
+// kbq's server.cors_origins (every call works, the streams and a file's upload included) and
+// once without (the browser refuses: APIConnectionError).
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -26,7 +26,14 @@ const PAGE = (kbq) => `<!doctype html>
     for await (const e of stream) events.push(e.event);
     let error = null;
     try { await client.graph.traverse({ entity_name: "Alan Turing", depth: 99 }); } catch (e) { error = [e.name, e.field, e.requestId !== null]; }
-    window.result = { name: entity.name, events, final: stream.final.success, error };
+    // A File, as an <input type="file"> gives it: uploaded, followed to its end, retracted.
+    const file = new File(["<h1>From a page</h1><p>Uploaded by a browser.</p>"], "page.html", { type: "text/html" });
+    const job = await client.ingest.uploadSource(file, { source: "browser" });
+    const progress = await client.ingest.jobEvents(job.job_id);
+    for await (const _ of progress) {}
+    const gone = await client.ingest.deleteSource("browser", "page.html");
+    const upload = [job.source_id, progress.final.status, gone.deleted];
+    window.result = { name: entity.name, events, final: stream.final.success, error, upload };
   } catch (e) {
     window.result = { thrown: e.name };
   }
@@ -73,13 +80,14 @@ async function visit(kbq) {
   }
 }
 
-test("a page of an allowed origin calls kbq, streams a chat and reads errors", async () => {
+test("a page of an allowed origin calls kbq, streams a chat, uploads a file and reads errors", async () => {
   const result = await visit(allowed.url);
   assert.equal(result.name, "Alan Turing");
   assert.deepEqual(result.events, ["tool_call.started", "tool_call.started", "tool_call.completed", "tool_call.completed", "delta", "done"]);
   assert.equal(result.final, true);
   // The error body and the request id are readable across origins.
   assert.deepEqual(result.error, ["BadRequestError", "depth", true]);
+  assert.deepEqual(result.upload, ["page.html", "succeeded", true]);
 });
 
 test("a page of an origin kbq does not list is refused by the browser", async () => {

@@ -75,6 +75,123 @@ test("ingest and delete", async () => {
   assert.equal(await client.graph.entity("JS Client Test"), null);
 });
 
+describe("sources", () => {
+  test("a source is ingested, read, followed and retracted", async () => {
+    // The built-in provider extracts nothing: the job stores the chunks, asks no model, succeeds.
+    const job = await client.ingest.addSource({
+      source: "js sources",
+      source_id: "notes/engine 1.md",
+      content: "# JS notes\n\nThe JavaScript client wrote this note about the Difference Engine.",
+      content_type: "text/markdown",
+      url: "https://example.com/js/1",
+    });
+    assert.deepEqual([job.source, job.source_id], ["js sources", "notes/engine 1.md"]);
+    assert.ok(["queued", "running", "succeeded"].includes(job.status), job.status);
+    assert.equal(typeof job.counts.entities_added, "number");
+
+    const done = await client.ingest.wait(job.job_id, { timeout: 30_000 });
+    assert.equal(done.status, "succeeded", done.error);
+    assert.ok(done.counts.chunks >= 1 && done.chunks_done === done.chunks_total && done.chunks_total === done.counts.chunks);
+    assert.deepEqual([done.counts.model_calls, done.error], [0, null]);
+    assert.deepEqual(await client.ingest.job(job.job_id), done);
+    const found = await client.rag.keyword({ query: "JavaScript client wrote this note", filters: { source: "js sources" } });
+    assert.deepEqual(found.results.map((r) => [r.title, r.url]), [["JS notes", "https://example.com/js/1"]]);
+
+    // A job that has ended: one `progress` and the `end`, both the job as it ended.
+    const stream = await client.ingest.jobEvents(job.job_id);
+    assert.ok(stream instanceof kbq.JobEventStream && stream.requestId);
+    const events = [];
+    for await (const e of stream) events.push(e);
+    assert.deepEqual(events, [{ event: "progress", data: done }, { event: "end", data: done }]);
+    assert.deepEqual(stream.final, done);
+    // Cancelling a job that has ended answers it as it ended.
+    assert.deepEqual(await client.ingest.cancelJob(job.job_id), done);
+
+    const gone = await client.ingest.deleteSource("js sources", "notes/engine 1.md");
+    assert.deepEqual(gone, { deleted: true, chunks: done.counts.chunks, entities: 0, relationships: 0 });
+    const none = await client.rag.keyword({ query: "JavaScript client wrote this note", filters: { source: "js sources" } });
+    assert.deepEqual(none.results, []);
+    const e = await client.ingest.deleteSource("js sources", "notes/engine 1.md").catch((x) => x);
+    assert.ok(e instanceof kbq.NotFoundError);
+    assert.equal(e.code, "not_found");
+  });
+
+  test("a running job is followed to its end", async () => {
+    const job = await client.ingest.addSource({ source: "js-sources", source_id: "followed", content: "A note followed as it is read. ".repeat(200) });
+    const stream = await client.ingest.jobEvents(job.job_id);
+    const seen = [];
+    for await (const e of stream) seen.push(e.event);
+    assert.equal(seen.at(-1), "end");
+    assert.ok(seen.slice(0, -1).every((name) => name === "progress") && seen.length >= 2);
+    assert.equal(stream.final.status, "succeeded");
+    assert.deepEqual(await client.ingest.job(job.job_id), stream.final);
+    const again = await (await client.ingest.jobEvents(job.job_id)).untilEnd();
+    assert.deepEqual(again, stream.final);
+    assert.equal((await client.ingest.deleteSource("js-sources", "followed")).deleted, true);
+  });
+
+  test("files are uploaded from bytes, a Blob or a File", async () => {
+    const markdown = new TextEncoder().encode("# Uploaded\n\nA Markdown file the JavaScript client uploaded as bytes.");
+    let job = await client.ingest.uploadSource(markdown, { source: "js-uploads", file_name: "uploaded.md" });
+    // The source id defaults to the file name, whose extension tells the format.
+    assert.deepEqual([job.source, job.source_id], ["js-uploads", "uploaded.md"]);
+    assert.equal((await client.ingest.wait(job.job_id, { timeout: 30_000 })).status, "succeeded");
+    let hit = (await client.rag.keyword({ query: "uploaded as bytes", filters: { source: "js-uploads" } })).results;
+    assert.deepEqual([hit[0].title, hit[0].content_type], ["Uploaded", "text/markdown"]);
+
+    // A Blob's type tells the format; with no name, the source id is needed.
+    const page = new Blob(["<html><head><title>Blob page</title></head><body><p>Uploaded as a Blob.</p></body></html>"], { type: "text/html" });
+    job = await client.ingest.uploadSource(page, { source: "js-uploads", source_id: "page" });
+    assert.equal((await client.ingest.wait(job.job_id, { timeout: 30_000 })).status, "succeeded");
+    hit = (await client.rag.keyword({ query: "Uploaded as a Blob", filters: { source: "js-uploads" } })).results;
+    assert.deepEqual([hit[0].title, hit[0].content_type], ["Blob page", "text/html"]);
+
+    const uploads = [["js-uploads", "uploaded.md"], ["js-uploads", "page"]];
+    if (typeof File !== "undefined") {
+      // A File's name is the file name (Node 20+ and browsers have File); `source` defaults to "upload".
+      job = await client.ingest.uploadSource(new File(["Plain words in a File."], "js-file.txt"), { title: "Given title" });
+      assert.deepEqual([job.source, job.source_id], ["upload", "js-file.txt"]);
+      assert.equal((await client.ingest.wait(job.job_id, { timeout: 30_000 })).status, "succeeded");
+      hit = (await client.rag.keyword({ query: "Plain words in a File", filters: { source: "upload" } })).results;
+      assert.deepEqual([hit[0].title, hit[0].content_type], ["Given title", "text/plain"]);
+      uploads.push(["upload", "js-file.txt"]);
+    }
+
+    for (const [source, sourceId] of uploads) assert.equal((await client.ingest.deleteSource(source, sourceId)).deleted, true);
+  });
+
+  test("waiting stops at its timeout, or when aborted", async () => {
+    const job = await client.ingest.addSource({ source: "js-sources", source_id: "waited", content: "Waited for. ".repeat(100) });
+    // No time to wait: the job as it stands, whatever its status.
+    const now = await client.ingest.wait(job.job_id, { timeout: 0 });
+    assert.equal(now.job_id, job.job_id);
+    const controller = new AbortController();
+    controller.abort();
+    await assert.rejects(client.ingest.wait(job.job_id, { signal: controller.signal }), kbq.APIUserAbortError);
+    assert.equal((await client.ingest.wait(job.job_id)).status, "succeeded");
+    assert.equal((await client.ingest.deleteSource("js-sources", "waited")).deleted, true);
+  });
+
+  test("errors", async () => {
+    let e = await client.ingest.uploadSource(new Uint8Array([77, 90]), { source_id: "program", file_name: "program.exe" }).catch((x) => x);
+    assert.ok(e instanceof kbq.APIError, String(e));
+    assert.deepEqual([e.status, e.code, e.field], [415, "unsupported_media_type", "content_type"]);
+    e = await client.ingest.addSource({ source: "js-sources", source_id: "png", content: "not a picture", content_type: "image/png" }).catch((x) => x);
+    assert.equal(e.code, "unsupported_media_type");
+    e = await client.ingest.uploadSource(new Uint8Array([1, 2, 3])).catch((x) => x);
+    assert.ok(e instanceof kbq.BadRequestError);
+    assert.equal(e.field, "source_id");
+    e = await client.ingest.addSource({ source: "js-sources", source_id: "", content: "text" }).catch((x) => x);
+    assert.deepEqual([e.status, e.field], [400, "source_id"]);
+    await assert.rejects(client.ingest.uploadSource("a path or text"), kbq.KbqError);
+    await assert.rejects(client.ingest.job("no-such-job"), kbq.NotFoundError);
+    await assert.rejects(client.ingest.jobEvents("no-such-job"), kbq.NotFoundError);
+    await assert.rejects(client.ingest.cancelJob("no-such-job"), kbq.NotFoundError);
+    const reader = new kbq.Client({ baseUrl: main.url, apiKey: READ_KEY });
+    await assert.rejects(reader.ingest.addSource({ source: "js-sources", source_id: "read-only", content: "text" }), kbq.PermissionDeniedError);
+  });
+});
+
 test("a streamed chat reports each call and ends with the answer chat returns", async () => {
   const reply = await client.agent.chat({ message: "Who influenced Alan Turing?" });
   assert.equal(reply.success, true);

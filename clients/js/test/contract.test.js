@@ -1,6 +1,6 @@
 // The client against kbq's OpenAPI document: schema.d.ts is what openapi-typescript makes of
-// the served document, every operation a client calls has a method, the types check, and
-// the README's examples run.
+// the served document, every operation a client calls has a method, every error code has its
+// status, the types check, and the README's examples run.
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -11,7 +11,7 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
-import { OPERATIONS } from "../src/index.js";
+import { OPERATIONS, STATUS_OF_CODE } from "../src/index.js";
 import { KEY, startKbq } from "./support/servers.js";
 
 const run = promisify(execFile);
@@ -58,6 +58,13 @@ test("every operation has a method on its path", async () => {
   }
   assert.deepEqual(Object.keys(served).sort(), [...Object.keys(OPERATIONS), ...Object.keys(NOT_HERE)].sort());
   for (const [op, methodPath] of Object.entries(OPERATIONS)) assert.deepEqual(served[op], methodPath, op);
+});
+
+test("every error code has its status", async () => {
+  // A stream's `error` event names a code only: its class comes from this table.
+  const schema = (await (await fetch(server.url + "/openapi.json")).json()).components.schemas.ErrorCode;
+  assert.deepEqual(Object.keys(STATUS_OF_CODE).sort(), [...schema.enum].sort());
+  for (const [code, status] of Object.entries(STATUS_OF_CODE)) assert.ok(schema.description.includes(`\`${code}\` (${status})`), code);
 });
 
 test("the declared types check, and fit the client's use", async () => {

@@ -85,6 +85,110 @@ def test_ingest_and_delete(client):
     assert client.graph.entity("Py Client Test") is None
 
 
+def test_a_source_is_ingested_read_followed_and_retracted(client):
+    # The built-in provider extracts nothing: the job stores the source's chunks, asks no
+    # model and succeeds.
+    job = client.ingest.add_source(
+        source="py sources",
+        source_id="notes/engine 1.md",
+        content="# Py notes\n\nThe Python client wrote this note about the Analytical Engine.",
+        content_type="text/markdown",
+        url="https://example.com/notes/1",
+    )
+    assert isinstance(job, t.JobView)
+    assert (job.source, job.source_id) == ("py sources", "notes/engine 1.md")
+    assert job.status in ("queued", "running", "succeeded")
+    assert isinstance(job.counts, t.JobCounts)
+
+    done = client.ingest.wait(job.job_id, timeout=30)
+    assert done.status == "succeeded", done.error
+    assert done.counts.chunks == done.chunks_done == done.chunks_total >= 1
+    assert (done.counts.model_calls, done.error) == (0, None)
+    assert client.ingest.job(job.job_id) == done
+    found = client.rag.keyword("Python client wrote this note", filters={"source": "py sources"})
+    assert [r.title for r in found.results] == ["Py notes"]
+    assert found.results[0].url == "https://example.com/notes/1"
+
+    # A job that has ended: one `progress` and the `end`, both the job as it ended.
+    with client.ingest.job_events(job.job_id) as stream:
+        events = list(stream)
+    assert [e.event for e in events] == ["progress", "end"]
+    assert all(isinstance(e, kbq.JobEvent) and e.data == done for e in events)
+    assert stream.final == done and stream.request_id
+    # Cancelling a job that has ended answers it as it ended.
+    assert client.ingest.cancel_job(job.job_id) == done
+
+    gone = client.ingest.delete_source("py sources", "notes/engine 1.md")
+    assert isinstance(gone, t.SourceRetraction)
+    assert (gone.deleted, gone.chunks) == (True, done.counts.chunks)
+    assert client.rag.keyword("Python client wrote this note", filters={"source": "py sources"}).results == []
+    with pytest.raises(kbq.NotFoundError) as e:
+        client.ingest.delete_source("py sources", "notes/engine 1.md")
+    assert e.value.code == "not_found"
+
+
+def test_a_running_job_is_followed_to_its_end(client):
+    job = client.ingest.add_source("py-sources", "followed", "A note followed as it is read. " * 200)
+    stream = client.ingest.job_events(job.job_id)
+    assert isinstance(stream, kbq.JobEventStream)
+    ended = stream.until_end()
+    assert ended.status == "succeeded" and ended.chunks_done == ended.chunks_total
+    assert stream.final == ended == client.ingest.job(job.job_id)
+    assert client.ingest.delete_source("py-sources", "followed").deleted
+
+
+def test_files_are_uploaded_from_a_path_bytes_or_a_file_object(client, tmp_path):
+    path = tmp_path / "uploaded.md"
+    path.write_text("# Uploaded\n\nA Markdown file the Python client uploaded from a path.")
+    job = client.ingest.upload_source(path, source="py-uploads")
+    # The source id defaults to the file name, whose extension tells the format.
+    assert (job.source, job.source_id) == ("py-uploads", "uploaded.md")
+    assert client.ingest.wait(job.job_id, timeout=30).status == "succeeded"
+    hit = client.rag.keyword("uploaded from a path", filters={"source": "py-uploads"}).results
+    assert (hit[0].title, hit[0].content_type) == ("Uploaded", "text/markdown")
+
+    # Bytes have no name: the content type tells the format, and the source id is needed.
+    html = b"<html><head><title>Bytes page</title></head><body><p>Uploaded as bytes.</p></body></html>"
+    job = client.ingest.upload_source(html, source="py-uploads", source_id="page", content_type="text/html")
+    assert client.ingest.wait(job.job_id, timeout=30).status == "succeeded"
+    hit = client.rag.keyword("Uploaded as bytes", filters={"source": "py-uploads"}).results
+    assert (hit[0].title, hit[0].content_type) == ("Bytes page", "text/html")
+    # A file object's name is its file name; `source` defaults to `upload`.
+    with open(path, "rb") as f:
+        job = client.ingest.upload_source(f, title="Given title")
+    assert (job.source, job.source_id) == ("upload", "uploaded.md")
+    assert client.ingest.wait(job.job_id, timeout=30).status == "succeeded"
+    hit = client.rag.keyword("uploaded from a path", filters={"source": "upload"}).results
+    assert hit[0].title.startswith("Given title")
+
+    for source, source_id in [("py-uploads", "uploaded.md"), ("py-uploads", "page"), ("upload", "uploaded.md")]:
+        assert client.ingest.delete_source(source, source_id).deleted
+
+
+def test_source_errors(client, url, read_key):
+    with pytest.raises(kbq.APIError) as e:
+        client.ingest.upload_source(b"MZ", source_id="program", file_name="program.exe")
+    assert (e.value.status_code, e.value.code, e.value.field) == (415, "unsupported_media_type", "content_type")
+    with pytest.raises(kbq.APIError) as e:
+        client.ingest.add_source("py-sources", "pdf", "not a PDF", content_type="image/png")
+    assert e.value.code == "unsupported_media_type"
+    with pytest.raises(kbq.BadRequestError) as e:
+        client.ingest.upload_source(b"no name")
+    assert e.value.field == "source_id"
+    with pytest.raises(kbq.BadRequestError) as e:
+        client.ingest.add_source("py-sources", "", "text")
+    assert e.value.field == "source_id"
+    with pytest.raises(kbq.NotFoundError):
+        client.ingest.job("no-such-job")
+    with pytest.raises(kbq.NotFoundError):
+        client.ingest.job_events("no-such-job")
+    with pytest.raises(kbq.NotFoundError):
+        client.ingest.cancel_job("no-such-job")
+    with kbq.Client(base_url=url, api_key=read_key) as reader:
+        with pytest.raises(kbq.PermissionDeniedError):
+            reader.ingest.add_source("py-sources", "read-only", "text")
+
+
 def test_chat_and_its_stream_end_in_the_same_answer(client):
     reply = client.agent.chat("Who influenced Alan Turing?")
     assert isinstance(reply, t.ChatResponse)
@@ -131,6 +235,20 @@ async def test_the_async_client(aclient):
     assert stream.final == reply
     with pytest.raises(kbq.BadRequestError):
         await aclient.graph.search("")
+
+    job = await aclient.ingest.add_source("py-async", "one", "Written by the async client.")
+    stream = await aclient.ingest.job_events(job.job_id)
+    assert isinstance(stream, kbq.AsyncJobEventStream)
+    events = [e async for e in stream]
+    assert events[-1].event == "end" and {e.event for e in events[:-1]} == {"progress"}
+    assert stream.final.status == "succeeded"
+    assert await aclient.ingest.wait(job.job_id, timeout=30) == stream.final
+    assert await aclient.ingest.job(job.job_id) == stream.final
+    uploaded = await aclient.ingest.upload_source(b"Uploaded by the async client.", source="py-async", file_name="two.txt")
+    assert (await aclient.ingest.wait(uploaded.job_id, timeout=30)).status == "succeeded"
+    assert (await aclient.ingest.cancel_job(uploaded.job_id)).status == "succeeded"
+    assert (await aclient.ingest.delete_source("py-async", "one")).deleted
+    assert (await aclient.ingest.delete_source("py-async", "two.txt")).chunks == 1
 
 
 def test_errors_name_the_status_the_code_and_the_field(url, key, read_key, client):
@@ -217,3 +335,12 @@ def test_models_ignore_fields_a_newer_server_adds():
     assert entity == t.Entity(id="e", name="n", entity_type="x", properties={})
     assert dataclasses.is_dataclass(entity)
     warnings.simplefilter("default")
+
+
+def test_waiting_reads_again_sooner_first_and_stops_at_the_timeout():
+    from kbq._base import Poll
+
+    forever = Poll(None)
+    assert [forever.next_wait() for _ in range(6)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert Poll(0).next_wait() is None
+    assert 0 < Poll(0.1).next_wait() <= 0.1

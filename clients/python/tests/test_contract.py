@@ -1,5 +1,6 @@
 """The client against kbq's OpenAPI document: the types are what the generator makes of the
-served document, every operation a client calls has a method, and the README's examples run."""
+served document, every operation a client calls has a method, every error code has its
+status, and the README's examples run."""
 
 import os
 import pathlib
@@ -10,6 +11,7 @@ import sys
 import httpx
 
 from kbq._operations import PATHS
+from kbq._streaming import STATUS_OF_CODE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -53,6 +55,14 @@ def test_every_operation_has_a_method_on_its_path(url):
     assert set(served) == set(PATHS) | set(NOT_HERE)
     for op, (method, path) in PATHS.items():
         assert served[op] == (method, path), op
+
+
+def test_every_error_code_has_its_status(url):
+    # A stream's `error` event names a code only: its class comes from this table.
+    schema = document(url)["components"]["schemas"]["ErrorCode"]
+    assert set(STATUS_OF_CODE) == set(schema["enum"])
+    for code, status in STATUS_OF_CODE.items():
+        assert f"`{code}` ({status})" in schema["description"], code
 
 
 def test_the_readme_examples_run(url, key, monkeypatch):

@@ -8,6 +8,10 @@ import {
   type ChatResponse,
   type ChatStreamEvent,
   type Entity,
+  type JobEvent,
+  type JobStatus,
+  type JobView,
+  type SourceRetraction,
   type TraversalResponse,
 } from "@kbq/client";
 
@@ -25,6 +29,21 @@ export async function use(client: Client): Promise<void> {
     if (event.event === "tool_call.completed") console.log(event.data.duration_ms, event.data.error);
     if (event.event === "done") console.log(event.data.success);
   }
+  const job: JobView = await client.ingest.addSource({ source: "s", source_id: "1", content: "text", content_type: "text/markdown" });
+  const uploaded = await client.ingest.uploadSource(new Uint8Array([104, 105]), { file_name: "hi.txt", title: "Hi" });
+  await client.ingest.uploadSource(new Blob(["<p>hi</p>"], { type: "text/html" }), { source_id: "page" });
+  const ended: JobView = await client.ingest.wait(job.job_id, { timeout: 60_000 });
+  const status: JobStatus = ended.status;
+  console.log(status, ended.counts.entities_added, ended.error, uploaded.source_id);
+  const events = await client.ingest.jobEvents(job.job_id);
+  for await (const e of events) {
+    const event: JobEvent = e;
+    console.log(event.event, event.data.chunks_done, event.data.chunks_total);
+  }
+  const last: JobView = await events.untilEnd();
+  console.log(last.status, (await client.ingest.cancelJob(job.job_id)).status, (await client.ingest.job(job.job_id)).updated_at);
+  const gone: SourceRetraction = await client.ingest.deleteSource("s", "1");
+  console.log(gone.deleted, gone.chunks, gone.entities, gone.relationships);
   try {
     await client.rag.hybrid({ query: "q", limit: 3, graph_depth: 1, filters: { source: "s" } });
     await client.ingest.entities([{ name: "n", entity_type: "t" }]);

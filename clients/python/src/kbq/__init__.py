@@ -1,4 +1,5 @@
-"""kbq: the Python client of kbq's v1 API (graph, RAG, ingestion, agent chat and health).
+"""kbq: the Python client of kbq's v1 API (graph, RAG, ingestion of records and of raw
+documents, agent chat and health).
 
     import kbq
 
@@ -15,7 +16,14 @@ from . import types
 from ._client import AsyncClient, Client
 from . import _errors
 from ._errors import *  # noqa: F403 (the error classes, listed in _errors.__all__)
-from ._streaming import AsyncChatStream, ChatStream, ChatStreamEvent
+from ._streaming import (
+    AsyncChatStream,
+    AsyncJobEventStream,
+    ChatStream,
+    ChatStreamEvent,
+    JobEvent,
+    JobEventStream,
+)
 from ._version import __version__
 
 __all__ = [
@@ -24,6 +32,9 @@ __all__ = [
     "ChatStream",
     "AsyncChatStream",
     "ChatStreamEvent",
+    "JobEventStream",
+    "AsyncJobEventStream",
+    "JobEvent",
     "types",
     "__version__",
     *_errors.__all__,

@@ -164,6 +164,29 @@ def request_args(settings: Settings, call: Call) -> dict:
         headers["accept"] = "text/event-stream"
     if call.content is not None:
         args["content"] = call.content
+    elif call.files is not None:
+        args["data"] = call.form
+        args["files"] = call.files
     elif call.json is not None:
         args["json"] = call.json
     return args
+
+
+class Poll:
+    """When to read again while waiting for a job to end: after 0.25 s, then twice as long
+    each time up to 2 s, until ``timeout`` seconds (``None``: no end) have passed."""
+
+    FIRST = 0.25
+    LONGEST = 2.0
+
+    def __init__(self, timeout: Optional[float]) -> None:
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.wait = self.FIRST
+
+    def next_wait(self) -> Optional[float]:
+        """Seconds to wait before the next read, or ``None`` when the time is up."""
+        wait, self.wait = self.wait, min(self.wait * 2, self.LONGEST)
+        if self.deadline is None:
+            return wait
+        left = self.deadline - time.monotonic()
+        return min(wait, left) if left > 0 else None

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import httpx
 
 from . import _base
 from ._operations import Call
 from ._resources import Agent, Graph, Ingest, Rag
-from ._streaming import AsyncChatStream, ChatStream
+from ._streaming import STREAMS
 
 
 class _Common:
@@ -81,13 +81,24 @@ class Client(_Common):
     def _send(self, call: Call) -> Any:
         return _base.result(call, self._send_raw(call, stream=False))
 
-    def _stream(self, call: Call) -> ChatStream:
+    def _stream(self, call: Call) -> Any:
         response = self._send_raw(call, stream=True)
         if response.status_code >= 400:
             response.read()
             response.close()
             raise _base.error_for(response, _base.json_of(response))
-        return ChatStream(response)
+        return STREAMS[call.operation][0](response)
+
+    def _poll(self, call: Call, done: Callable[[Any], bool], timeout: Optional[float]) -> Any:
+        """Sends ``call`` until ``done`` holds of its answer or ``timeout`` seconds have
+        passed; the last answer."""
+        poll = _base.Poll(timeout)
+        while True:
+            answer = self._send(call)
+            wait = None if done(answer) else poll.next_wait()
+            if wait is None:
+                return answer
+            time.sleep(wait)
 
     def close(self) -> None:
         self._http.close()
@@ -141,13 +152,24 @@ class AsyncClient(_Common):
     async def _send(self, call: Call) -> Any:
         return _base.result(call, await self._send_raw(call, stream=False))
 
-    async def _stream(self, call: Call) -> AsyncChatStream:
+    async def _stream(self, call: Call) -> Any:
         response = await self._send_raw(call, stream=True)
         if response.status_code >= 400:
             await response.aread()
             await response.aclose()
             raise _base.error_for(response, _base.json_of(response))
-        return AsyncChatStream(response)
+        return STREAMS[call.operation][1](response)
+
+    async def _poll(
+        self, call: Call, done: Callable[[Any], bool], timeout: Optional[float]
+    ) -> Any:
+        poll = _base.Poll(timeout)
+        while True:
+            answer = await self._send(call)
+            wait = None if done(answer) else poll.next_wait()
+            if wait is None:
+                return answer
+            await asyncio.sleep(wait)
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -3,8 +3,9 @@ its answer. The sync and async clients both send these."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from urllib.parse import quote
 
 from . import types as t
@@ -25,6 +26,11 @@ PATHS = {
     "ingest_ndjson": ("POST", "/data/v1/ingest/ndjson"),
     "ingest_delete_entity": ("DELETE", "/data/v1/ingest/entities/{name}"),
     "ingest_delete_document": ("DELETE", "/data/v1/ingest/documents/{id}"),
+    "ingest_submit": ("POST", "/data/v1/ingest/sources"),
+    "ingest_job": ("GET", "/data/v1/ingest/jobs/{job_id}"),
+    "ingest_events": ("GET", "/data/v1/ingest/jobs/{job_id}/events"),
+    "ingest_cancel": ("DELETE", "/data/v1/ingest/jobs/{job_id}"),
+    "ingest_retract": ("DELETE", "/data/v1/ingest/sources/{source}/{source_id}"),
     "agent_chat": ("POST", "/v1/agent/chat"),
     "agent_health": ("GET", "/v1/agent/health"),
 }
@@ -38,6 +44,10 @@ class Call:
     json: Any = None
     #: Raw body (NDJSON), instead of ``json``.
     content: Optional[bytes] = None
+    #: A multipart/form-data body instead: text parts, and file parts as httpx takes them
+    #: (``(file_name, bytes, content_type)``), bytes so that a retry sends them again.
+    form: Optional[Dict[str, str]] = None
+    files: Optional[Dict[str, Any]] = None
     headers: Dict[str, str] = field(default_factory=dict)
     path_params: Dict[str, str] = field(default_factory=dict)
     #: Safe to send again after a 429 or 503 (kbq did nothing): every read and upsert.
@@ -186,6 +196,89 @@ def delete_document(id: str) -> Call:
     return Call(
         "ingest_delete_document", path_params={"id": id}, parse=_parser(t.DocumentDeletion)
     )
+
+
+def submit_source(
+    source: str,
+    source_id: str,
+    content: str,
+    content_type: Optional[str],
+    title: Optional[str],
+    url: Optional[str],
+) -> Call:
+    # A refused submission (429, 503) started no job, so a retry is safe.
+    return Call(
+        "ingest_submit",
+        json=_body(
+            source=source,
+            source_id=source_id,
+            title=title,
+            content=content,
+            content_type=content_type,
+            url=url,
+        ),
+        parse=_parser(t.JobView),
+    )
+
+
+#: What ``upload_source`` reads: a path, the bytes themselves, or a file opened in binary mode.
+Upload = Union[str, os.PathLike, bytes, bytearray, BinaryIO]
+
+
+def upload_source(
+    file: Upload,
+    source: Optional[str],
+    source_id: Optional[str],
+    title: Optional[str],
+    url: Optional[str],
+    content_type: Optional[str],
+    file_name: Optional[str],
+) -> Call:
+    if isinstance(file, (bytes, bytearray)):
+        content, name = bytes(file), None
+    elif isinstance(file, (str, os.PathLike)):
+        with open(file, "rb") as f:
+            content = f.read()
+        name = os.path.basename(os.fspath(file))
+    else:
+        content = file.read()
+        given = getattr(file, "name", None)
+        name = os.path.basename(given) if isinstance(given, str) else None
+    # Without a content type the server reads the format from the file name's extension.
+    part = (file_name or name, content, content_type or "application/octet-stream")
+    return Call(
+        "ingest_submit",
+        form=_body(source=source, source_id=source_id, title=title, url=url),
+        files={"file": part},
+        parse=_parser(t.JobView),
+    )
+
+
+def job(job_id: str) -> Call:
+    return Call("ingest_job", path_params={"job_id": job_id}, parse=_parser(t.JobView))
+
+
+def job_events(job_id: str) -> Call:
+    return Call(
+        "ingest_events", path_params={"job_id": job_id}, parse=_parser(t.JobView), stream=True
+    )
+
+
+def cancel_job(job_id: str) -> Call:
+    # Cancelling twice answers the job as it ended: safe to retry.
+    return Call("ingest_cancel", path_params={"job_id": job_id}, parse=_parser(t.JobView))
+
+
+def delete_source(source: str, source_id: str) -> Call:
+    return Call(
+        "ingest_retract",
+        path_params={"source": source, "source_id": source_id},
+        parse=_parser(t.SourceRetraction),
+    )
+
+
+#: The statuses of a job that has ended.
+FINAL_STATUSES = ("succeeded", "failed", "cancelled")
 
 
 History = Sequence[Union[t.HistoryEntry, Mapping[str, Any]]]

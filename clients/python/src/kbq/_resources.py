@@ -87,9 +87,11 @@ class Rag(_Resource):
 
 
 class Ingest(_Resource):
-    """Upserts and deletes (scope ``write``). Records are the :mod:`kbq.types` dataclasses
-    (``NewEntity``, ``NewRelationship``, ``NewDocument``) or dicts of the same fields. Upserts
-    are idempotent, so they are retried after a 429 or 503 like the queries."""
+    """Upserts and deletes, and raw documents (sources) read into the graph by jobs (scope
+    ``write``). Records are the :mod:`kbq.types` dataclasses (``NewEntity``,
+    ``NewRelationship``, ``NewDocument``) or dicts of the same fields. Upserts are idempotent,
+    so they are retried after a 429 or 503 like the queries; so is a source's submission (kbq
+    refuses it before starting a job)."""
 
     def entities(self, records: Sequence[Union[t.NewEntity, Mapping[str, Any]]]) -> t.BatchReport:
         return self._client._send(ops.ingest("entities", records))
@@ -114,6 +116,73 @@ class Ingest(_Resource):
 
     def delete_document(self, id: str) -> t.DocumentDeletion:
         return self._client._send(ops.delete_document(id))
+
+    def add_source(
+        self,
+        source: str,
+        source_id: str,
+        content: str,
+        content_type: Optional[str] = None,
+        title: Optional[str] = None,
+        url: Optional[str] = None,
+    ) -> t.JobView:
+        """Submits a document's text as the source ``source_id`` of ``source``:
+        ``content_type`` ``text/plain`` (the server's default), ``text/markdown`` or
+        ``text/html``. Answers at once with its job, queued: kbq chunks the text and extracts
+        entities and relationships in the background (:meth:`wait` for it, or follow it
+        with :meth:`job_events`). Submitting the same pair again replaces what it said."""
+        return self._client._send(
+            ops.submit_source(source, source_id, content, content_type, title, url)
+        )
+
+    def upload_source(
+        self,
+        file: ops.Upload,
+        source: Optional[str] = None,
+        source_id: Optional[str] = None,
+        title: Optional[str] = None,
+        url: Optional[str] = None,
+        *,
+        content_type: Optional[str] = None,
+        file_name: Optional[str] = None,
+    ) -> t.JobView:
+        """Uploads a document (Markdown, HTML, PDF, DOCX or plain text) as a source; answers
+        with its job, as :meth:`add_source` does. ``file`` is a path, the bytes, or a file
+        opened in binary mode. Its format is ``content_type`` when given, else the file
+        name's extension: ``file_name``, else the path's or the file object's name.
+        ``source`` defaults to ``upload`` and ``source_id`` to the file name."""
+        return self._client._send(
+            ops.upload_source(file, source, source_id, title, url, content_type, file_name)
+        )
+
+    def job(self, job_id: str) -> t.JobView:
+        """An ingestion job: its status, progress and counts (``NotFoundError`` when this
+        key has no job of that id)."""
+        return self._client._send(ops.job(job_id))
+
+    def wait(self, job_id: str, timeout: Optional[float] = None) -> t.JobView:
+        """Reads the job until it has ended (``succeeded``, ``failed`` or ``cancelled``),
+        every 0.25 s at first and at most every 2 s, and returns it; when ``timeout``
+        seconds pass first, returns it as it stands. Check its ``status`` either way."""
+        return self._client._poll(
+            ops.job(job_id), lambda job: job.status in ops.FINAL_STATUSES, timeout
+        )
+
+    def job_events(self, job_id: str) -> Any:
+        """Follows a job: a :class:`~kbq.JobEventStream` (an
+        :class:`~kbq.AsyncJobEventStream` from the async client) of ``progress`` events, each
+        with the job, at once and at each change, then one ``end`` event with the job as it
+        ended."""
+        return self._client._stream(ops.job_events(job_id))
+
+    def cancel_job(self, job_id: str) -> t.JobView:
+        """Cancels a job; answers it ``cancelled``, or as it had ended."""
+        return self._client._send(ops.cancel_job(job_id))
+
+    def delete_source(self, source: str, source_id: str) -> t.SourceRetraction:
+        """Retracts a source: its chunks, and the entities and relationships no other source
+        (nor an import) supports (``NotFoundError`` when it was never ingested)."""
+        return self._client._send(ops.delete_source(source, source_id))
 
 
 class Agent(_Resource):

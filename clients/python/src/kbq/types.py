@@ -46,6 +46,10 @@ __all__ = [
     "HistoryRole",
     "HybridRequest",
     "ImportRecord",
+    "JobCounts",
+    "JobEvent",
+    "JobStatus",
+    "JobView",
     "Method",
     "Model",
     "ModelList",
@@ -63,6 +67,9 @@ __all__ = [
     "Scores",
     "SearchRequest",
     "SearchResponse",
+    "SourceRequest",
+    "SourceRetraction",
+    "SourceUpload",
     "StopReason",
     "StreamOptions",
     "ToolCallCompleted",
@@ -288,8 +295,8 @@ class ErrorBody:
 
     error: ErrorDetail
 
-ErrorCode = Literal["invalid_request", "INVALID_API_KEY", "not_found", "method_not_allowed", "version_sunset", "insufficient_scope", "payload_too_large", "RATE_LIMIT_EXCEEDED", "internal_error", "service_unavailable", "upstream_error", "request_timeout"]
-"""Stable: clients may branch on it. - `invalid_request` (400): a missing, mistyped, unknown or out-of-range field, or a body that is not a JSON object - `INVALID_API_KEY` (401): no API key, or one that kbq does not know - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all) - `not_found` (404): no such path, or an API version that kbq does not serve - `method_not_allowed` (405): the path exists but not with this method - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed - `version_sunset` (410): the API version has passed its sunset date - `payload_too_large` (413): the body is larger than `server.max_body_bytes` - `RATE_LIMIT_EXCEEDED` (429): the key has used up its request budget - `internal_error` (500): a fault inside kbq; the request id in the logs tells which - `service_unavailable` (503): the knowledge base (or another dependency) cannot answer now; retry later - `upstream_error` (502): every language-model provider tried for the request failed"""
+ErrorCode = Literal["invalid_request", "INVALID_API_KEY", "not_found", "method_not_allowed", "version_sunset", "insufficient_scope", "payload_too_large", "unsupported_media_type", "RATE_LIMIT_EXCEEDED", "internal_error", "service_unavailable", "upstream_error", "request_timeout"]
+"""Stable: clients may branch on it. - `invalid_request` (400): a missing, mistyped, unknown or out-of-range field, or a body that is not a JSON object - `INVALID_API_KEY` (401): no API key, or one that kbq does not know - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all) - `not_found` (404): no such path, or an API version that kbq does not serve - `method_not_allowed` (405): the path exists but not with this method - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed - `version_sunset` (410): the API version has passed its sunset date - `payload_too_large` (413): the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes` - `unsupported_media_type` (415): a source whose content type or file extension ingestion does not read; the message lists those it does - `RATE_LIMIT_EXCEEDED` (429): the key has used up its request budget - `internal_error` (500): a fault inside kbq; the request id in the logs tells which - `service_unavailable` (503): the knowledge base (or another dependency) cannot answer now; retry later - `upstream_error` (502): every language-model provider tried for the request failed"""
 
 
 @dataclass(frozen=True)
@@ -362,6 +369,58 @@ class HybridRequest:
 
 ImportRecord = Dict[str, Any]
 """A line of the import format (docs/import-format.md): a record, with `kind` naming its type"""
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """What a job did."""
+
+    chunks: int
+    """Chunks of the source."""
+    chunks_failed: int
+    """Chunks whose extraction failed (the model's answers broke the schema, or it failed)."""
+    entities_added: int
+    """Entities that were not in the graph."""
+    entities_merged: int
+    """Names resolved to an entity of another name already in the graph or the source."""
+    entities_retracted: int
+    """Entities and relationships removed because only the old version of the source supported them."""
+    model_calls: int
+    """Calls made to a model (kept answers are not asked again)."""
+    relationships_added: int
+    """Relationships that were not in the graph."""
+    relationships_retracted: int
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One server-sent event of a job's stream, as an SSE client reads it: `progress` and `end` each carry the job (a [`JobView`]) as JSON in `data`."""
+
+    data: str
+    """The job, as JSON."""
+    event: str
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+"""Where a job is."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as clients see it."""
+
+    chunks_done: int
+    """Chunks whose extraction is done (or that needed none), of `chunks_total`."""
+    chunks_total: int
+    counts: JobCounts
+    created_at: int
+    """Unix milliseconds."""
+    job_id: str
+    source: str
+    source_id: str
+    status: JobStatus
+    updated_at: int
+    error: Optional[str] = None
+    """Why the job failed."""
 
 Method = Literal["semantic", "keyword", "hybrid"]
 
@@ -538,6 +597,49 @@ class SearchResponse:
     results: List[Entity]
     total: int
     entity_type: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """A source as JSON: its text in `content`. Binary formats (PDF, DOCX) come as a multipart upload instead."""
+
+    content: str
+    """The document's text."""
+    source: str
+    """The source's namespace (a collection, a connector)."""
+    source_id: str
+    """The source's id within `source`; ingesting the same pair again replaces its contribution."""
+    content_type: Optional[str] = None
+    """`text/plain`, `text/markdown` or `text/html` (with or without parameters); default `text/plain`."""
+    title: Optional[str] = None
+    """Defaults to the document's own title (a Markdown H1, an HTML `<title>`), else `source_id`."""
+    url: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class SourceRetraction:
+    """What retracting a source did."""
+
+    chunks: int
+    """The source's chunks (documents) deleted."""
+    deleted: bool
+    entities: int
+    """Entities and relationships no other source (nor an import) supported, removed."""
+    relationships: int
+
+
+@dataclass(frozen=True)
+class SourceUpload:
+    """The parts of a multipart upload, as the OpenAPI document shows them; a part of another name is refused, as an unknown field of the JSON body is."""
+
+    file: str
+    """The document: its part's content type or its file name's extension tells the format."""
+    source: Optional[str] = None
+    """Default `upload`."""
+    source_id: Optional[str] = None
+    """Default: the file name."""
+    title: Optional[str] = None
+    url: Optional[str] = None
 
 StopReason = Literal["answered", "step_limit", "time_limit", "provider_error"]
 """Why the loop ended."""

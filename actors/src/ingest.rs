@@ -1,0 +1,1248 @@
+//! Ingestion of raw documents: a source's bytes become chunks (documents of the source),
+//! entities and relationships extracted from each chunk by the configured model, resolved
+//! against the graph's names, and the supports that say which chunk gave which fact.
+//!
+//! A job travels: [`Ingestor::submit`] (checks, stores the job) -> [`IngestActor`] (queues
+//! jobs, runs at most `max_jobs` at once, resumes unfinished jobs when it starts) -> a job
+//! task: parse (blocking pool) -> chunk -> extract (model calls through the provider actors,
+//! at most `max_calls_in_flight` at once, each answer kept by chunk hash) -> resolve -> write
+//! chunks, new entities and relationships, supports -> retract what only the old version of
+//! the source supported -> the source's record, last. Every write is idempotent, so a job
+//! that stopped half way (cancelled, a node restarted) is completed by running it again, and
+//! the kept answers mean the model is not asked twice for the same chunk.
+//!
+//! Progress is a [`JobView`] on a watch channel per job (HTTP polls it or streams it as
+//! events) and in the job's record in the store.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kbq_ingest::provenance::{ChunkRef, Fact, SourceKey, Support, plan_delete, plan_replace};
+use kbq_ingest::{
+    Chunk, ChunkConfig, Decision, Extraction, Format, PROMPT_VERSION, ResolveConfig, SCHEMA_NAME,
+    UnsupportedFormat,
+};
+use kbq_store::sources::{Retracted, SourceRecord, chunk_source_id, extraction_key};
+use kbq_store::{KnowledgeBase, NewDocument, NewEntity, NewRelationship, StoreError};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::agent::Agent;
+use crate::backend::ChatRequest;
+use crate::pool::Slot;
+
+/// How ingestion runs: `[ingest]` in the configuration.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
+    /// How sources are cut into chunks.
+    pub chunk: ChunkConfig,
+    /// Model calls in flight at once, over all jobs.
+    pub max_calls_in_flight: usize,
+    /// Jobs that run at once; more wait in the queue.
+    pub max_jobs: usize,
+    /// Jobs waiting at once; more are refused.
+    pub max_queued: usize,
+    /// The entity types the model is asked to look for (none: it chooses).
+    pub entity_types: Vec<String>,
+    /// The providers extraction asks, in order; `None`: every provider in priority order.
+    pub providers: Option<Vec<String>>,
+    /// Attempts per chunk when an answer breaks the schema (at least 1).
+    pub attempts: u32,
+    /// When two names are the same entity.
+    pub resolve: ResolveConfig,
+    /// Largest source accepted, in bytes.
+    pub max_source_bytes: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            chunk: ChunkConfig::default(),
+            max_calls_in_flight: 8,
+            max_jobs: 2,
+            max_queued: 1000,
+            entity_types: Vec::new(),
+            providers: None,
+            attempts: 2,
+            resolve: ResolveConfig::default(),
+            max_source_bytes: 16 << 20,
+        }
+    }
+}
+
+/// Where a job is.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobStatus {
+    /// Whether the job has ended.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled
+        )
+    }
+}
+
+/// What a job did.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCounts {
+    /// Chunks of the source.
+    pub chunks: u64,
+    /// Chunks whose extraction failed (the model's answers broke the schema, or it failed).
+    pub chunks_failed: u64,
+    /// Calls made to a model (kept answers are not asked again).
+    pub model_calls: u64,
+    /// Entities that were not in the graph.
+    pub entities_added: u64,
+    /// Names resolved to an entity of another name already in the graph or the source.
+    pub entities_merged: u64,
+    /// Relationships that were not in the graph.
+    pub relationships_added: u64,
+    /// Entities and relationships removed because only the old version of the source
+    /// supported them.
+    pub entities_retracted: u64,
+    pub relationships_retracted: u64,
+}
+
+/// A job as clients see it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub job_id: String,
+    pub status: JobStatus,
+    pub source: String,
+    pub source_id: String,
+    /// Chunks whose extraction is done (or that needed none), of `chunks_total`.
+    pub chunks_done: u64,
+    pub chunks_total: u64,
+    pub counts: JobCounts,
+    /// Why the job failed.
+    pub error: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A source as submitted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SourceInput {
+    pub source: String,
+    pub source_id: String,
+    pub title: Option<String>,
+    pub url: Option<String>,
+    /// The content type the client gave, if any.
+    pub content_type: Option<String>,
+    /// The file name the client gave, if any (its extension tells the format).
+    pub file_name: Option<String>,
+    #[serde(with = "hex_bytes")]
+    pub content: Vec<u8>,
+}
+
+/// A job as the store keeps it: what the client sees, whose it is, and the input, so that a
+/// job can be run again after a restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct JobRecord {
+    view: JobView,
+    owner: String,
+    format: Format,
+    input: SourceInput,
+}
+
+/// Why a submission or a call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Unsupported(#[from] UnsupportedFormat),
+    #[error("content: must be at most {max} bytes, got {got}")]
+    TooLarge { max: usize, got: usize },
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error("ingestion is busy: {0} jobs waiting")]
+    Busy(usize),
+    #[error("ingestion is not running")]
+    NotRunning,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What deleting a source did.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SourceDeletion {
+    pub chunks: u64,
+    pub entities: u64,
+    pub relationships: u64,
+}
+
+/// One job known to this node.
+struct Running {
+    owner: String,
+    progress: watch::Sender<JobView>,
+    cancel: CancellationToken,
+    /// Held while the job's record is read and written again, so that the job's task and a
+    /// cancellation never write it at once (the store would refuse one with a conflict).
+    record: tokio::sync::Mutex<()>,
+}
+
+/// What jobs share: the store, the model, the settings, and the jobs known to this node.
+pub struct IngestDeps {
+    kb: Arc<KnowledgeBase>,
+    agent: Agent,
+    config: IngestConfig,
+    /// Whether a model answers extraction (not the built-in provider alone).
+    model: Option<String>,
+    jobs: parking_lot::Mutex<HashMap<Uuid, Arc<Running>>>,
+    /// One lock per source, so that two jobs (or a job and a delete) of one source never
+    /// interleave their writes.
+    sources: parking_lot::Mutex<HashMap<SourceKey, Arc<tokio::sync::Mutex<()>>>>,
+    calls: tokio::sync::Semaphore,
+    /// Held by a job while it resolves and writes, and by a source's deletion.
+    writes: tokio::sync::Mutex<()>,
+}
+
+/// The edge's handle on ingestion.
+#[derive(Clone)]
+pub struct Ingestor {
+    deps: Arc<IngestDeps>,
+    actor: Slot<ActorRef<IngestMessage>>,
+}
+
+impl Ingestor {
+    pub(crate) fn new(
+        kb: Arc<KnowledgeBase>,
+        agent: Agent,
+        config: IngestConfig,
+        model: Option<String>,
+        actor: Slot<ActorRef<IngestMessage>>,
+    ) -> Self {
+        // The entity types asked for are part of the prompt: answers kept for other types
+        // are not this model's answers to it.
+        let model = model.map(|m| match config.entity_types.is_empty() {
+            true => m,
+            false => format!("{m};types={}", config.entity_types.join(",")),
+        });
+        let calls = tokio::sync::Semaphore::new(config.max_calls_in_flight.max(1));
+        Ingestor {
+            deps: Arc::new(IngestDeps {
+                kb,
+                agent,
+                config,
+                model,
+                jobs: Default::default(),
+                sources: Default::default(),
+                calls,
+                writes: Default::default(),
+            }),
+            actor,
+        }
+    }
+
+    pub(crate) fn deps(&self) -> Arc<IngestDeps> {
+        self.deps.clone()
+    }
+
+    pub(crate) fn slot(&self) -> Slot<ActorRef<IngestMessage>> {
+        self.actor.clone()
+    }
+
+    /// The knowledge base sources are written to.
+    pub fn knowledge_base(&self) -> &Arc<KnowledgeBase> {
+        &self.deps.kb
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &IngestConfig {
+        &self.deps.config
+    }
+
+    /// Whether a model extracts entities and relationships; without one, chunks are linked
+    /// to the entities already in the graph that they name.
+    pub fn extracts(&self) -> bool {
+        self.deps.model.is_some()
+    }
+
+    /// Checks `input`, stores its job and queues it. Answers the job as queued.
+    pub async fn submit(&self, input: SourceInput, owner: &str) -> Result<JobView, IngestError> {
+        let format = kbq_ingest::detect(input.content_type.as_deref(), input.file_name.as_deref())?;
+        let max = self.deps.config.max_source_bytes;
+        if input.content.len() > max {
+            return Err(IngestError::TooLarge {
+                max,
+                got: input.content.len(),
+            });
+        }
+        check_source_name("source", &input.source)?;
+        check_source_name("source_id", &input.source_id)?;
+        let Some(actor) = self.actor.read().clone() else {
+            return Err(IngestError::NotRunning);
+        };
+        let queued = self
+            .deps
+            .jobs
+            .lock()
+            .values()
+            .filter(|r| !r.progress.borrow().status.is_final())
+            .count();
+        if queued >= self.deps.config.max_queued {
+            return Err(IngestError::Busy(queued));
+        }
+        let now = now_ms();
+        let job_id = Uuid::new_v4();
+        let view = JobView {
+            job_id: job_id.to_string(),
+            status: JobStatus::Queued,
+            source: input.source.clone(),
+            source_id: input.source_id.clone(),
+            chunks_done: 0,
+            chunks_total: 0,
+            counts: JobCounts::default(),
+            error: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let record = JobRecord {
+            view: view.clone(),
+            owner: owner.to_string(),
+            format,
+            input,
+        };
+        self.deps.save(&record).await?;
+        self.deps.register(job_id, &record);
+        actor
+            .cast(IngestMessage::Run(job_id))
+            .map_err(|_| IngestError::NotRunning)?;
+        Ok(view)
+    }
+
+    /// The job `job_id` of `owner` (another owner's job is not found).
+    pub async fn job(&self, job_id: &str, owner: &str) -> Result<Option<JobView>, IngestError> {
+        let Ok(id) = Uuid::parse_str(job_id) else {
+            return Ok(None);
+        };
+        if let Some(r) = self.deps.jobs.lock().get(&id).cloned() {
+            return Ok((r.owner == owner).then(|| r.progress.borrow().clone()));
+        }
+        // A job another node ran, or this node before a restart.
+        Ok(self
+            .deps
+            .load(id)
+            .await?
+            .filter(|r| r.owner == owner)
+            .map(|r| r.view))
+    }
+
+    /// Follows the job `job_id` of `owner` as it runs; `None` when it is not known here.
+    pub fn watch(&self, job_id: &str, owner: &str) -> Option<watch::Receiver<JobView>> {
+        let id = Uuid::parse_str(job_id).ok()?;
+        let r = self.deps.jobs.lock().get(&id).cloned()?;
+        (r.owner == owner).then(|| r.progress.subscribe())
+    }
+
+    /// Cancels the job `job_id` of `owner`; what it wrote stays consistent (see the module's
+    /// docs). Answers the job, `None` when it is not found.
+    pub async fn cancel(&self, job_id: &str, owner: &str) -> Result<Option<JobView>, IngestError> {
+        let Ok(id) = Uuid::parse_str(job_id) else {
+            return Ok(None);
+        };
+        let running = self.deps.jobs.lock().get(&id).cloned();
+        match running {
+            Some(r) if r.owner == owner => {
+                r.cancel.cancel();
+                let view = r.progress.borrow().clone();
+                if view.status == JobStatus::Queued {
+                    // Not started: it ends here.
+                    let view = self.deps.finish(id, JobStatus::Cancelled, None).await?;
+                    return Ok(Some(view));
+                }
+                Ok(Some(view))
+            }
+            Some(_) => Ok(None),
+            None => self.job(job_id, owner).await,
+        }
+    }
+
+    /// Retracts `source`: its chunks, and every fact no other source (nor an import)
+    /// supports. `None` when it was never ingested.
+    pub async fn delete_source(
+        &self,
+        source: &SourceKey,
+    ) -> Result<Option<SourceDeletion>, IngestError> {
+        let lock = self.deps.source_lock(source);
+        let _held = lock.lock().await;
+        let _writing = self.deps.writes.lock().await;
+        let kb = &self.deps.kb;
+        let Some(record) = kb.source_record(source).await? else {
+            return Ok(None);
+        };
+        let facts = kb.supports_of(source, &[]).await?;
+        let plan = plan_delete(&facts, source);
+        let retracted = kb.retract(&plan).await?;
+        let positions: Vec<u32> = (0..record.chunks.len() as u32).collect();
+        let chunks = kb.delete_chunks(source, &positions).await?;
+        kb.delete_source_record(source).await?;
+        Ok(Some(SourceDeletion {
+            chunks,
+            entities: retracted.entities,
+            relationships: retracted.relationships,
+        }))
+    }
+}
+
+fn check_source_name(field: &'static str, value: &str) -> Result<(), IngestError> {
+    kbq_store::model::check_name(field, value).map_err(|e| IngestError::Invalid {
+        field,
+        reason: match e {
+            StoreError::Invalid { reason, .. } => reason,
+            other => other.to_string(),
+        },
+    })
+}
+
+impl IngestDeps {
+    fn source_lock(&self, source: &SourceKey) -> Arc<tokio::sync::Mutex<()>> {
+        self.sources
+            .lock()
+            .entry(source.clone())
+            .or_default()
+            .clone()
+    }
+
+    fn register(&self, id: Uuid, record: &JobRecord) -> Arc<Running> {
+        let running = Arc::new(Running {
+            owner: record.owner.clone(),
+            progress: watch::Sender::new(record.view.clone()),
+            cancel: CancellationToken::new(),
+            record: tokio::sync::Mutex::new(()),
+        });
+        self.jobs.lock().insert(id, running.clone());
+        running
+    }
+
+    async fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
+        let value = serde_json::to_value(record)
+            .map_err(|e| StoreError::Query(format!("job record: {e}")))?;
+        self.kb.put_job(&record.view.job_id, value).await
+    }
+
+    async fn load(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self
+            .kb
+            .job(&id.to_string())
+            .await?
+            .and_then(|v| serde_json::from_value(v).ok()))
+    }
+
+    /// Updates the job's view (and its record, when `persist`).
+    async fn update(
+        &self,
+        id: Uuid,
+        persist: bool,
+        change: impl FnOnce(&mut JobView),
+    ) -> Result<JobView, StoreError> {
+        let running = self.jobs.lock().get(&id).cloned();
+        let Some(running) = running else {
+            return Err(StoreError::Query(format!("job {id} is not known here")));
+        };
+        let _writing = match persist {
+            true => Some(running.record.lock().await),
+            false => None,
+        };
+        running.progress.send_modify(|v| {
+            change(v);
+            v.updated_at = now_ms();
+        });
+        let view = running.progress.borrow().clone();
+        if persist && let Some(mut record) = self.load(id).await? {
+            record.view = view.clone();
+            self.save(&record).await?;
+        }
+        Ok(view)
+    }
+
+    async fn finish(
+        &self,
+        id: Uuid,
+        status: JobStatus,
+        error: Option<String>,
+    ) -> Result<JobView, StoreError> {
+        self.update(id, true, |v| {
+            v.status = status;
+            v.error = error;
+        })
+        .await
+    }
+
+    /// Runs the job `id` to its end and records how it ended.
+    async fn run(self: Arc<Self>, id: Uuid) {
+        let running = self.jobs.lock().get(&id).cloned();
+        let Some(running) = running else { return };
+        if running.progress.borrow().status.is_final() {
+            return;
+        }
+        let record = match self.load(id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(job = %id, error = %e, "ingest job not read");
+                return;
+            }
+        };
+        let source = SourceKey::new(&record.input.source, &record.input.source_id);
+        let lock = self.source_lock(&source);
+        let held = tokio::select! {
+            held = lock.lock() => held,
+            _ = running.cancel.cancelled() => {
+                let _ = self.finish(id, JobStatus::Cancelled, None).await;
+                return;
+            }
+        };
+        let _ = self
+            .update(id, true, |v| v.status = JobStatus::Running)
+            .await;
+        let outcome = self.ingest(id, &record, &source, &running.cancel).await;
+        drop(held);
+        let ended = match outcome {
+            Ok(()) => self.finish(id, JobStatus::Succeeded, None).await,
+            Err(JobFailure::Cancelled) => self.finish(id, JobStatus::Cancelled, None).await,
+            Err(JobFailure::Failed(e)) => {
+                tracing::warn!(job = %id, error = %e, "ingest job failed");
+                self.finish(id, JobStatus::Failed, Some(e)).await
+            }
+        };
+        if let Err(e) = ended {
+            tracing::warn!(job = %id, error = %e, "ingest job's end not recorded");
+        }
+    }
+
+    /// The pipeline for one source. A cancellation is heeded until the writes begin; from
+    /// there the job runs to its end (the writes take a fraction of the time the model
+    /// does), so that a cancelled job leaves the old version or the new, never a mix.
+    async fn ingest(
+        &self,
+        id: Uuid,
+        record: &JobRecord,
+        source: &SourceKey,
+        cancel: &CancellationToken,
+    ) -> Result<(), JobFailure> {
+        let input = &record.input;
+        let format = record.format;
+        let content = input.content.clone();
+        let parsing = tokio::task::spawn_blocking(move || kbq_ingest::parse(&content, format));
+        let parsed = tokio::select! {
+            parsed = tokio::time::timeout(PARSE_TIMEOUT, parsing) => parsed,
+            _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
+        }
+        .map_err(|_| {
+            JobFailure::Failed(format!(
+                "parsing took longer than {} s",
+                PARSE_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| JobFailure::Failed(format!("parsing stopped: {e}")))?
+        .map_err(|e| JobFailure::Failed(e.to_string()))?;
+        let chunks = kbq_ingest::chunk(&parsed, &self.config.chunk);
+        let content_hash = hex(&Sha256::digest(&input.content));
+        let mut hashes: Vec<String> = chunks.iter().map(|c| c.hash.clone()).collect();
+        let kb = &self.kb;
+        let old = kb.source_record(source).await?;
+        let total = chunks.len() as u64;
+        self.update(id, false, |v| {
+            v.chunks_total = total;
+            v.counts.chunks = total;
+        })
+        .await?;
+        if let Some(old) = &old
+            && old.content_hash == content_hash
+            && old.chunks == hashes
+            && old.extracted_by == self.model
+        {
+            // The same content as the version stored: nothing to do, nothing to ask.
+            self.update(id, false, |v| v.chunks_done = total).await?;
+            return Ok(());
+        }
+        let title = input
+            .title
+            .clone()
+            .or_else(|| parsed.title.clone())
+            .unwrap_or_else(|| input.source_id.clone());
+
+        // Extraction, or (without a model) the graph's names each chunk mentions.
+        let finding = async {
+            match &self.model {
+                Some(model) => self.extract_all(id, &chunks, &title, model).await,
+                None => {
+                    let found = self.mentions_all(id, &chunks).await?;
+                    let failed = vec![false; found.len()];
+                    Ok((found, failed))
+                }
+            }
+        };
+        let (found, failed): (Vec<Option<Extraction>>, Vec<bool>) = tokio::select! {
+            found = finding => found?,
+            _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
+        };
+        // One job writes at a time: two sources naming one entity would otherwise both find
+        // it missing and both write it (a store transaction conflict, or one's type and
+        // description over the other's), and resolution reads the graph the writes change.
+        // Extraction, the slow part, still runs for every job at once.
+        let _writing = tokio::select! {
+            writing = self.writes.lock() => writing,
+            _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
+        };
+        let resolved = self.resolve(&found).await?;
+        for (hash, failed) in hashes.iter_mut().zip(&failed) {
+            if *failed {
+                // Recorded as no hash: the next submission of the same content is not
+                // "unchanged", and asks the model for this chunk again.
+                hash.clear();
+            }
+        }
+
+        // Chunks, as documents of the source.
+        let content_type = format.content_type().to_string();
+        let documents: Vec<NewDocument> = chunks
+            .iter()
+            .zip(&found)
+            .map(|(chunk, extraction)| NewDocument {
+                title: chunk_title(&title, &chunk.heading_path),
+                content: chunk.text.clone(),
+                source: input.source.clone(),
+                source_id: chunk_source_id(&input.source_id, chunk.index),
+                content_type: content_type.clone(),
+                url: input.url.clone(),
+                entity_name: extraction
+                    .as_ref()
+                    .and_then(|e| e.entities.first())
+                    .map(|e| resolved.name(&e.name).to_string()),
+            })
+            .collect();
+        kb.upsert_documents(&documents).await?;
+
+        // The facts this version supports, by chunk.
+        let mut new_version: BTreeMap<Fact, BTreeSet<u32>> = BTreeMap::new();
+        let mut texts: BTreeMap<Fact, String> = BTreeMap::new();
+        let mut entities: BTreeMap<String, NewEntity> = BTreeMap::new();
+        let mut relationships: BTreeMap<(String, String, String), NewRelationship> =
+            BTreeMap::new();
+        for (chunk, extraction) in chunks.iter().zip(&found) {
+            let Some(extraction) = extraction else {
+                continue;
+            };
+            if self.model.is_none() {
+                // Mentions link the chunk; they state no fact.
+                continue;
+            }
+            for e in extraction.entities_with_relationship_ends() {
+                let name = resolved.name(&e.name).to_string();
+                new_version
+                    .entry(Fact::entity(&name))
+                    .or_default()
+                    .insert(chunk.index);
+                if name != e.name {
+                    new_version
+                        .entry(Fact::Alias {
+                            entity: name.clone(),
+                            alias: e.name.clone(),
+                        })
+                        .or_default()
+                        .insert(chunk.index);
+                }
+                if !e.description.is_empty() {
+                    let fact = Fact::Description {
+                        entity: name.clone(),
+                        chunk: ChunkRef {
+                            source: source.clone(),
+                            chunk: chunk.index,
+                        },
+                    };
+                    texts.insert(fact.clone(), e.description.clone());
+                    new_version.entry(fact).or_default().insert(chunk.index);
+                }
+                entities.entry(name.clone()).or_insert_with(|| NewEntity {
+                    name: name.clone(),
+                    entity_type: e.entity_type.clone(),
+                    properties: description_properties(&e.description),
+                });
+            }
+            for r in &extraction.relationships {
+                let (s, t) = (
+                    resolved.name(&r.source).to_string(),
+                    resolved.name(&r.target).to_string(),
+                );
+                if s == t {
+                    continue;
+                }
+                new_version
+                    .entry(Fact::relationship(&s, &t, &r.relationship_type))
+                    .or_default()
+                    .insert(chunk.index);
+                relationships
+                    .entry((s.clone(), t.clone(), r.relationship_type.clone()))
+                    .or_insert_with(|| NewRelationship {
+                        source_name: s,
+                        target_name: t,
+                        relationship_type: r.relationship_type.clone(),
+                        properties: description_properties(&r.description),
+                    });
+            }
+        }
+
+        // What is in the graph already, read before anything is written: a fact there that
+        // no source supports is an import's, and no source's deletion takes it away.
+        let entities: Vec<NewEntity> = entities.into_values().collect();
+        let names: Vec<String> = entities.iter().map(|e| e.name.clone()).collect();
+        let missing: BTreeSet<String> = kb.missing_entities(&names).await?.into_iter().collect();
+        let new_entities: Vec<NewEntity> = entities
+            .into_iter()
+            .filter(|e| missing.contains(&e.name))
+            .collect();
+        let relationships: Vec<NewRelationship> = relationships.into_values().collect();
+        let new_relationships = kb.missing_relationships(&relationships).await?;
+        let new_edges: BTreeSet<(&str, &str, &str)> = new_relationships
+            .iter()
+            .map(|r| {
+                (
+                    r.source_name.as_str(),
+                    r.target_name.as_str(),
+                    r.relationship_type.as_str(),
+                )
+            })
+            .collect();
+        let new_facts: Vec<Fact> = new_version.keys().cloned().collect();
+        let mut facts = kb.supports_of(source, &new_facts).await?;
+        let mut imports = Vec::new();
+        for (fact, supports) in &mut facts {
+            let was_there = match fact {
+                Fact::Entity { name } => names.contains(name) && !missing.contains(name),
+                Fact::Relationship {
+                    source,
+                    target,
+                    relationship_type,
+                } => !new_edges.contains(&(
+                    source.as_str(),
+                    target.as_str(),
+                    relationship_type.as_str(),
+                )),
+                _ => false,
+            };
+            if supports.is_empty() && was_there {
+                supports.push(Support::Import);
+                imports.push((fact.clone(), Support::Import));
+            }
+        }
+        let new_version: Vec<(Fact, Vec<u32>)> = new_version
+            .into_iter()
+            .map(|(f, c)| (f, c.into_iter().collect()))
+            .collect();
+        let mut plan = plan_replace(&facts, source, &new_version);
+        if failed.iter().any(|&f| f) {
+            // What the failed chunks said is not known: nothing the old version supported is
+            // retracted until a submission reads every chunk (the next one asks again).
+            plan.remove.clear();
+            plan.drop_supports.clear();
+        }
+
+        // The supports first: a job stopped after them and before the facts is completed by
+        // running it again, and a fact it wrote is never taken for an import's.
+        kb.add_supports(&imports, &BTreeMap::new()).await?;
+        kb.add_supports(&plan.add_supports, &texts).await?;
+        kb.upsert_entities(&new_entities).await?;
+        kb.upsert_relationships(&new_relationships).await?;
+        self.update(id, false, |v| {
+            v.counts.entities_added = new_entities.len() as u64;
+            v.counts.relationships_added = new_relationships.len() as u64;
+            v.counts.entities_merged = resolved.merged;
+        })
+        .await?;
+        let Retracted {
+            entities: entities_retracted,
+            relationships: relationships_retracted,
+            ..
+        } = kb.retract(&plan).await?;
+        self.update(id, false, |v| {
+            v.counts.entities_retracted = entities_retracted;
+            v.counts.relationships_retracted = relationships_retracted;
+        })
+        .await?;
+
+        // Chunks the old version had past the new one's end.
+        if let Some(old) = &old
+            && old.chunks.len() > chunks.len()
+        {
+            let gone: Vec<u32> = (chunks.len() as u32..old.chunks.len() as u32).collect();
+            kb.delete_chunks(source, &gone).await?;
+        }
+        kb.put_source_record(&SourceRecord {
+            source: input.source.clone(),
+            source_id: input.source_id.clone(),
+            title,
+            url: input.url.clone(),
+            content_type,
+            content_hash,
+            chunks: hashes,
+            extracted_by: self.model.clone(),
+            updated_at: now_ms(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Each chunk's extraction, `None` where it failed (and which failed); the model is asked
+    /// for a chunk only when no answer for its text is kept.
+    async fn extract_all(
+        &self,
+        id: Uuid,
+        chunks: &[Chunk],
+        title: &str,
+        model: &str,
+    ) -> Result<(Vec<Option<Extraction>>, Vec<bool>), JobFailure> {
+        // The futures are made first: a stream that maps by a closure over borrowed chunks
+        // is not `Send` for every lifetime, as a spawned job needs.
+        let calls: Vec<_> = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, chunk)| async move { (i, self.extract_one(id, chunk, title, model).await) })
+            .collect();
+        let results: Vec<(usize, Result<Option<Extraction>, StoreError>)> =
+            futures::stream::iter(calls)
+                .buffer_unordered(self.config.max_calls_in_flight.max(1))
+                .collect()
+                .await;
+        let mut out = vec![None; chunks.len()];
+        for (i, r) in results {
+            out[i] = r?;
+        }
+        // A chunk the model answered has an extraction, if an empty one.
+        let failed = out.iter().map(Option::is_none).collect();
+        Ok((out, failed))
+    }
+
+    async fn extract_one(
+        &self,
+        id: Uuid,
+        chunk: &Chunk,
+        title: &str,
+        model: &str,
+    ) -> Result<Option<Extraction>, StoreError> {
+        let key = extraction_key(&chunk.hash, model, PROMPT_VERSION);
+        if let Some(kept) = self.kb.cached_extraction(&key).await?
+            && let Ok(extraction) = serde_json::from_value::<Extraction>(kept)
+        {
+            self.update(id, false, |v| v.chunks_done += 1).await?;
+            return Ok(Some(extraction));
+        }
+        let (system, user) = kbq_ingest::extraction::messages(
+            &chunk.text,
+            &chunk.heading_path,
+            Some(title),
+            &self.config.entity_types,
+        );
+        let request = extraction_request(system, user);
+        let mut extraction = None;
+        for attempt in 1..=self.config.attempts.max(1) {
+            let answer = {
+                let _permit = self.calls.acquire().await;
+                self.update(id, false, |v| v.counts.model_calls += 1)
+                    .await?;
+                self.agent
+                    .complete(self.config.providers.as_deref(), &request)
+                    .await
+            };
+            match answer {
+                Ok(answer) => {
+                    let text = answer.message["content"].as_str().unwrap_or_default();
+                    match kbq_ingest::extraction::validate(text) {
+                        Ok(e) => {
+                            extraction = Some(e);
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(job = %id, chunk = chunk.index, attempt, error = %e, "extraction broke the schema");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(job = %id, chunk = chunk.index, attempt, error = %e, "extraction call failed");
+                }
+            }
+        }
+        match &extraction {
+            Some(e) => {
+                let kept = serde_json::to_value(e).unwrap_or(Value::Null);
+                self.kb.cache_extraction(&key, kept).await?;
+                self.update(id, false, |v| v.chunks_done += 1).await?;
+            }
+            None => {
+                self.update(id, false, |v| {
+                    v.chunks_done += 1;
+                    v.counts.chunks_failed += 1;
+                })
+                .await?;
+            }
+        }
+        Ok(extraction)
+    }
+
+    /// Without a model: each chunk's mentions of entities already in the graph, as an
+    /// extraction of those entities alone (phrases of one to four words, matched by name).
+    async fn mentions_all(
+        &self,
+        id: Uuid,
+        chunks: &[Chunk],
+    ) -> Result<Vec<Option<Extraction>>, JobFailure> {
+        let mut out = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            let phrases = phrases(&chunk.text, 4);
+            let missing: BTreeSet<String> = self
+                .kb
+                .missing_entities(&phrases)
+                .await?
+                .into_iter()
+                .collect();
+            let mut seen = BTreeSet::new();
+            let entities: Vec<kbq_ingest::ExtractedEntity> = phrases
+                .into_iter()
+                .filter(|p| !missing.contains(p) && seen.insert(p.clone()))
+                .map(|name| kbq_ingest::ExtractedEntity {
+                    name,
+                    entity_type: String::new(),
+                    description: String::new(),
+                })
+                .collect();
+            out.push((!entities.is_empty()).then_some(Extraction {
+                entities,
+                relationships: Vec::new(),
+            }));
+            self.update(id, false, |v| v.chunks_done += 1).await?;
+        }
+        Ok(out)
+    }
+
+    /// Resolves every name the extractions give: to itself, to another name of the same
+    /// source under the same key (case, spacing, punctuation), or to an entity of the graph
+    /// that [`kbq_ingest::compare`] calls the same.
+    async fn resolve(&self, found: &[Option<Extraction>]) -> Result<Resolution, JobFailure> {
+        let mut names: Vec<&str> = Vec::new();
+        for e in found.iter().flatten() {
+            names.extend(e.entities.iter().map(|e| e.name.as_str()));
+            for r in &e.relationships {
+                names.push(&r.source);
+                names.push(&r.target);
+            }
+        }
+        let mut resolution = Resolution::default();
+        let mut by_key: HashMap<String, String> = HashMap::new();
+        for name in names {
+            if resolution.to.contains_key(name) {
+                continue;
+            }
+            let key = kbq_ingest::name_key(name);
+            if let Some(first) = by_key.get(&key) {
+                if first != name {
+                    resolution.merged += 1;
+                }
+                resolution.to.insert(name.to_string(), first.clone());
+                continue;
+            }
+            let canonical = self
+                .in_graph(name)
+                .await?
+                .unwrap_or_else(|| name.to_string());
+            if canonical != name {
+                resolution.merged += 1;
+            }
+            by_key.insert(key, canonical.clone());
+            resolution.to.insert(name.to_string(), canonical);
+        }
+        Ok(resolution)
+    }
+
+    /// The entity of the graph that `name` names: itself, or one the name search finds that
+    /// resolution calls the same.
+    async fn in_graph(&self, name: &str) -> Result<Option<String>, StoreError> {
+        if self.kb.entity(name).await?.is_some() {
+            return Ok(Some(name.to_string()));
+        }
+        let key = kbq_ingest::name_key(name);
+        // The name search matches case-insensitively by substring: a variant of spacing or
+        // punctuation is found by its longest word.
+        let probe = key
+            .split(' ')
+            .max_by_key(|w| w.len())
+            .unwrap_or(&key)
+            .to_string();
+        if probe.is_empty() {
+            return Ok(None);
+        }
+        let candidates = self.kb.search_entities(&probe, None, 50).await?;
+        Ok(candidates
+            .iter()
+            .find(|c| {
+                kbq_ingest::compare(name, &c.name, None, &self.config.resolve) == Decision::Same
+            })
+            .map(|c| c.name.clone()))
+    }
+}
+
+/// Names as resolved, and how many were merged into another.
+#[derive(Default)]
+struct Resolution {
+    to: HashMap<String, String>,
+    merged: u64,
+}
+
+impl Resolution {
+    fn name<'a>(&'a self, name: &'a str) -> &'a str {
+        self.to.get(name).map_or(name, String::as_str)
+    }
+}
+
+/// Why a job did not succeed.
+#[derive(Debug)]
+enum JobFailure {
+    /// Cancelled before its writes began.
+    Cancelled,
+    /// Failed, with the reason its record gives.
+    Failed(String),
+}
+
+impl From<StoreError> for JobFailure {
+    fn from(e: StoreError) -> Self {
+        JobFailure::Failed(e.to_string())
+    }
+}
+
+/// Longest a source may take to parse: HTML nested thousands deep parses in time that grows
+/// with the square of its depth.
+const PARSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The model request for one chunk: its messages and the `kbq_extraction` schema as
+/// structured output.
+fn extraction_request(system: String, user: String) -> ChatRequest {
+    let mut options = serde_json::Map::new();
+    options.insert(
+        "response_format".into(),
+        json!({
+            "type": "json_schema",
+            "json_schema": {
+                "name": SCHEMA_NAME,
+                "strict": true,
+                "schema": kbq_ingest::extraction::json_schema(),
+            }
+        }),
+    );
+    ChatRequest {
+        messages: Arc::new(vec![
+            json!({"role": "system", "content": system}),
+            json!({"role": "user", "content": user}),
+        ]),
+        tools: Arc::new(Vec::new()),
+        tool_results: Arc::new(Vec::new()),
+        tool_choice: None,
+        temperature: Some(0.0),
+        max_tokens: None,
+        options,
+    }
+}
+
+/// A chunk document's title: the source's title and the chunk's headings.
+fn chunk_title(title: &str, headings: &[String]) -> String {
+    let mut t = title.to_string();
+    for h in headings {
+        if h != title {
+            t.push_str(" › ");
+            t.push_str(h);
+        }
+    }
+    t
+}
+
+fn description_properties(description: &str) -> serde_json::Map<String, Value> {
+    let mut p = serde_json::Map::new();
+    if !description.is_empty() {
+        p.insert("description".into(), Value::String(description.to_string()));
+    }
+    p
+}
+
+/// The phrases of one to `most` words of `text`, in order, words split at white space and
+/// stripped of the punctuation around them.
+fn phrases(text: &str, most: usize) -> Vec<String> {
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    for i in 0..words.len() {
+        for n in 1..=most.min(words.len() - i) {
+            out.push(words[i..i + n].join(" "));
+        }
+    }
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The input's bytes in a job record, as hex: the record is JSON.
+mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::hex(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        (0..text.len())
+            .step_by(2)
+            .map(|i| {
+                text.get(i..i + 2)
+                    .and_then(|b| u8::from_str_radix(b, 16).ok())
+                    .ok_or_else(|| serde::de::Error::custom("bad hex"))
+            })
+            .collect()
+    }
+}
+
+/// Pause before the actor's first look for unfinished jobs, so that a node that starts many
+/// does not hold its start-up.
+const RESUME_AFTER: Duration = Duration::from_millis(200);
+
+/// The ingestion actor: queues jobs and runs at most `max_jobs` at once; resumes jobs that
+/// were queued or running when it (or the node) stopped.
+pub struct IngestActor;
+
+/// The actor's state: jobs waiting, and the tasks of those running (aborted with the state,
+/// should the actor stop; their jobs are resumed by the next one).
+pub struct IngestState {
+    deps: Arc<IngestDeps>,
+    waiting: std::collections::VecDeque<Uuid>,
+    running: HashMap<Uuid, tokio_util::task::AbortOnDropHandle<()>>,
+}
+
+/// Messages to the ingestion actor.
+#[derive(Debug)]
+pub enum IngestMessage {
+    /// Queue the job (stored and registered already).
+    Run(Uuid),
+    /// A job's task ended.
+    Ended(Uuid),
+    /// Look for jobs the store holds unfinished, and resume them.
+    Resume,
+}
+
+impl Actor for IngestActor {
+    type Msg = IngestMessage;
+    type State = IngestState;
+    type Arguments = Arc<IngestDeps>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        deps: Arc<IngestDeps>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        myself.send_after(RESUME_AFTER, || IngestMessage::Resume);
+        Ok(IngestState {
+            deps,
+            waiting: Default::default(),
+            running: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: IngestMessage,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            IngestMessage::Run(id) => {
+                if !state.running.contains_key(&id) && !state.waiting.contains(&id) {
+                    state.waiting.push_back(id);
+                }
+            }
+            IngestMessage::Ended(id) => {
+                state.running.remove(&id);
+            }
+            IngestMessage::Resume => match state.deps.kb.unfinished_jobs().await {
+                // A restarted actor starts with no queue: the jobs this node knows that have
+                // not ended are queued again first.
+                Ok(jobs) => {
+                    let known: Vec<Uuid> = state
+                        .deps
+                        .jobs
+                        .lock()
+                        .iter()
+                        .filter(|(_, r)| !r.progress.borrow().status.is_final())
+                        .map(|(id, _)| *id)
+                        .collect();
+                    for id in known {
+                        if !state.running.contains_key(&id) && !state.waiting.contains(&id) {
+                            state.waiting.push_back(id);
+                        }
+                    }
+                    for value in jobs {
+                        let Ok(record) = serde_json::from_value::<JobRecord>(value) else {
+                            continue;
+                        };
+                        let Ok(id) = Uuid::parse_str(&record.view.job_id) else {
+                            continue;
+                        };
+                        if state.deps.jobs.lock().contains_key(&id) {
+                            continue;
+                        }
+                        tracing::info!(job = %id, "resuming ingest job");
+                        state.deps.register(id, &record);
+                        state.waiting.push_back(id);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "unfinished ingest jobs not read; trying again");
+                    myself.send_after(Duration::from_secs(5), || IngestMessage::Resume);
+                }
+            },
+        }
+        while state.running.len() < state.deps.config.max_jobs.max(1) {
+            let Some(id) = state.waiting.pop_front() else {
+                break;
+            };
+            let deps = state.deps.clone();
+            let me = myself.clone();
+            let task = tokio::spawn(async move {
+                deps.run(id).await;
+                let _ = me.cast(IngestMessage::Ended(id));
+            });
+            state
+                .running
+                .insert(id, tokio_util::task::AbortOnDropHandle::new(task));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,41 @@
+//! The pure parts of kbq's document ingestion: everything between the bytes of an upload
+//! and the facts written to the graph that needs neither the store, the network nor a model.
+//! No async, no I/O: each function takes values and returns values, so each is tested on its
+//! own and the pipeline's actors stay thin.
+//!
+//! A document's path through it, with the actor stages (in kbq-actors) that call each part:
+//!
+//! ```text
+//! upload ── format::detect ──> Format                      (HTTP edge: 415 on UnsupportedFormat)
+//!        ── parse::parse ────> Parsed { title, text, sections }
+//!        ── chunk::chunk ────> [Chunk { text, start..end, heading_path, hash }]
+//!        ── extraction::messages ──> model ──> extraction::validate ──> Extraction
+//!        ── resolve::compare ──> Same | Doubtful | Different (against the graph's names)
+//!        ── provenance::plan_replace / plan_delete ──> Plan (applied by the store)
+//! ```
+//!
+//! # Layout
+//! - [`format`](mod@format): the accepted formats, content types and extensions, and [`detect`].
+//! - [`parse`](mod@parse): bytes to [`Parsed`], normalised text and its heading sections
+//!   (Markdown, HTML, PDF, DOCX, plain text).
+//! - [`chunk`](mod@chunk): [`Parsed`] to [`Chunk`]s that follow the sections, with exact
+//!   offsets and content hashes.
+//! - [`extraction`]: the model's contract: prompt, strict JSON schema, answer validation.
+//! - [`resolve`]: name keys, name similarity, and the same/doubtful/different decision.
+//! - [`provenance`]: facts, their supports, and the pure planner of deletes and replaces.
+
+pub mod chunk;
+pub mod extraction;
+pub mod format;
+pub mod parse;
+pub mod provenance;
+pub mod resolve;
+
+pub use chunk::{Chunk, ChunkConfig, ChunkConfigError, chunk};
+pub use extraction::{
+    ExtractedEntity, ExtractedRelationship, Extraction, PROMPT_VERSION, SCHEMA_NAME, SchemaError,
+};
+pub use format::{Format, UnsupportedFormat, detect};
+pub use parse::{ParseError, Parsed, Section, parse};
+pub use provenance::{ChunkRef, Fact, Plan, SourceKey, Support, apply, plan_delete, plan_replace};
+pub use resolve::{Decision, ResolveConfig, compare, decide, name_key, similarity};

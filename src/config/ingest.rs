@@ -1,0 +1,112 @@
+//! `[ingest]`: how raw documents become chunks and graph facts (docs/ingest.md).
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, bad, within};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestSection {
+    /// Longest chunk, in characters (Unicode scalar values).
+    pub chunk_chars: usize,
+    /// Characters a chunk repeats of the one before it, within a section.
+    pub chunk_overlap_chars: usize,
+    /// Model calls in flight at once, over every job of this node.
+    pub max_calls_in_flight: usize,
+    /// Jobs that run at once on this node; more wait.
+    pub max_jobs: usize,
+    /// Jobs that may wait; more are refused with 503.
+    pub max_queued: usize,
+    /// Largest source accepted, in bytes (413 above it).
+    pub max_source_bytes: usize,
+    /// Entity types the model is asked to look for; empty: it chooses.
+    pub entity_types: Vec<String>,
+    /// The providers extraction asks, by name, in order; empty: every provider in priority
+    /// order, as the agent does.
+    pub providers: Vec<String>,
+    /// Answers per chunk when one breaks the `kbq_extraction` schema (at least 1).
+    pub attempts: u32,
+    /// Name similarity from which two names are the same entity.
+    pub same_name: f64,
+}
+
+impl Default for IngestSection {
+    fn default() -> Self {
+        IngestSection {
+            chunk_chars: 1200,
+            chunk_overlap_chars: 150,
+            max_calls_in_flight: 8,
+            max_jobs: 2,
+            max_queued: 1000,
+            max_source_bytes: 16 << 20,
+            entity_types: Vec::new(),
+            providers: Vec::new(),
+            attempts: 2,
+            same_name: 0.95,
+        }
+    }
+}
+
+impl IngestSection {
+    pub(super) fn validate(&self, providers: &[super::ProviderSection]) -> Result<(), ConfigError> {
+        within("ingest.chunk_chars", self.chunk_chars, 100, 100_000)?;
+        if self.chunk_overlap_chars >= self.chunk_chars {
+            return bad(
+                "ingest.chunk_overlap_chars",
+                "must be less than ingest.chunk_chars",
+            );
+        }
+        within(
+            "ingest.max_calls_in_flight",
+            self.max_calls_in_flight,
+            1,
+            1024,
+        )?;
+        within("ingest.max_jobs", self.max_jobs, 1, 64)?;
+        within("ingest.max_queued", self.max_queued, 1, 1_000_000)?;
+        within("ingest.max_source_bytes", self.max_source_bytes, 1, 1 << 30)?;
+        within("ingest.attempts", self.attempts, 1, 10)?;
+        within("ingest.same_name", self.same_name, 0.0, 1.0)?;
+        for (i, t) in self.entity_types.iter().enumerate() {
+            if t.trim().is_empty() || t.chars().count() > 64 {
+                return bad(
+                    &format!("ingest.entity_types[{i}]"),
+                    "must be 1 to 64 characters, not only white space",
+                );
+            }
+        }
+        for (i, name) in self.providers.iter().enumerate() {
+            if !providers.iter().any(|p| &p.name == name) {
+                return bad(
+                    &format!("ingest.providers[{i}]"),
+                    "must name a provider of [[providers]]",
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime's settings.
+    pub(super) fn runtime(&self) -> kbq_actors::ingest::IngestConfig {
+        kbq_actors::ingest::IngestConfig {
+            chunk: kbq_ingest::ChunkConfig::new(self.chunk_chars, self.chunk_overlap_chars)
+                .unwrap_or_default(),
+            max_calls_in_flight: self.max_calls_in_flight,
+            max_jobs: self.max_jobs,
+            max_queued: self.max_queued,
+            entity_types: self.entity_types.clone(),
+            providers: (!self.providers.is_empty()).then(|| self.providers.clone()),
+            attempts: self.attempts,
+            resolve: kbq_ingest::ResolveConfig {
+                same_name: self.same_name,
+                // Doubtful pairs are kept apart as different ones are (no model confirms
+                // them yet), so only the line of "same" is a setting.
+                doubtful_name: self
+                    .same_name
+                    .min(kbq_ingest::ResolveConfig::default().doubtful_name),
+                ..kbq_ingest::ResolveConfig::default()
+            },
+            max_source_bytes: self.max_source_bytes,
+        }
+    }
+}

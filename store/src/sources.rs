@@ -1,0 +1,497 @@
+//! Sources: raw documents ingested into the graph, and the provenance of what each gave.
+//!
+//! A source (`source`, `source_id`) is stored as one record naming its current version (the
+//! content hash of each of its chunks, by position) and as one document per chunk (keyed by
+//! `source` and `"{source_id}#{position}"`, so a chunk's id follows from its source and its
+//! place). Every fact a chunk gave (an entity, a relationship, an alias, a description) has a
+//! support row naming the chunk; a fact written by an import, or present before any source
+//! named it, has an import support. The planner that decides what a deleted or changed source
+//! retracts is pure ([`kbq_ingest::provenance`]); this file reads its inputs and carries out
+//! its plan. Model answers are kept here too, by (chunk hash, model, prompt version), so that
+//! no chunk is sent to a model twice.
+//!
+//! Every write here is idempotent (record ids follow from what the record says), so a job
+//! that stopped half way is completed by running it again: nothing is written twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kbq_ingest::provenance::{ChunkRef, Fact, Plan, SourceKey, Support};
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+
+use crate::db::{obj, relationship_record_id, row};
+use crate::error::{Result, StoreError};
+use crate::kb::KnowledgeBase;
+use crate::model::table::{EXTRACTION, INGEST_JOB, RELATES, SOURCE, SUPPORT};
+use crate::model::{NewRelationship, keys};
+
+/// The supports a query reads at once.
+const SUPPORT_BATCH: usize = 500;
+
+/// A source's current version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    pub source: String,
+    pub source_id: String,
+    pub title: String,
+    pub url: Option<String>,
+    pub content_type: String,
+    /// SHA-256 of the bytes ingested, hex.
+    pub content_hash: String,
+    /// Each chunk's content hash, by position (empty for a chunk whose extraction failed).
+    pub chunks: Vec<String>,
+    /// What read the chunks: the model (and prompt settings) that extracted them, or `None`
+    /// when no model did (the chunks were linked to the names they mention).
+    #[serde(default)]
+    pub extracted_by: Option<String>,
+    /// Unix milliseconds of the ingest that wrote this version.
+    pub updated_at: i64,
+}
+
+impl SourceRecord {
+    pub fn key(&self) -> SourceKey {
+        SourceKey::new(&self.source, &self.source_id)
+    }
+}
+
+/// The `source_id` of a source's chunk at `position`: its document is keyed by the source's
+/// `source` and this.
+pub fn chunk_source_id(source_id: &str, position: u32) -> String {
+    format!("{source_id}#{position}")
+}
+
+/// The public id of the document of chunk `position` of `source`.
+pub fn chunk_document_id(source: &SourceKey, position: u32) -> String {
+    keys::document_id(
+        &source.source,
+        &chunk_source_id(&source.source_id, position),
+    )
+}
+
+/// What the store did with a [`Plan`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Retracted {
+    pub entities: u64,
+    pub relationships: u64,
+    pub aliases: u64,
+    pub descriptions: u64,
+}
+
+/// One support row as stored.
+#[derive(Debug, Deserialize)]
+struct SupportRow {
+    fact: String,
+    origin: String,
+    chunk: i64,
+}
+
+/// The stored form of a support: its origin (`source` and `source_id` joined by a unit
+/// separator, or `import`) and chunk (-1 for an import).
+fn origin_of(support: &Support) -> (String, i64) {
+    match support {
+        Support::Chunk(c) => (source_origin(&c.source), i64::from(c.chunk)),
+        Support::Import => (IMPORT_ORIGIN.to_string(), -1),
+    }
+}
+
+const IMPORT_ORIGIN: &str = "import";
+
+fn source_origin(source: &SourceKey) -> String {
+    format!("{}\u{1f}{}", source.source, source.source_id)
+}
+
+fn support_of(origin: &str, chunk: i64) -> Option<Support> {
+    if origin == IMPORT_ORIGIN {
+        return Some(Support::Import);
+    }
+    let (source, source_id) = origin.split_once('\u{1f}')?;
+    Some(Support::Chunk(ChunkRef {
+        source: SourceKey::new(source, source_id),
+        chunk: u32::try_from(chunk).ok()?,
+    }))
+}
+
+/// A fact's stored key: its JSON, which serde writes in one order.
+fn fact_key(fact: &Fact) -> String {
+    serde_json::to_string(fact).expect("a fact serializes")
+}
+
+fn support_record_id(fact: &str, origin: &str, chunk: i64) -> RecordId {
+    RecordId::new(SUPPORT, keys::support(fact, origin, chunk))
+}
+
+impl KnowledgeBase {
+    /// The current version of `source`, if it was ingested.
+    pub async fn source_record(&self, source: &SourceKey) -> Result<Option<SourceRecord>> {
+        let rows: Vec<SourceRecord> = self
+            .run(
+                "SELECT source, source_id, title, url, content_type, content_hash, chunks, extracted_by, updated_at FROM $id",
+                obj([("id", source_record_id(source).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Writes `record` as the current version of its source.
+    pub async fn put_source_record(&self, record: &SourceRecord) -> Result<()> {
+        let value = serde_json::to_value(record)
+            .map_err(|e| StoreError::Query(format!("source record: {e}")))?;
+        self.exec(
+            "UPSERT $id CONTENT $record RETURN NONE",
+            obj([
+                ("id", source_record_id(&record.key()).into_value()),
+                ("record", value.into_value()),
+            ]),
+        )
+        .await
+    }
+
+    /// Every fact that `source` or `also` names, with all of each one's supports: what the
+    /// planner needs to replace or delete `source`.
+    pub async fn supports_of(
+        &self,
+        source: &SourceKey,
+        also: &[Fact],
+    ) -> Result<Vec<(Fact, Vec<Support>)>> {
+        let origin = source_origin(source);
+        let of_source: Vec<String> = self
+            .run(
+                &format!("SELECT VALUE fact FROM {SUPPORT} WHERE origin = $origin"),
+                obj([("origin", origin.into_value())]),
+            )
+            .await?;
+        let mut named: BTreeSet<String> = of_source.into_iter().collect();
+        named.extend(also.iter().map(fact_key));
+        let named: Vec<String> = named.into_iter().collect();
+        let mut by_fact: BTreeMap<String, Vec<Support>> = BTreeMap::new();
+        for batch in named.chunks(SUPPORT_BATCH) {
+            let rows: Vec<SupportRow> = self
+                .run(
+                    &format!("SELECT fact, origin, chunk FROM {SUPPORT} WHERE fact IN $facts"),
+                    obj([("facts", batch.to_vec().into_value())]),
+                )
+                .await?;
+            for key in batch {
+                by_fact.entry(key.clone()).or_default();
+            }
+            for r in rows {
+                if let Some(s) = support_of(&r.origin, r.chunk) {
+                    by_fact.entry(r.fact).or_default().push(s);
+                }
+            }
+        }
+        by_fact
+            .into_iter()
+            .map(|(key, supports)| {
+                let fact: Fact = serde_json::from_str(&key)
+                    .map_err(|e| StoreError::Query(format!("stored fact {key}: {e}")))?;
+                Ok((fact, supports))
+            })
+            .collect()
+    }
+
+    /// Records supports; one already recorded is left as it is. `texts` gives the words a
+    /// description support carries (by fact).
+    pub async fn add_supports(
+        &self,
+        supports: &[(Fact, Support)],
+        texts: &BTreeMap<Fact, String>,
+    ) -> Result<()> {
+        for batch in supports.chunks(SUPPORT_BATCH) {
+            let rows: Vec<Value> = batch
+                .iter()
+                .map(|(fact, support)| {
+                    let key = fact_key(fact);
+                    let (origin, chunk) = origin_of(support);
+                    let text = texts.get(fact).cloned();
+                    row([
+                        ("id", support_record_id(&key, &origin, chunk).into_value()),
+                        ("fact", key.into_value()),
+                        ("origin", origin.into_value()),
+                        ("chunk", chunk.into_value()),
+                        ("kind", fact_kind(fact).to_string().into_value()),
+                        ("entity", fact_entity(fact).into_value()),
+                        ("alias", fact_alias(fact).into_value()),
+                        ("text", text.into_value()),
+                    ])
+                })
+                .collect();
+            self.exec(
+                &format!("INSERT IGNORE INTO {SUPPORT} $rows RETURN NONE"),
+                obj([("rows", rows.into_value())]),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The entity that `name` is an alias of (a name resolution merged into it), if any.
+    pub async fn alias_target(&self, name: &str) -> Result<Option<String>> {
+        let found: Vec<Option<String>> = self
+            .run(
+                &format!(
+                    "SELECT VALUE entity FROM {SUPPORT} WHERE kind = 'alias' AND alias = $name LIMIT 1"
+                ),
+                obj([("name", name.to_string().into_value())]),
+            )
+            .await?;
+        Ok(found.into_iter().flatten().next())
+    }
+
+    /// Carries out `plan`'s retractions: supports dropped, then facts removed from SurrealDB
+    /// and the indexes (an entity with its relationships; documents linked to it stay,
+    /// unlinked). The plan's additions are written by the caller, before, with the facts
+    /// themselves. An entity that a relationship outside the plan still reaches is kept.
+    pub async fn retract(&self, plan: &Plan) -> Result<Retracted> {
+        let mut done = Retracted::default();
+        let dropped: Vec<RecordId> = plan
+            .drop_supports
+            .iter()
+            .map(|(fact, support)| {
+                let (origin, chunk) = origin_of(support);
+                support_record_id(&fact_key(fact), &origin, chunk)
+            })
+            .collect();
+        for batch in dropped.chunks(SUPPORT_BATCH) {
+            self.exec("DELETE $ids", obj([("ids", batch.to_vec().into_value())]))
+                .await?;
+        }
+        let removed: BTreeSet<&Fact> = plan.remove.iter().collect();
+        for fact in &plan.remove {
+            match fact {
+                Fact::Relationship {
+                    source,
+                    target,
+                    relationship_type,
+                } => {
+                    if self
+                        .delete_relationship(source, target, relationship_type)
+                        .await?
+                    {
+                        done.relationships += 1;
+                    }
+                }
+                Fact::Alias { .. } => done.aliases += 1,
+                Fact::Description { .. } => done.descriptions += 1,
+                Fact::Entity { .. } => {}
+            }
+        }
+        for fact in &plan.remove {
+            if let Fact::Entity { name } = fact {
+                let edges = self.relationships_of(name).await?;
+                let reached = edges.iter().any(|(s, t, ty)| {
+                    !removed.contains(&Fact::relationship(s.clone(), t.clone(), ty.clone()))
+                });
+                if reached {
+                    // Still an end of a relationship someone else stated: the entity stays.
+                    continue;
+                }
+                if self.delete_entity(name).await?.deleted {
+                    done.entities += 1;
+                }
+            }
+        }
+        let gone: Vec<String> = plan.remove.iter().map(fact_key).collect();
+        for batch in gone.chunks(SUPPORT_BATCH) {
+            self.exec(
+                &format!("DELETE {SUPPORT} WHERE fact IN $facts"),
+                obj([("facts", batch.to_vec().into_value())]),
+            )
+            .await?;
+        }
+        Ok(done)
+    }
+
+    /// Removes the relationship (source, target, type); false when there was none.
+    pub async fn delete_relationship(
+        &self,
+        source: &str,
+        target: &str,
+        relationship_type: &str,
+    ) -> Result<bool> {
+        let id = relationship_record_id(source, target, relationship_type);
+        let gone: Vec<Json> = self
+            .run("DELETE $id RETURN BEFORE", obj([("id", id.into_value())]))
+            .await?;
+        if let Some(index) = self.graph_index() {
+            index
+                .write()
+                .remove_relationship(source, target, relationship_type);
+        }
+        Ok(!gone.is_empty())
+    }
+
+    /// Every relationship at either end of `name`, as (source, target, type).
+    async fn relationships_of(&self, name: &str) -> Result<Vec<(String, String, String)>> {
+        #[derive(Deserialize)]
+        struct Edge {
+            source_name: String,
+            target_name: String,
+            relationship_type: String,
+        }
+        let edges: Vec<Edge> = self
+            .run(
+                &format!("SELECT source_name, target_name, relationship_type FROM {RELATES} WHERE source_name = $name OR target_name = $name"),
+                obj([("name", name.to_string().into_value())]),
+            )
+            .await?;
+        Ok(edges
+            .into_iter()
+            .map(|e| (e.source_name, e.target_name, e.relationship_type))
+            .collect())
+    }
+
+    /// Removes the chunk documents of `source` at `positions`.
+    pub async fn delete_chunks(&self, source: &SourceKey, positions: &[u32]) -> Result<u64> {
+        let mut deleted = 0;
+        for &p in positions {
+            if self.delete_document(&chunk_document_id(source, p)).await? {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Removes the record of `source` (its chunks and facts are the caller's).
+    pub async fn delete_source_record(&self, source: &SourceKey) -> Result<()> {
+        self.exec(
+            "DELETE $id",
+            obj([("id", source_record_id(source).into_value())]),
+        )
+        .await
+    }
+
+    /// The kept answer of a model for `key` (see [`extraction_key`]).
+    pub async fn cached_extraction(&self, key: &str) -> Result<Option<Json>> {
+        let rows: Vec<Json> = self
+            .run(
+                "SELECT VALUE answer FROM $id",
+                obj([("id", RecordId::new(EXTRACTION, key).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Keeps a model's answer for `key`.
+    pub async fn cache_extraction(&self, key: &str, answer: Json) -> Result<()> {
+        self.exec(
+            "UPSERT $id CONTENT { answer: $answer } RETURN NONE",
+            obj([
+                ("id", RecordId::new(EXTRACTION, key).into_value()),
+                ("answer", answer.into_value()),
+            ]),
+        )
+        .await
+    }
+
+    /// The relationships among `relationships` that are not in the graph.
+    pub async fn missing_relationships(
+        &self,
+        relationships: &[NewRelationship],
+    ) -> Result<Vec<NewRelationship>> {
+        let mut missing = Vec::new();
+        for batch in relationships.chunks(SUPPORT_BATCH) {
+            let ids: Vec<RecordId> = batch
+                .iter()
+                .map(|r| {
+                    relationship_record_id(&r.source_name, &r.target_name, &r.relationship_type)
+                })
+                .collect();
+            let present: BTreeSet<String> = self
+                .run::<String>(
+                    "SELECT VALUE meta::id(id) FROM $ids",
+                    obj([("ids", ids.into_value())]),
+                )
+                .await?
+                .into_iter()
+                .collect();
+            missing.extend(
+                batch
+                    .iter()
+                    .filter(|r| {
+                        !present.contains(&keys::relationship(
+                            &r.source_name,
+                            &r.target_name,
+                            &r.relationship_type,
+                        ))
+                    })
+                    .cloned(),
+            );
+        }
+        Ok(missing)
+    }
+
+    /// Stores an ingest job's record (JSON, the job's owner's business), replacing it.
+    pub async fn put_job(&self, job_id: &str, record: Json) -> Result<()> {
+        let finished = record
+            .pointer("/view/status")
+            .and_then(Json::as_str)
+            .is_some_and(|s| !matches!(s, "queued" | "running"));
+        self.exec(
+            "UPSERT $id CONTENT { record: $record, finished: $finished } RETURN NONE",
+            obj([
+                ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
+                ("record", record.into_value()),
+                ("finished", finished.into_value()),
+            ]),
+        )
+        .await
+    }
+
+    /// An ingest job's record.
+    pub async fn job(&self, job_id: &str) -> Result<Option<Json>> {
+        let rows: Vec<Json> = self
+            .run(
+                "SELECT VALUE record FROM $id",
+                obj([("id", RecordId::new(INGEST_JOB, job_id).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// The records of jobs that were queued or running.
+    pub async fn unfinished_jobs(&self) -> Result<Vec<Json>> {
+        self.run(
+            &format!("SELECT VALUE record FROM {INGEST_JOB} WHERE finished = false"),
+            Object::new(),
+        )
+        .await
+    }
+}
+
+fn fact_kind(fact: &Fact) -> &'static str {
+    match fact {
+        Fact::Entity { .. } => "entity",
+        Fact::Relationship { .. } => "relationship",
+        Fact::Alias { .. } => "alias",
+        Fact::Description { .. } => "description",
+    }
+}
+
+/// The other name an alias fact gives its entity.
+fn fact_alias(fact: &Fact) -> Option<String> {
+    match fact {
+        Fact::Alias { alias, .. } => Some(alias.clone()),
+        _ => None,
+    }
+}
+
+/// The entity a fact is about (a relationship: none), for finding descriptions by entity.
+fn fact_entity(fact: &Fact) -> Option<String> {
+    match fact {
+        Fact::Entity { name } => Some(name.clone()),
+        Fact::Alias { entity, .. } | Fact::Description { entity, .. } => Some(entity.clone()),
+        Fact::Relationship { .. } => None,
+    }
+}
+
+fn source_record_id(source: &SourceKey) -> RecordId {
+    RecordId::new(SOURCE, keys::source(&source.source, &source.source_id))
+}
+
+/// The key under which a model's answer for a chunk is kept: the chunk's content hash, the
+/// model (or provider chain) asked, and the prompt's version.
+pub fn extraction_key(chunk_hash: &str, model: &str, prompt_version: u32) -> String {
+    keys::extraction(chunk_hash, model, prompt_version)
+}

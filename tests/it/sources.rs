@@ -1,0 +1,884 @@
+//! Raw documents in: a source becomes chunks, entities and relationships (extracted by a
+//! scripted OpenAI-compatible model on loopback, which answers the `kbq_extraction` schema
+//! from the chunk's `[[Name]]` and `[[A]] -[type]-> [[B]]` markup), with the supports that
+//! let a delete or a new version retract exactly what the source gave.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::agent::{agent_config, openai, start};
+use crate::scripted::{ScriptedLlm, Step};
+use crate::support::{KEY, TestServer, assert_error, eventually, key_entry, read, wait_ready};
+
+const SOURCES: &str = "/data/v1/ingest/sources";
+
+/// A server whose one provider is `llm`, and the fixture graph (Ada, Babbage, ...).
+async fn with_model(llm: &ScriptedLlm) -> TestServer {
+    start(agent_config(vec![openai("model", llm, 0, 5_000)])).await
+}
+
+/// Submits `body` as JSON and waits for its job to end: the job.
+async fn ingest(t: &TestServer, body: Value) -> Value {
+    let (status, job) = t.post(SOURCES, body).await;
+    assert_eq!(status, 202, "{job}");
+    assert_eq!(job["status"], "queued", "{job}");
+    finished(t, job["job_id"].as_str().unwrap()).await
+}
+
+/// Polls the job until it has ended.
+async fn finished(t: &TestServer, job_id: &str) -> Value {
+    let path = format!("/data/v1/ingest/jobs/{job_id}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, job) = t.get(&path).await;
+        assert_eq!(status, 200, "{job}");
+        if matches!(
+            job["status"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        ) {
+            return job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job did not end: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn markdown(source_id: &str, text: &str) -> Value {
+    json!({
+        "source": "notes",
+        "source_id": source_id,
+        "content": text,
+        "content_type": "text/markdown",
+    })
+}
+
+async fn entity(t: &TestServer, name: &str) -> Value {
+    let path = format!("/data/v1/query/graph/entity/{}", name.replace(' ', "%20"));
+    let (status, body) = t.get(&path).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// The (target, type) pairs of `name`'s outgoing relationships, sorted.
+async fn outgoing(t: &TestServer, name: &str) -> Vec<(String, String)> {
+    let (status, body) = t
+        .post(
+            "/data/v1/query/graph",
+            json!({"entity_name": name, "depth": 1, "direction": "out"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut out: Vec<(String, String)> = body["relationships"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["source_name"] == name)
+        .map(|r| {
+            (
+                r["target_name"].as_str().unwrap().to_string(),
+                r["relationship_type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_markdown_source_becomes_chunks_entities_and_relationships() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let text =
+        "# Engines\n\n[[Margaret Hamilton]] -[wrote]-> [[Apollo Software]]. She led the team.\n";
+    let job = ingest(&t, markdown("hamilton", text)).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["chunks"], 1, "{job}");
+    assert_eq!(job["chunks_done"], 1, "{job}");
+    assert_eq!(job["counts"]["model_calls"], 1, "{job}");
+    assert_eq!(job["counts"]["entities_added"], 2, "{job}");
+    assert_eq!(job["counts"]["relationships_added"], 1, "{job}");
+    assert_eq!(job["counts"]["chunks_failed"], 0, "{job}");
+
+    // The model was asked for the schema, with the chunk's text verbatim, last.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request["response_format"]["type"], "json_schema");
+    assert_eq!(
+        request["response_format"]["json_schema"]["name"],
+        "kbq_extraction"
+    );
+    let schema = &request["response_format"]["json_schema"]["schema"];
+    assert!(schema["properties"]["entities"].is_object(), "{schema}");
+    assert!(
+        schema["properties"]["relationships"].is_object(),
+        "{schema}"
+    );
+    let last = request["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .contains("[[Margaret Hamilton]] -[wrote]-> [[Apollo Software]]. She led the team."),
+        "{last}"
+    );
+
+    let hamilton = entity(&t, "Margaret Hamilton").await;
+    assert_eq!(hamilton["entity_type"], "thing", "{hamilton}");
+    assert_eq!(
+        hamilton["properties"]["description"], "Margaret Hamilton, as the text names it",
+        "{hamilton}"
+    );
+    assert_eq!(
+        outgoing(&t, "Margaret Hamilton").await,
+        vec![("Apollo Software".to_string(), "wrote".to_string())]
+    );
+    // The chunk is a document of the source, searchable, and linked to what it names.
+    let (status, hits) = t
+        .post(
+            "/v1/rag/keyword",
+            json!({"query": "led the team", "limit": 5}),
+        )
+        .await;
+    assert_eq!(status, 200, "{hits}");
+    let hit = &hits["results"][0];
+    assert_eq!(hit["source"], "notes", "{hits}");
+    assert_eq!(hit["source_id"], "hamilton#0", "{hits}");
+    assert_eq!(hit["title"], "Engines", "{hits}");
+    assert_eq!(hit["entity_name"], "Margaret Hamilton", "{hits}");
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn submitting_unchanged_content_again_asks_no_model() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let mut text = String::from("# Notes\n\n");
+    for i in 0..40 {
+        text.push_str(&format!(
+            "Paragraph {i}: [[Ada]] -[knew]-> [[Person {i}]], who worked on machines of many kinds for years.\n\n"
+        ));
+    }
+    let first = ingest(&t, markdown("many", &text)).await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    let chunks = first["counts"]["chunks"].as_u64().unwrap();
+    assert!(chunks > 1, "{first}");
+    assert_eq!(first["counts"]["model_calls"].as_u64(), Some(chunks));
+    assert_eq!(llm.requests().len() as u64, chunks);
+
+    let again = ingest(&t, markdown("many", &text)).await;
+    assert_eq!(again["status"], "succeeded", "{again}");
+    assert_eq!(again["counts"]["model_calls"], 0, "{again}");
+    assert_eq!(again["counts"]["entities_added"], 0, "{again}");
+    assert_eq!(
+        llm.requests().len() as u64,
+        chunks,
+        "no model call the second time"
+    );
+
+    // The same chunks under another source id: their kept answers serve, the model is not asked.
+    let copy = ingest(&t, markdown("copy", &text)).await;
+    assert_eq!(copy["status"], "succeeded", "{copy}");
+    assert_eq!(copy["counts"]["model_calls"], 0, "{copy}");
+    assert_eq!(llm.requests().len() as u64, chunks);
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_source_retracts_only_what_no_other_source_or_import_supports() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    // "Ada" and "Babbage" are the fixture's (an import's); the sources add to them.
+    let one = ingest(
+        &t,
+        markdown(
+            "one",
+            "[[Ada]] -[knew]-> [[Mary Somerville]]. [[Mary Somerville]] -[wrote]-> [[On the Connexion]]. [[Ada]] -[admired]-> [[Babbage]].",
+        ),
+    )
+    .await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    let two = ingest(
+        &t,
+        markdown("two", "[[Ada]] -[knew]-> [[Mary Somerville]] too."),
+    )
+    .await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+
+    let (status, done) = t
+        .call(Method::DELETE, "/data/v1/ingest/sources/notes/one", None)
+        .await
+        .into_status_body();
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["deleted"], true);
+    assert_eq!(done["chunks"], 1, "{done}");
+
+    // Source two still supports Ada -knew-> Mary Somerville, and so both ends.
+    assert_eq!(
+        entity(&t, "Mary Somerville").await["name"],
+        "Mary Somerville"
+    );
+    let ada = outgoing(&t, "Ada").await;
+    assert!(
+        ada.contains(&("Mary Somerville".into(), "knew".into())),
+        "{ada:?}"
+    );
+    // Only source one supported these: gone.
+    assert!(
+        !ada.contains(&("Babbage".into(), "admired".into())),
+        "{ada:?}"
+    );
+    assert_eq!(entity(&t, "On the Connexion").await, Value::Null);
+    assert!(outgoing(&t, "Mary Somerville").await.is_empty());
+    // The import's entities and relationships stay.
+    assert_eq!(entity(&t, "Babbage").await["name"], "Babbage");
+    assert_eq!(entity(&t, "Ada").await["properties"]["born"], 1815);
+    let (_, hits) = t
+        .post("/v1/rag/keyword", json!({"query": "Connexion", "limit": 5}))
+        .await;
+    assert!(
+        hits["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["source_id"] != "one#0"),
+        "the deleted source's chunk is gone: {hits}"
+    );
+
+    // Deleting it again: there is nothing to delete.
+    let (status, body) = t
+        .call(Method::DELETE, "/data/v1/ingest/sources/notes/one", None)
+        .await
+        .into_status_body();
+    assert_eq!(status, 404, "{body}");
+    assert_error(&body, "not_found", None);
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_source_replaces_its_contribution() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let v1 = ingest(
+        &t,
+        markdown(
+            "doc",
+            "[[Konrad Zuse]] -[built]-> [[Z1]]. [[Konrad Zuse]] -[built]-> [[Z2]].",
+        ),
+    )
+    .await;
+    assert_eq!(v1["status"], "succeeded", "{v1}");
+    let v2 = ingest(
+        &t,
+        markdown(
+            "doc",
+            "[[Konrad Zuse]] -[built]-> [[Z3]]. [[Konrad Zuse]] -[built]-> [[Z2]].",
+        ),
+    )
+    .await;
+    assert_eq!(v2["status"], "succeeded", "{v2}");
+    assert_eq!(v2["counts"]["entities_retracted"], 1, "{v2}");
+    assert_eq!(v2["counts"]["relationships_retracted"], 1, "{v2}");
+    assert_eq!(
+        outgoing(&t, "Konrad Zuse").await,
+        vec![
+            ("Z2".to_string(), "built".to_string()),
+            ("Z3".to_string(), "built".to_string())
+        ]
+    );
+    assert_eq!(entity(&t, "Z1").await, Value::Null);
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn names_that_differ_in_case_and_punctuation_are_one_entity() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    // "babbage" and "BABBAGE." name the fixture's "Babbage".
+    let job = ingest(
+        &t,
+        markdown("aliases", "[[babbage]] -[designed]-> [[Analytical-Engine]]. [[BABBAGE.]] -[designed]-> [[analytical engine]]."),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["entities_added"], 1, "{job}");
+    assert!(
+        job["counts"]["entities_merged"].as_u64().unwrap() >= 1,
+        "{job}"
+    );
+    // The fixture's two, and the one the source gave, once.
+    assert_eq!(
+        outgoing(&t, "Babbage").await,
+        vec![
+            ("Ada".to_string(), "knows".to_string()),
+            ("Analytical-Engine".to_string(), "designed".to_string()),
+            ("Engine".to_string(), "designed".to_string())
+        ]
+    );
+    // No second entity: the other names are aliases, and a lookup or a walk by one finds it.
+    assert_eq!(entity(&t, "babbage").await["name"], "Babbage");
+    assert_eq!(entity(&t, "BABBAGE.").await["name"], "Babbage");
+    let (status, walk) = t
+        .post(
+            "/data/v1/query/graph",
+            json!({"entity_name": "analytical engine", "depth": 1}),
+        )
+        .await;
+    assert_eq!(status, 200, "{walk}");
+    assert_eq!(
+        walk["entities_found"][0]["name"], "Analytical-Engine",
+        "{walk}"
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn a_chunk_answered_with_broken_json_is_retried_then_counted_failed() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    llm.push(Step::Answer("{\"entities\": [".into()));
+    llm.push(Step::Answer("not json at all".into()));
+    let job = ingest(
+        &t,
+        markdown(
+            "broken",
+            "[[Alan Turing]] -[wrote]-> [[On Computable Numbers]].",
+        ),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["model_calls"], 2, "{job}");
+    assert_eq!(job["counts"]["chunks_failed"], 1, "{job}");
+    assert_eq!(job["counts"]["entities_added"], 0, "{job}");
+    assert_eq!(entity(&t, "Alan Turing").await, Value::Null);
+
+    // Submitted again, the failed chunk is asked again (its answer was not kept).
+    let again = ingest(
+        &t,
+        markdown(
+            "broken",
+            "[[Alan Turing]] -[wrote]-> [[On Computable Numbers]].",
+        ),
+    )
+    .await;
+    assert_eq!(again["status"], "succeeded", "{again}");
+    assert_eq!(again["counts"]["model_calls"], 1, "{again}");
+    assert_eq!(again["counts"]["chunks_failed"], 0, "{again}");
+    assert_eq!(entity(&t, "Alan Turing").await["name"], "Alan Turing");
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreadable_type_is_415_and_a_large_source_413_and_nothing_is_written() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 5_000)]);
+    config.ingest.max_source_bytes = 1000;
+    let t = start(config).await;
+    let (status, body) = t
+        .post(
+            SOURCES,
+            json!({"source": "s", "source_id": "x", "content": "a,b", "content_type": "text/csv"}),
+        )
+        .await;
+    assert_eq!(status, 415, "{body}");
+    assert_error(&body, "unsupported_media_type", Some("content_type"));
+    let message = body["error"]["message"].as_str().unwrap();
+    for accepted in [
+        "text/markdown",
+        "text/html",
+        "application/pdf",
+        ".md",
+        ".pdf",
+    ] {
+        assert!(message.contains(accepted), "{message}");
+    }
+    let (status, body) = t.post(SOURCES, markdown("big", &"word ".repeat(300))).await;
+    assert_eq!(status, 413, "{body}");
+    assert_error(&body, "payload_too_large", Some("content"));
+    // A multipart upload over the limit, too.
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(vec![b'a'; 2000]).file_name("big.txt"),
+    );
+    let res = t
+        .http
+        .post(t.url(SOURCES))
+        .bearer_auth(KEY)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = read(res).await;
+    assert_eq!(status, 413, "{body}");
+    assert_error(&body, "payload_too_large", Some("file"));
+    // A missing field names itself.
+    let (status, body) = t
+        .post(SOURCES, json!({"source": "s", "content": "text"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_error(&body, "invalid_request", Some("source_id"));
+    assert!(llm.requests().is_empty(), "nothing was sent to the model");
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn a_multipart_upload_of_each_format_is_ingested() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let files: Vec<(&str, Option<&str>, Vec<u8>, &str)> = vec![
+        (
+            "page.html",
+            Some("text/html"),
+            b"<html><head><title>Page</title><script>[[Evil Script]]</script></head><body><h1>Hi</h1><p>[[HTML Person]] -[likes]-> [[HTML Thing]]</p></body></html>".to_vec(),
+            "HTML Person",
+        ),
+        (
+            "notes.md",
+            None,
+            b"# Notes\n\n[[Markdown Person]] -[likes]-> [[Markdown Thing]]\n".to_vec(),
+            "Markdown Person",
+        ),
+        (
+            "plain.txt",
+            Some("text/plain"),
+            b"[[Text Person]] -[likes]-> [[Text Thing]]".to_vec(),
+            "Text Person",
+        ),
+        (
+            "paper.pdf",
+            Some("application/pdf"),
+            pdf_with_text("[[PDF Person]] -[likes]-> [[PDF Thing]]"),
+            "PDF Person",
+        ),
+    ];
+    for (name, content_type, bytes, person) in files {
+        let mut part = reqwest::multipart::Part::bytes(bytes).file_name(name);
+        if let Some(ct) = content_type {
+            part = part.mime_str(ct).unwrap();
+        }
+        let form = reqwest::multipart::Form::new()
+            .part("file", part)
+            .text("source", "uploads");
+        let res = t
+            .http
+            .post(t.url(SOURCES))
+            .bearer_auth(KEY)
+            .multipart(form)
+            .send()
+            .await
+            .unwrap();
+        let (status, _, job) = read(res).await;
+        assert_eq!(status, 202, "{name}: {job}");
+        assert_eq!(job["source_id"], name);
+        let job = finished(&t, job["job_id"].as_str().unwrap()).await;
+        assert_eq!(job["status"], "succeeded", "{name}: {job}");
+        assert_eq!(entity(&t, person).await["name"], person, "{name}");
+    }
+    assert_eq!(
+        entity(&t, "Evil Script").await,
+        Value::Null,
+        "no script text is read"
+    );
+    // A PDF that cannot be read fails its job with a reason, and nothing of it is written.
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(b"%PDF-1.4\n garbage".to_vec()).file_name("bad.pdf"),
+    );
+    let res = t
+        .http
+        .post(t.url(SOURCES))
+        .bearer_auth(KEY)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    let (status, _, job) = read(res).await;
+    assert_eq!(status, 202, "{job}");
+    let job = finished(&t, job["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert!(
+        job["error"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("pdf"),
+        "{job}"
+    );
+    let (status, body) = t
+        .call(
+            Method::DELETE,
+            "/data/v1/ingest/sources/upload/bad.pdf",
+            None,
+        )
+        .await
+        .into_status_body();
+    assert_eq!(status, 404, "nothing of it was written: {body}");
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn a_job_is_seen_only_by_its_key_and_can_be_followed_and_cancelled() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 30_000)]);
+    config
+        .auth
+        .keys
+        .push(key_entry("other", "other-key-0123", Some(&["write"])));
+    let t = start(config).await;
+    // The first answer waits, so the job is still running when it is cancelled.
+    llm.push(Step::Delay(
+        Duration::from_secs(20),
+        Box::new(Step::Answer(r#"{"entities":[],"relationships":[]}"#.into())),
+    ));
+    let (status, job) = t.post(SOURCES, markdown("slow", "[[Slow Person]]")).await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["job_id"].as_str().unwrap().to_string();
+    let path = format!("/data/v1/ingest/jobs/{id}");
+
+    // Another key does not see it.
+    let other = t
+        .http
+        .get(t.url(&path))
+        .bearer_auth("other-key-0123")
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = read(other).await;
+    assert_eq!(status, 404, "{body}");
+    assert_error(&body, "not_found", None);
+
+    let running = eventually(Duration::from_secs(10), || async {
+        t.get(&path).await.1["status"] == "running"
+    })
+    .await;
+    assert!(running);
+    // Its events: the job as it is now, then its end once cancelled.
+    let events = t
+        .http
+        .get(t.url(&format!("{path}/events")))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let (status, cancelled) = t.call(Method::DELETE, &path, None).await.into_status_body();
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    let text = tokio::time::timeout(Duration::from_secs(10), events.text())
+        .await
+        .expect("the stream ends with the job")
+        .unwrap();
+    assert!(text.starts_with("event: progress\ndata: {"), "{text}");
+    assert!(text.contains("event: end\ndata: {"), "{text}");
+    assert!(text.contains("\"status\":\"cancelled\""), "{text}");
+    assert_eq!(entity(&t, "Slow Person").await, Value::Null);
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_model_chunks_are_stored_and_linked_to_the_names_they_mention() {
+    // No provider: the built-in one answers chats, and no model extracts.
+    let t = start(agent_config(Vec::new())).await;
+    let job = ingest(
+        &t,
+        json!({"source": "plain", "source_id": "p1", "content": "A letter from Babbage about his engine and its cards."}),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["model_calls"], 0, "{job}");
+    assert_eq!(job["counts"]["entities_added"], 0, "{job}");
+    let (status, hits) = t
+        .post(
+            "/v1/rag/keyword",
+            json!({"query": "letter cards", "limit": 3}),
+        )
+        .await;
+    assert_eq!(status, 200, "{hits}");
+    assert_eq!(hits["results"][0]["source_id"], "p1#0", "{hits}");
+    assert_eq!(
+        hits["results"][0]["entity_name"], "Babbage",
+        "linked to the entity it names: {hits}"
+    );
+    t.stop().await;
+}
+
+/// A one-page PDF whose text layer is `text` (Helvetica), with a correct cross-reference
+/// table: what a PDF writer makes.
+fn pdf_with_text(text: &str) -> Vec<u8> {
+    let escaped = text
+        .replace('\\', "\\\\")
+        .replace('(', "\\(")
+        .replace(')', "\\)");
+    let stream = format!("BT /F1 12 Tf 72 720 Td ({escaped}) Tj ET");
+    let objects = [
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_string(),
+        "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>".to_string(),
+        format!("<< /Length {} >>\nstream\n{stream}\nendstream", stream.len()),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    ];
+    let mut pdf = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(pdf.len());
+        pdf.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = pdf.len();
+    pdf.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for o in offsets {
+        pdf.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    pdf.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    pdf
+}
+
+/// The status and body of a `TestServer::call`.
+trait StatusBody {
+    fn into_status_body(self) -> (reqwest::StatusCode, Value);
+}
+
+impl StatusBody for (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+    fn into_status_body(self) -> (reqwest::StatusCode, Value) {
+        (self.0, self.2)
+    }
+}
+
+/// `kbq serve` on a surrealkv store at `store`, with the scripted model as its provider and
+/// `KEY` as its key: the process, and its port.
+async fn serve_on(
+    store: &std::path::Path,
+    llm: &ScriptedLlm,
+    dir: &std::path::Path,
+) -> (tokio::process::Child, u16) {
+    let config = dir.join("kbq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\ntimeout_ms = 120000\nmax_retries = 0\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            &format!("surrealkv://{}", store.display()),
+        ])
+        .env("KBQ_CONFIG", &config)
+        .env("KBQ_API_KEYS", KEY)
+        .env("KBQ_DATA_DIR", dir)
+        .env("KBQ_STORE__LOAD_DEMO", "false")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+    (child, port)
+}
+
+/// A node killed while its job waits for the model: started again on the same store, it
+/// resumes the job, which ends with each fact and chunk written once.
+#[tokio::test]
+async fn a_job_of_a_killed_node_is_resumed_and_written_once() {
+    let llm = ScriptedLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("kb");
+    let mut text = String::from("# Pioneers\n\n");
+    for i in 0..30 {
+        text.push_str(&format!(
+            "Paragraph {i}: [[Konrad Zuse]] -[met]-> [[Engineer {i}]] in the years of the first machines.\n\n"
+        ));
+    }
+    // Every answer of the first node waits longer than the node lives.
+    for _ in 0..20 {
+        llm.push(Step::Delay(
+            Duration::from_secs(60),
+            Box::new(Step::Answer(r#"{"entities":[],"relationships":[]}"#.into())),
+        ));
+    }
+    let (mut first, port) = serve_on(&store, &llm, dir.path()).await;
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let res = http
+        .post(format!("{base}{SOURCES}"))
+        .bearer_auth(KEY)
+        .json(&markdown("pioneers", &text))
+        .send()
+        .await
+        .unwrap();
+    let (status, _, job) = read(res).await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["job_id"].as_str().unwrap().to_string();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            !llm.requests().is_empty()
+        })
+        .await,
+        "the job asks the model"
+    );
+    first.kill().await.unwrap();
+    llm.clear();
+    let asked_before = llm.requests().len();
+
+    // The delayed answers are spent; the model now answers from the text at once.
+    let (mut second, port) = serve_on(&store, &llm, dir.path()).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let job_url = format!("{base}/data/v1/ingest/jobs/{id}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        let res = http.get(&job_url).bearer_auth(KEY).send().await.unwrap();
+        let job = read(res).await.2;
+        if job["status"] == "succeeded" {
+            break job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job was resumed and ended: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let chunks = job["counts"]["chunks"].as_u64().unwrap();
+    assert!(chunks > 1, "{job}");
+    assert!(
+        llm.requests().len() > asked_before,
+        "the resumed job asked the model"
+    );
+
+    // Each engineer once, each relationship once, each chunk once.
+    let res = http
+        .post(format!("{base}/data/v1/query/graph"))
+        .bearer_auth(KEY)
+        .json(&json!({"entity_name": "Konrad Zuse", "depth": 1, "limit": 200}))
+        .send()
+        .await
+        .unwrap();
+    let (_, _, walk) = read(res).await;
+    assert_eq!(walk["total_entities"], 31, "{walk}");
+    assert_eq!(walk["total_relationships"], 30, "{walk}");
+    let res = http
+        .delete(format!("{base}/data/v1/ingest/sources/notes/pioneers"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    let (status, _, done) = read(res).await;
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["chunks"].as_u64(), Some(chunks), "{done}");
+    assert_eq!(done["entities"], 31, "{done}");
+    assert_eq!(done["relationships"], 30, "{done}");
+    second.kill().await.unwrap();
+    llm.stop().await;
+}
+
+/// `kbq ingest DIR` reads the folder's documents (not its hidden or unreadable files), prints
+/// what it did, and a second run over unchanged files asks the model nothing.
+#[tokio::test]
+async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
+    let llm = ScriptedLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(docs.join("sub")).unwrap();
+    std::fs::create_dir_all(docs.join(".git")).unwrap();
+    std::fs::write(
+        docs.join("a.md"),
+        "# A\n\n[[Jean Sammet]] -[designed]-> [[FORMAC]]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("sub/b.txt"),
+        "[[Jean Sammet]] -[worked_at]-> [[IBM]]",
+    )
+    .unwrap();
+    std::fs::write(docs.join(".git/c.md"), "[[Hidden]]").unwrap();
+    std::fs::write(docs.join("d.png"), [0u8, 1, 2]).unwrap();
+    let config = dir.path().join("kbq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let run = || async {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+            .args(["ingest", "--store", &store, docs.to_str().unwrap()])
+            .env("KBQ_CONFIG", &config)
+            .env("KBQ_DATA_DIR", dir.path())
+            .output()
+            .await
+            .unwrap()
+    };
+    let first = run().await;
+    let stdout = String::from_utf8_lossy(&first.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&first.stderr).into_owned();
+    assert!(first.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("ingested 2 of 2 files (2 chunks)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("3 entities and 2 relationships added"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 model calls"), "{stdout}");
+    assert!(
+        !stderr.contains(" INFO "),
+        "a command prints its result, not logs: {stderr}"
+    );
+    assert_eq!(llm.requests().len(), 2);
+
+    let second = run().await;
+    let stdout = String::from_utf8_lossy(&second.stdout).into_owned();
+    assert!(second.status.success(), "{stdout}");
+    assert!(stdout.contains("0 model calls"), "{stdout}");
+    assert!(
+        stdout.contains("0 entities and 0 relationships added"),
+        "{stdout}"
+    );
+    assert_eq!(llm.requests().len(), 2, "no model call the second time");
+
+    // A path that is not there: exit status 2, as `kbq import`'s.
+    let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["ingest", "--store", &store, "/no/such/path"])
+        .env("KBQ_CONFIG", &config)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    llm.stop().await;
+}
