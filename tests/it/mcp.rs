@@ -322,21 +322,10 @@ const INGESTION: [&str; 3] = ["AddSourceTool", "IngestJobTool", "DeleteSourceToo
 
 /// Calls IngestJobTool until the job has ended: the job.
 async fn job_ended(t: &TestServer, key: &str, job_id: &str) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let job = answer(t, key, "IngestJobTool", json!({"job_id": job_id})).await;
-        if matches!(
-            job["status"].as_str(),
-            Some("succeeded" | "failed" | "cancelled")
-        ) {
-            return job;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job did not end: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::until_ended(Duration::from_secs(30), || {
+        answer(t, key, "IngestJobTool", json!({"job_id": job_id}))
+    })
+    .await
 }
 
 /// Ingestion's tools are shown to a key with `write` only, and refused to one without it.

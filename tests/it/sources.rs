@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 
 use crate::agent::{agent_config, openai, start};
 use crate::scripted::{ScriptedLlm, Step};
-use crate::support::{KEY, TestServer, assert_error, eventually, key_entry, read, wait_ready};
+use crate::support::{
+    KEY, TestServer, assert_error, eventually, key_entry, read, until_ended, wait_ready,
+};
 
 const SOURCES: &str = "/data/v1/ingest/sources";
 
@@ -30,22 +32,12 @@ async fn ingest(t: &TestServer, body: Value) -> Value {
 /// Polls the job until it has ended.
 async fn finished(t: &TestServer, job_id: &str) -> Value {
     let path = format!("/data/v1/ingest/jobs/{job_id}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    until_ended(Duration::from_secs(30), || async {
         let (status, job) = t.get(&path).await;
         assert_eq!(status, 200, "{job}");
-        if matches!(
-            job["status"].as_str(),
-            Some("succeeded" | "failed" | "cancelled")
-        ) {
-            return job;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job did not end: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        job
+    })
+    .await
 }
 
 fn markdown(source_id: &str, text: &str) -> Value {
@@ -757,19 +749,15 @@ async fn a_job_of_a_killed_node_is_resumed_and_written_once() {
     let (mut second, port) = serve_on(&store, &llm, dir.path()).await;
     let base = format!("http://127.0.0.1:{port}");
     let job_url = format!("{base}/data/v1/ingest/jobs/{id}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let job = loop {
+    let job = until_ended(Duration::from_secs(60), || async {
         let res = http.get(&job_url).bearer_auth(KEY).send().await.unwrap();
-        let job = read(res).await.2;
-        if job["status"] == "succeeded" {
-            break job;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job was resumed and ended: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        read(res).await.2
+    })
+    .await;
+    assert_eq!(
+        job["status"], "succeeded",
+        "the job was resumed and ended: {job}"
+    );
     let chunks = job["counts"]["chunks"].as_u64().unwrap();
     assert!(chunks > 1, "{job}");
     assert!(

@@ -436,3 +436,27 @@ pub fn served(op: &Value, status: reqwest::StatusCode, body: &Value) -> bool {
                 .unwrap_or_default()
                 .starts_with("no route for"))
 }
+
+/// Reads an ingestion job with `read` until it has ended (`succeeded`, `failed` or
+/// `cancelled`), for at most `limit`: the job as last read.
+pub async fn until_ended<F, Fut>(limit: Duration, mut read: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let job = read().await;
+        if matches!(
+            job["status"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        ) {
+            return job;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job did not end: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
