@@ -469,9 +469,10 @@ impl IngestDeps {
             v.updated_at = now_ms();
         });
         let view = running.progress.borrow().clone();
-        if persist && let Some(mut record) = self.load(id).await? {
-            record.view = view.clone();
-            self.save(&record).await?;
+        if persist {
+            let value = serde_json::to_value(&view)
+                .map_err(|e| StoreError::Query(format!("job view: {e}")))?;
+            self.kb.put_job_view(&view.job_id, value).await?;
         }
         Ok(view)
     }
@@ -541,6 +542,7 @@ impl IngestDeps {
         source: &SourceKey,
         cancel: &CancellationToken,
     ) -> Result<(), JobFailure> {
+        let mut phases = Phases::start();
         let input = &record.input;
         let format = record.format;
         let content = input.content.clone();
@@ -557,6 +559,7 @@ impl IngestDeps {
         })?
         .map_err(|e| JobFailure::Failed(format!("parsing stopped: {e}")))?
         .map_err(|e| JobFailure::Failed(e.to_string()))?;
+        phases.mark("parse");
         let chunks = kbq_ingest::chunk(&parsed, &self.config.chunk);
         let content_hash = hex(&Sha256::digest(&input.content));
         let mut hashes: Vec<String> = chunks.iter().map(|c| c.hash.clone()).collect();
@@ -602,11 +605,14 @@ impl IngestDeps {
         // it missing and both write it (a store transaction conflict, or one's type and
         // description over the other's), and resolution reads the graph the writes change.
         // Extraction, the slow part, still runs for every job at once.
+        phases.mark("extract");
         let _writing = tokio::select! {
             writing = self.writes.lock() => writing,
             _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
         };
+        phases.mark("wait to write");
         let resolved = self.resolve(&found).await?;
+        phases.mark("resolve");
         for (hash, failed) in hashes.iter_mut().zip(&failed) {
             if *failed {
                 // Recorded as no hash: the next submission of the same content is not
@@ -634,6 +640,7 @@ impl IngestDeps {
             })
             .collect();
         kb.upsert_documents(&documents).await?;
+        phases.mark("documents");
 
         // The facts this version supports, by chunk.
         let mut new_version: BTreeMap<Fact, BTreeSet<u32>> = BTreeMap::new();
@@ -725,8 +732,28 @@ impl IngestDeps {
                 )
             })
             .collect();
-        let new_facts: Vec<Fact> = new_version.keys().cloned().collect();
-        let mut facts = kb.supports_of(source, &new_facts).await?;
+        // The store is asked about another origin's supports only for facts that were there
+        // before this job: a fact it creates, or a description (of this source's chunk), has
+        // none, and stays for this version's sake whatever others say.
+        let known_facts: Vec<Fact> = new_version
+            .keys()
+            .filter(|fact| match fact {
+                Fact::Description { .. } => false,
+                Fact::Entity { name } => !missing.contains(name),
+                Fact::Relationship {
+                    source,
+                    target,
+                    relationship_type,
+                } => !new_edges.contains(&(
+                    source.as_str(),
+                    target.as_str(),
+                    relationship_type.as_str(),
+                )),
+                _ => true,
+            })
+            .cloned()
+            .collect();
+        let mut facts = kb.supports_of(source, &known_facts).await?;
         let mut imports = Vec::new();
         for (fact, supports) in &mut facts {
             let was_there = match fact {
@@ -751,6 +778,7 @@ impl IngestDeps {
             .into_iter()
             .map(|(f, c)| (f, c.into_iter().collect()))
             .collect();
+        phases.mark("read");
         let mut plan = plan_replace(&facts, source, &new_version);
         if failed.iter().any(|&f| f) {
             // What the failed chunks said is not known: nothing the old version supported is
@@ -776,6 +804,7 @@ impl IngestDeps {
             relationships: relationships_retracted,
             ..
         } = kb.retract(&plan).await?;
+        phases.mark("write facts");
         self.update(id, false, |v| {
             v.counts.entities_retracted = entities_retracted;
             v.counts.relationships_retracted = relationships_retracted;
@@ -801,6 +830,8 @@ impl IngestDeps {
             updated_at: now_ms(),
         })
         .await?;
+        phases.mark("record");
+        tracing::debug!(job = %id, chunks = total, phases = %phases, "ingest job written");
         Ok(())
     }
 
@@ -998,6 +1029,38 @@ impl IngestDeps {
                 kbq_ingest::compare(name, &c.name, None, &self.config.resolve) == Decision::Same
             })
             .map(|c| c.name.clone()))
+    }
+}
+
+/// Where a job's time went, phase by phase (logged at debug when it has written).
+struct Phases {
+    last: std::time::Instant,
+    spent: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        Phases {
+            last: std::time::Instant::now(),
+            spent: Vec::new(),
+        }
+    }
+
+    /// Ends the phase `name`, which began where the last one ended.
+    fn mark(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.spent.push((name, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, spent)) in self.spent.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{name} {:.1} ms", spent.as_secs_f64() * 1e3)?;
+        }
+        Ok(())
     }
 }
 

@@ -29,6 +29,9 @@ use crate::model::{NewRelationship, keys};
 /// The supports a query reads at once.
 const SUPPORT_BATCH: usize = 500;
 
+/// Facts per request when asking which have a support of another origin: a statement each.
+const OTHERS_BATCH: usize = 200;
+
 /// A source's current version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceRecord {
@@ -147,37 +150,58 @@ impl KnowledgeBase {
         .await
     }
 
-    /// Every fact that `source` or `also` names, with all of each one's supports: what the
-    /// planner needs to replace or delete `source`.
+    /// Every fact that `source` or `also` names, with what the planner needs of its
+    /// supports: all of `source`'s own, and one of another origin's if there is any (which
+    /// one does not matter: a fact another origin supports stays). Reading every support of
+    /// each fact instead made a job's reads grow with the corpus, a fact named by many
+    /// sources having a support from each.
     pub async fn supports_of(
         &self,
         source: &SourceKey,
         also: &[Fact],
     ) -> Result<Vec<(Fact, Vec<Support>)>> {
         let origin = source_origin(source);
-        let of_source: Vec<String> = self
+        let own: Vec<SupportRow> = self
             .run(
-                &format!("SELECT VALUE fact FROM {SUPPORT} WHERE origin = $origin"),
-                obj([("origin", origin.into_value())]),
+                &format!("SELECT fact, origin, chunk FROM {SUPPORT} WHERE origin = $origin"),
+                obj([("origin", origin.clone().into_value())]),
             )
             .await?;
-        let mut named: BTreeSet<String> = of_source.into_iter().collect();
-        named.extend(also.iter().map(fact_key));
-        let named: Vec<String> = named.into_iter().collect();
         let mut by_fact: BTreeMap<String, Vec<Support>> = BTreeMap::new();
-        for batch in named.chunks(SUPPORT_BATCH) {
-            let rows: Vec<SupportRow> = self
-                .run(
-                    &format!("SELECT fact, origin, chunk FROM {SUPPORT} WHERE fact IN $facts"),
-                    obj([("facts", batch.to_vec().into_value())]),
-                )
-                .await?;
-            for key in batch {
-                by_fact.entry(key.clone()).or_default();
+        for r in own {
+            if let Some(s) = support_of(&r.origin, r.chunk) {
+                by_fact.entry(r.fact).or_default().push(s);
             }
-            for r in rows {
-                if let Some(s) = support_of(&r.origin, r.chunk) {
-                    by_fact.entry(r.fact).or_default().push(s);
+        }
+        for fact in also {
+            by_fact.entry(fact_key(fact)).or_default();
+        }
+        let named: Vec<String> = by_fact.keys().cloned().collect();
+        let c = self.connection().await?;
+        for batch in named.chunks(OTHERS_BATCH) {
+            // One statement per fact, in one request: each stops at its first match.
+            let sql: String = (0..batch.len())
+                .map(|i| {
+                    format!(
+                        "SELECT fact, origin, chunk FROM {SUPPORT} WHERE fact = $f{i} AND origin != $origin LIMIT 1;"
+                    )
+                })
+                .collect();
+            let mut vars = obj([("origin", origin.clone().into_value())]);
+            for (i, key) in batch.iter().enumerate() {
+                vars.insert(format!("f{i}"), key.clone().into_value());
+            }
+            let mut answers = self.send(&c, &sql, vars).await?;
+            for i in 0..batch.len() {
+                let rows: Vec<Json> = answers
+                    .take(i)
+                    .map_err(|e| StoreError::Query(e.to_string()))?;
+                for r in rows {
+                    let r: SupportRow = serde_json::from_value(r)
+                        .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))?;
+                    if let Some(s) = support_of(&r.origin, r.chunk) {
+                        by_fact.entry(r.fact).or_default().push(s);
+                    }
                 }
             }
         }
@@ -433,6 +457,24 @@ impl KnowledgeBase {
             obj([
                 ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
                 ("record", record.into_value()),
+                ("finished", finished.into_value()),
+            ]),
+        )
+        .await
+    }
+
+    /// Replaces the `view` of an ingest job's stored record (its status, progress and
+    /// counts), leaving the rest (the source's content) unread and unwritten.
+    pub async fn put_job_view(&self, job_id: &str, view: Json) -> Result<()> {
+        let finished = view
+            .get("status")
+            .and_then(Json::as_str)
+            .is_some_and(|s| !matches!(s, "queued" | "running"));
+        self.exec(
+            "UPDATE $id SET record.view = $view, finished = $finished RETURN NONE",
+            obj([
+                ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
+                ("view", view.into_value()),
                 ("finished", finished.into_value()),
             ]),
         )

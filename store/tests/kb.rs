@@ -947,3 +947,66 @@ async fn graph_documents_of_many_documents_leave_the_calling_task() {
     assert_eq!(all.results.len(), 4201);
     assert_eq!(best.results, all.results[..10]);
 }
+
+/// A source's planner reads all of the source's own supports of a fact, and one of another
+/// origin's (not every one: a fact many sources name would make each job's read grow).
+#[tokio::test]
+async fn supports_of_reads_the_sources_own_and_one_of_another_origin() {
+    use std::collections::BTreeMap;
+
+    use kbq_ingest::provenance::{ChunkRef, Fact, SourceKey, Support};
+
+    let kb = open(true).await;
+    let chunk = |source: &SourceKey, chunk: u32| {
+        Support::Chunk(ChunkRef {
+            source: source.clone(),
+            chunk,
+        })
+    };
+    let mine = SourceKey::new("notes", "mine");
+    let others: Vec<SourceKey> = (0..5)
+        .map(|i| SourceKey::new("notes", format!("other-{i}")))
+        .collect();
+    let shared = Fact::entity("Ada");
+    let theirs = Fact::entity("Babbage");
+    let mut supports = vec![
+        (shared.clone(), chunk(&mine, 0)),
+        (shared.clone(), chunk(&mine, 3)),
+        (theirs.clone(), chunk(&others[0], 1)),
+        (theirs.clone(), chunk(&others[1], 1)),
+    ];
+    supports.extend(others.iter().map(|o| (shared.clone(), chunk(o, 0))));
+    kb.add_supports(&supports, &BTreeMap::new()).await.unwrap();
+
+    let nobodys = Fact::entity("Nobody");
+    let read = kb
+        .supports_of(&mine, &[theirs.clone(), nobodys.clone()])
+        .await
+        .unwrap();
+    let of = |fact: &Fact| {
+        read.iter()
+            .find(|(f, _)| f == fact)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| panic!("{fact:?} not read"))
+    };
+    assert_eq!(read.len(), 3, "{read:?}");
+    let shared_supports = of(&shared);
+    assert_eq!(
+        shared_supports
+            .iter()
+            .filter(|s| s.source() == Some(&mine))
+            .count(),
+        2
+    );
+    assert_eq!(
+        shared_supports
+            .iter()
+            .filter(|s| s.source() != Some(&mine))
+            .count(),
+        1
+    );
+    let theirs_supports = of(&theirs);
+    assert_eq!(theirs_supports.len(), 1);
+    assert!(theirs_supports[0].source() != Some(&mine));
+    assert!(of(&nobodys).is_empty());
+}
