@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::heap;
-use crate::hint::{fetched_ahead, prefetch, prefetch_lines};
+use crate::hint::{fetched_ahead, prefetch};
 use crate::model::{Entity, EntityRef, Relationship, RelationshipRef, keys};
 use crate::names::{NameIndex, fold_case, search_rank};
 use crate::numbers::EntityNumbers;
@@ -450,15 +450,12 @@ fn relationship_bytes(r: &Relationship) -> usize {
         + heap::json_map(&r.properties)
 }
 
-/// `value` as `serde_json` writes it, made into `cell` the first time it is asked for, and
-/// its lines asked for from memory: the caller copies it a little later.
+/// `value` as `serde_json` writes it, made into `cell` the first time it is asked for.
 fn json_of<'a, T: serde::Serialize>(cell: &'a OnceLock<Box<str>>, value: &T) -> &'a str {
-    let json = cell.get_or_init(|| {
+    cell.get_or_init(|| {
         // A model of maps, strings and JSON values always serializes.
         serde_json::to_string(value).unwrap_or_default().into()
-    });
-    prefetch_lines(json.as_bytes());
-    json
+    })
 }
 
 /// The whole graph in memory: names to nodes, and each node's typed edges in canonical order.
@@ -804,18 +801,20 @@ impl GraphIndex {
         let Some(walk) = self.walk(query) else {
             return TraversalJson::default();
         };
-        // The nodes, their JSON and the edges' lie scattered over the index: each is fetched
-        // ahead (a node `NODES_AHEAD` places ahead, its JSON as soon as the node is read),
-        // and the JSON copied once every piece has been asked for.
-        let fetch = |s: &(u32, u32, Option<Via>)| prefetch(&self.nodes[s.0 as usize]);
-        let nodes: Vec<(&str, u32)> = fetched_ahead(&walk.slots, NODES_AHEAD, fetch)
+        // No prefetching here: fetching the nodes, their JSON and the edges ahead was not
+        // told apart from the noise in traverse's req/s and server CPU (docs/benchmarks.md,
+        // "Switches").
+        let nodes: Vec<(&str, u32)> = walk
+            .slots
+            .iter()
             .map(|&(n, depth, _)| {
                 let node = &self.nodes[n as usize];
                 (json_of(&node.json, &*node.entity), depth)
             })
             .collect();
-        let fetch = |v: &Via| prefetch(&self.edges[v.edge as usize]);
-        let edges: Vec<&str> = fetched_ahead(&walk.edges, NODES_AHEAD, fetch)
+        let edges: Vec<&str> = walk
+            .edges
+            .iter()
             .map(|v| {
                 let edge = &self.edges[v.edge as usize];
                 json_of(&edge.json, &*edge.rel)
