@@ -44,12 +44,6 @@ pub enum GraphRequest {
         DocumentsQuery,
         RpcReplyPort<Result<GraphDocuments, StoreError>>,
     ),
-    /// As `Documents`, the answer written out by the caller's [`Render`] on the worker.
-    DocumentsRendered(
-        DocumentsQuery,
-        Render,
-        RpcReplyPort<Result<Vec<u8>, StoreError>>,
-    ),
     /// Panic inside the worker: only for tests of supervision.
     #[cfg(feature = "fault-injection")]
     Panic,
@@ -59,21 +53,6 @@ pub enum GraphRequest {
         tokio::sync::oneshot::Receiver<()>,
         RpcReplyPort<Result<(), StoreError>>,
     ),
-}
-
-/// How a caller writes graph documents out, run by the worker that found them (see
-/// [`GraphPool::documents_rendered`]).
-pub struct Render(pub Box<dyn RenderFn>);
-
-/// What a [`Render`] holds: a writer of the answer's bytes.
-pub trait RenderFn: FnOnce(&GraphDocuments) -> Vec<u8> + Send {}
-
-impl<F: FnOnce(&GraphDocuments) -> Vec<u8> + Send> RenderFn for F {}
-
-impl std::fmt::Debug for Render {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Render")
-    }
 }
 
 /// Why a graph call did not produce an answer.
@@ -191,12 +170,6 @@ pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
         }
         GraphRequest::Entity(name, reply) => answer(reply, kb.entity(&name)).await,
         GraphRequest::Documents(q, reply) => answer(reply, kb.graph_documents(&q)).await,
-        GraphRequest::DocumentsRendered(q, render, reply) => {
-            answer(reply, async {
-                kb.graph_documents(&q).await.map(|found| (render.0)(&found))
-            })
-            .await
-        }
         #[cfg(feature = "fault-injection")]
         GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
         #[cfg(feature = "fault-injection")]
@@ -320,22 +293,6 @@ impl GraphPool {
     pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
         self.local_or_lane(GraphLane::Documents, |reply| {
             GraphRequest::Documents(query, reply)
-        })
-        .await
-    }
-
-    /// [`documents`](Self::documents), written out by `render` on the worker that found them,
-    /// while the documents it read are still in that core's cache. Written on the edge's
-    /// thread instead, each of a document's fields was a miss of its own there, and each
-    /// document's shared handle was counted up on one thread and down on another.
-    pub async fn documents_rendered(
-        &self,
-        query: DocumentsQuery,
-        render: impl FnOnce(&GraphDocuments) -> Vec<u8> + Send + 'static,
-    ) -> Result<Vec<u8>, GraphError> {
-        let render = Render(Box::new(render));
-        self.local_or_lane(GraphLane::Documents, |reply| {
-            GraphRequest::DocumentsRendered(query, render, reply)
         })
         .await
     }

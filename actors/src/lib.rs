@@ -21,8 +21,7 @@
 //! has a timeout, and a worker drops a request whose caller has gone.
 //!
 //! A graph request travels: handler -> [`GraphPool`] (admission, timeout) -> its lane's
-//! factory -> GraphWorker -> `KnowledgeBase` (graph documents for HTTP come back written out
-//! by the route's [`Render`], on the worker). Lanes ([`GraphLane`]): lookups (entity,
+//! factory -> GraphWorker -> `KnowledgeBase`. Lanes ([`GraphLane`]): lookups (entity,
 //! traverse; on a runtime of their own), search, documents, so that no class of request
 //! waits behind another. An HTTP worker's own lookups and graph documents skip their lane's
 //! factory when they are answered from memory: the lane's handle admits them and that lane's
@@ -88,7 +87,7 @@ pub use chat::{
 };
 pub use config::{ProviderConfig, ProviderKind, RuntimeConfig};
 pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
-pub use graph::{GraphError, GraphLane, GraphPool, GraphRequest, GraphWorker, Render};
+pub use graph::{GraphError, GraphLane, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use pool::PoolStats;
 pub use root::{RootMessage, RootSupervisor};

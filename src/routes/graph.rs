@@ -339,11 +339,8 @@ async fn documents(
 ) -> Result<HttpResponse, ApiError> {
     let query = documents_query(req)?;
     let (start, entity_type) = (query.start.clone(), query.entity_type.clone());
-    let body = graph
-        .documents_rendered(query, move |found| {
-            documents_body(&documents_response(&start, entity_type.as_deref(), found))
-        })
-        .await?;
+    let found = graph.documents(query).await?;
+    let body = documents_body(&documents_response(&start, entity_type.as_deref(), &found));
     Ok(HttpResponse::Ok()
         .insert_header(ContentType::json())
         .body(body))
