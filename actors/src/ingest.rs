@@ -732,43 +732,30 @@ impl IngestDeps {
                 )
             })
             .collect();
+        // Whether `fact` was in the graph before this job wrote anything.
+        let existed = |fact: &Fact| match fact {
+            Fact::Entity { name } => names.contains(name) && !missing.contains(name),
+            Fact::Relationship {
+                source,
+                target,
+                relationship_type,
+            } => {
+                !new_edges.contains(&(source.as_str(), target.as_str(), relationship_type.as_str()))
+            }
+            _ => false,
+        };
         // The store is asked about another origin's supports only for facts that were there
-        // before this job: a fact it creates, or a description (of this source's chunk), has
-        // none, and stays for this version's sake whatever others say.
+        // before this job, and aliases: a fact it creates, or a description (of this
+        // source's chunk), has none, and stays for this version's sake whatever others say.
         let known_facts: Vec<Fact> = new_version
             .keys()
-            .filter(|fact| match fact {
-                Fact::Description { .. } => false,
-                Fact::Entity { name } => !missing.contains(name),
-                Fact::Relationship {
-                    source,
-                    target,
-                    relationship_type,
-                } => !new_edges.contains(&(
-                    source.as_str(),
-                    target.as_str(),
-                    relationship_type.as_str(),
-                )),
-                _ => true,
-            })
+            .filter(|fact| existed(fact) || matches!(fact, Fact::Alias { .. }))
             .cloned()
             .collect();
         let mut facts = kb.supports_of(source, &known_facts).await?;
         let mut imports = Vec::new();
         for (fact, supports) in &mut facts {
-            let was_there = match fact {
-                Fact::Entity { name } => names.contains(name) && !missing.contains(name),
-                Fact::Relationship {
-                    source,
-                    target,
-                    relationship_type,
-                } => !new_edges.contains(&(
-                    source.as_str(),
-                    target.as_str(),
-                    relationship_type.as_str(),
-                )),
-                _ => false,
-            };
+            let was_there = existed(fact);
             if supports.is_empty() && was_there {
                 supports.push(Support::Import);
                 imports.push((fact.clone(), Support::Import));

@@ -448,10 +448,7 @@ impl KnowledgeBase {
 
     /// Stores an ingest job's record (JSON, the job's owner's business), replacing it.
     pub async fn put_job(&self, job_id: &str, record: Json) -> Result<()> {
-        let finished = record
-            .pointer("/view/status")
-            .and_then(Json::as_str)
-            .is_some_and(|s| !matches!(s, "queued" | "running"));
+        let finished = record.get("view").is_some_and(has_ended);
         self.exec(
             "UPSERT $id CONTENT { record: $record, finished: $finished } RETURN NONE",
             obj([
@@ -466,10 +463,7 @@ impl KnowledgeBase {
     /// Replaces the `view` of an ingest job's stored record (its status, progress and
     /// counts), leaving the rest (the source's content) unread and unwritten.
     pub async fn put_job_view(&self, job_id: &str, view: Json) -> Result<()> {
-        let finished = view
-            .get("status")
-            .and_then(Json::as_str)
-            .is_some_and(|s| !matches!(s, "queued" | "running"));
+        let finished = has_ended(&view);
         self.exec(
             "UPDATE $id SET record.view = $view, finished = $finished RETURN NONE",
             obj([
@@ -500,6 +494,13 @@ impl KnowledgeBase {
         )
         .await
     }
+}
+
+/// Whether a job's view says it has ended: any status but `queued` and `running`.
+fn has_ended(view: &Json) -> bool {
+    view.get("status")
+        .and_then(Json::as_str)
+        .is_some_and(|s| !matches!(s, "queued" | "running"))
 }
 
 fn fact_kind(fact: &Fact) -> &'static str {
