@@ -5,8 +5,9 @@
 //! A job travels: [`Ingestor::submit`] (checks, stores the job) -> [`IngestActor`] (queues
 //! jobs, runs at most `max_jobs` at once, resumes unfinished jobs when it starts) -> a job
 //! task: parse (blocking pool) -> chunk -> extract (model calls through the provider actors,
-//! at most `max_calls_in_flight` at once, each answer kept by chunk hash) -> resolve -> write
-//! chunks, new entities and relationships, supports -> retract what only the old version of
+//! at most `max_calls_in_flight` at once, each answer kept by chunk hash) -> wait to write,
+//! with the other jobs waiting, as one group -> resolve -> write chunks, supports, new
+//! entities and relationships (the group's together) -> retract what only the old version of
 //! the source supported -> the source's record, last. Every write is idempotent, so a job
 //! that stopped half way (cancelled, a node restarted) is completed by running it again, and
 //! the kept answers mean the model is not asked twice for the same chunk.
@@ -66,7 +67,7 @@ impl Default for IngestConfig {
         IngestConfig {
             chunk: ChunkConfig::default(),
             max_calls_in_flight: 8,
-            max_jobs: 2,
+            max_jobs: 16,
             max_queued: 1000,
             entity_types: Vec::new(),
             providers: None,
@@ -213,8 +214,10 @@ pub struct IngestDeps {
     /// interleave their writes.
     sources: parking_lot::Mutex<HashMap<SourceKey, Arc<tokio::sync::Mutex<()>>>>,
     calls: tokio::sync::Semaphore,
-    /// Held by a job while it resolves and writes, and by a source's deletion.
+    /// Held by a group of jobs while it resolves and writes, and by a source's deletion.
     writes: tokio::sync::Mutex<()>,
+    /// Jobs waiting to write; the next group takes them all.
+    pending: parking_lot::Mutex<Vec<Pending>>,
 }
 
 /// The edge's handle on ingestion.
@@ -249,6 +252,7 @@ impl Ingestor {
                 sources: Default::default(),
                 calls,
                 writes: Default::default(),
+                pending: Default::default(),
             }),
             actor,
         }
@@ -542,6 +546,21 @@ impl IngestDeps {
         source: &SourceKey,
         cancel: &CancellationToken,
     ) -> Result<(), JobFailure> {
+        match self.prepare(id, record, source, cancel).await? {
+            Some(prepared) => self.write(prepared, cancel).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Everything before the writes: parse, chunk, and extract (or find the graph's names
+    /// each chunk mentions). `None` when the source is unchanged: nothing to write.
+    async fn prepare(
+        &self,
+        id: Uuid,
+        record: &JobRecord,
+        source: &SourceKey,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Prepared>, JobFailure> {
         let mut phases = Phases::start();
         let input = &record.input;
         let format = record.format;
@@ -562,9 +581,8 @@ impl IngestDeps {
         phases.mark("parse");
         let chunks = kbq_ingest::chunk(&parsed, &self.config.chunk);
         let content_hash = hex(&Sha256::digest(&input.content));
-        let mut hashes: Vec<String> = chunks.iter().map(|c| c.hash.clone()).collect();
-        let kb = &self.kb;
-        let old = kb.source_record(source).await?;
+        let hashes: Vec<String> = chunks.iter().map(|c| c.hash.clone()).collect();
+        let old = self.kb.source_record(source).await?;
         let total = chunks.len() as u64;
         self.update(id, false, |v| {
             v.chunks_total = total;
@@ -578,7 +596,7 @@ impl IngestDeps {
         {
             // The same content as the version stored: nothing to do, nothing to ask.
             self.update(id, false, |v| v.chunks_done = total).await?;
-            return Ok(());
+            return Ok(None);
         }
         let title = input
             .title
@@ -601,224 +619,289 @@ impl IngestDeps {
             found = finding => found?,
             _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
         };
-        // One job writes at a time: two sources naming one entity would otherwise both find
-        // it missing and both write it (a store transaction conflict, or one's type and
-        // description over the other's), and resolution reads the graph the writes change.
-        // Extraction, the slow part, still runs for every job at once.
         phases.mark("extract");
-        let _writing = tokio::select! {
-            writing = self.writes.lock() => writing,
-            _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
+        Ok(Some(Prepared {
+            id,
+            source: source.clone(),
+            url: input.url.clone(),
+            content_type: format.content_type().to_string(),
+            title,
+            chunks,
+            content_hash,
+            hashes,
+            found,
+            failed,
+            old,
+            phases,
+        }))
+    }
+
+    /// Writes a prepared job, with whatever other jobs are waiting to write (a group
+    /// commit): the jobs that wait while a group writes are written together by the next,
+    /// in statements of many rows that run on several cores. One group writes at a time:
+    /// two groups naming one entity would otherwise both find it missing and both write it
+    /// (a store transaction conflict, or one's type and description over the other's), and
+    /// resolution reads the graph the writes change. Extraction, the slow part, still runs
+    /// for every job at once.
+    async fn write(
+        &self,
+        prepared: Prepared,
+        cancel: &CancellationToken,
+    ) -> Result<(), JobFailure> {
+        let id = prepared.id;
+        let (done, result) = tokio::sync::oneshot::channel();
+        self.pending.lock().push(Pending { prepared, done });
+        let writing = tokio::select! {
+            writing = self.writes.lock() => Some(writing),
+            _ = cancel.cancelled() => None,
         };
-        phases.mark("wait to write");
-        let resolved = self.resolve(&found).await?;
-        phases.mark("resolve");
-        for (hash, failed) in hashes.iter_mut().zip(&failed) {
-            if *failed {
-                // Recorded as no hash: the next submission of the same content is not
-                // "unchanged", and asks the model for this chunk again.
-                hash.clear();
-            }
-        }
-
-        // Chunks, as documents of the source.
-        let content_type = format.content_type().to_string();
-        let documents: Vec<NewDocument> = chunks
-            .iter()
-            .zip(&found)
-            .map(|(chunk, extraction)| NewDocument {
-                title: chunk_title(&title, &chunk.heading_path),
-                content: chunk.text.clone(),
-                source: input.source.clone(),
-                source_id: chunk_source_id(&input.source_id, chunk.index),
-                content_type: content_type.clone(),
-                url: input.url.clone(),
-                entity_name: extraction
-                    .as_ref()
-                    .and_then(|e| e.entities.first())
-                    .map(|e| resolved.name(&e.name).to_string()),
-            })
-            .collect();
-        kb.upsert_documents(&documents).await?;
-        phases.mark("documents");
-
-        // The facts this version supports, by chunk.
-        let mut new_version: BTreeMap<Fact, BTreeSet<u32>> = BTreeMap::new();
-        let mut texts: BTreeMap<Fact, String> = BTreeMap::new();
-        let mut entities: BTreeMap<String, NewEntity> = BTreeMap::new();
-        let mut relationships: BTreeMap<(String, String, String), NewRelationship> =
-            BTreeMap::new();
-        for (chunk, extraction) in chunks.iter().zip(&found) {
-            let Some(extraction) = extraction else {
-                continue;
+        let Some(writing) = writing else {
+            // Cancelled while waiting: withdrawn, unless a group has taken it already.
+            let withdrawn = {
+                let mut pending = self.pending.lock();
+                let at = pending.iter().position(|p| p.prepared.id == id);
+                at.map(|at| pending.swap_remove(at)).is_some()
             };
-            if self.model.is_none() {
-                // Mentions link the chunk; they state no fact.
-                continue;
+            if withdrawn {
+                return Err(JobFailure::Cancelled);
             }
-            for e in extraction.entities_with_relationship_ends() {
-                let name = resolved.name(&e.name).to_string();
-                new_version
-                    .entry(Fact::entity(&name))
-                    .or_default()
-                    .insert(chunk.index);
-                if name != e.name {
-                    new_version
-                        .entry(Fact::Alias {
-                            entity: name.clone(),
-                            alias: e.name.clone(),
-                        })
-                        .or_default()
-                        .insert(chunk.index);
-                }
-                if !e.description.is_empty() {
-                    let fact = Fact::Description {
-                        entity: name.clone(),
-                        chunk: ChunkRef {
-                            source: source.clone(),
-                            chunk: chunk.index,
-                        },
-                    };
-                    texts.insert(fact.clone(), e.description.clone());
-                    new_version.entry(fact).or_default().insert(chunk.index);
-                }
-                entities.entry(name.clone()).or_insert_with(|| NewEntity {
-                    name: name.clone(),
-                    entity_type: e.entity_type.clone(),
-                    properties: description_properties(&e.description),
-                });
-            }
-            for r in &extraction.relationships {
-                let (s, t) = (
-                    resolved.name(&r.source).to_string(),
-                    resolved.name(&r.target).to_string(),
-                );
-                if s == t {
-                    continue;
-                }
-                new_version
-                    .entry(Fact::relationship(&s, &t, &r.relationship_type))
-                    .or_default()
-                    .insert(chunk.index);
-                relationships
-                    .entry((s.clone(), t.clone(), r.relationship_type.clone()))
-                    .or_insert_with(|| NewRelationship {
-                        source_name: s,
-                        target_name: t,
-                        relationship_type: r.relationship_type.clone(),
-                        properties: description_properties(&r.description),
-                    });
-            }
-        }
-
-        // What is in the graph already, read before anything is written: a fact there that
-        // no source supports is an import's, and no source's deletion takes it away.
-        let entities: Vec<NewEntity> = entities.into_values().collect();
-        let names: Vec<String> = entities.iter().map(|e| e.name.clone()).collect();
-        let missing: BTreeSet<String> = kb.missing_entities(&names).await?.into_iter().collect();
-        let new_entities: Vec<NewEntity> = entities
-            .into_iter()
-            .filter(|e| missing.contains(&e.name))
-            .collect();
-        let relationships: Vec<NewRelationship> = relationships.into_values().collect();
-        let new_relationships = kb.missing_relationships(&relationships).await?;
-        let new_edges: BTreeSet<(&str, &str, &str)> = new_relationships
-            .iter()
-            .map(|r| {
-                (
-                    r.source_name.as_str(),
-                    r.target_name.as_str(),
-                    r.relationship_type.as_str(),
-                )
-            })
-            .collect();
-        // Whether `fact` was in the graph before this job wrote anything.
-        let existed = |fact: &Fact| match fact {
-            Fact::Entity { name } => names.contains(name) && !missing.contains(name),
-            Fact::Relationship {
-                source,
-                target,
-                relationship_type,
-            } => {
-                !new_edges.contains(&(source.as_str(), target.as_str(), relationship_type.as_str()))
-            }
-            _ => false,
+            return result.await.unwrap_or_else(|_| Err(lost_write()));
         };
-        // The store is asked about another origin's supports only for facts that were there
-        // before this job, and aliases: a fact it creates, or a description (of this
-        // source's chunk), has none, and stays for this version's sake whatever others say.
-        let known_facts: Vec<Fact> = new_version
-            .keys()
-            .filter(|fact| existed(fact) || matches!(fact, Fact::Alias { .. }))
-            .cloned()
-            .collect();
-        let mut facts = kb.supports_of(source, &known_facts).await?;
-        let mut imports = Vec::new();
-        for (fact, supports) in &mut facts {
-            let was_there = existed(fact);
-            if supports.is_empty() && was_there {
-                supports.push(Support::Import);
-                imports.push((fact.clone(), Support::Import));
+        let group = std::mem::take(&mut *self.pending.lock());
+        if !group.is_empty() {
+            self.write_group(group).await;
+        }
+        drop(writing);
+        result.await.unwrap_or_else(|_| Err(lost_write()))
+    }
+
+    /// Writes a group of jobs of different sources, each job's outcome sent to it: chunks,
+    /// then every job's supports, then the new entities and relationships, then each job's
+    /// retractions and source record. A job whose reads fail fails alone; a write that fails
+    /// fails every job of the group, and each is completed by running it again (the order
+    /// above is the single job's).
+    async fn write_group(&self, group: Vec<Pending>) {
+        let kb = &self.kb;
+        let mut phases = Phases::start();
+        let size = group.len();
+        let mut jobs: Vec<Writing> = Vec::with_capacity(size);
+        for Pending { mut prepared, done } in group {
+            prepared.phases.mark("wait to write");
+            match self.resolve(&prepared.found).await {
+                Ok(resolved) => jobs.push(Writing::new(prepared, resolved, done, &self.model)),
+                Err(e) => {
+                    let _ = done.send(Err(e));
+                }
             }
         }
-        let new_version: Vec<(Fact, Vec<u32>)> = new_version
-            .into_iter()
-            .map(|(f, c)| (f, c.into_iter().collect()))
-            .collect();
-        phases.mark("read");
-        let mut plan = plan_replace(&facts, source, &new_version);
-        if failed.iter().any(|&f| f) {
-            // What the failed chunks said is not known: nothing the old version supported is
-            // retracted until a submission reads every chunk (the next one asks again).
-            plan.remove.clear();
-            plan.drop_supports.clear();
-        }
+        phases.mark("resolve");
+        let written = async {
+            let documents: Vec<NewDocument> = jobs.iter().flat_map(Writing::documents).collect();
+            kb.upsert_documents(&documents).await?;
+            phases.mark("documents");
 
-        // The supports first: a job stopped after them and before the facts is completed by
-        // running it again, and a fact it wrote is never taken for an import's.
-        kb.add_supports(&imports, &BTreeMap::new()).await?;
-        kb.add_supports(&plan.add_supports, &texts).await?;
-        kb.upsert_entities(&new_entities).await?;
-        kb.upsert_relationships(&new_relationships).await?;
-        self.update(id, false, |v| {
-            v.counts.entities_added = new_entities.len() as u64;
-            v.counts.relationships_added = new_relationships.len() as u64;
-            v.counts.entities_merged = resolved.merged;
+            // What is in the graph already, read before anything is written: a fact there
+            // that no source supports is an import's, and no source's deletion takes it away.
+            let mut names: BTreeSet<&str> = BTreeSet::new();
+            let mut relationships: BTreeMap<(&str, &str, &str), &NewRelationship> = BTreeMap::new();
+            for job in &jobs {
+                names.extend(job.entities.keys().map(String::as_str));
+                for (key, r) in &job.relationships {
+                    relationships
+                        .entry((key.0.as_str(), key.1.as_str(), key.2.as_str()))
+                        .or_insert(r);
+                }
+            }
+            let names: Vec<String> = names.into_iter().map(str::to_string).collect();
+            let missing: BTreeSet<String> =
+                kb.missing_entities(&names).await?.into_iter().collect();
+            let relationships: Vec<NewRelationship> =
+                relationships.into_values().cloned().collect();
+            let new_relationships = kb.missing_relationships(&relationships).await?;
+            let new_edges: BTreeSet<(String, String, String)> = new_relationships
+                .iter()
+                .map(|r| {
+                    (
+                        r.source_name.clone(),
+                        r.target_name.clone(),
+                        r.relationship_type.clone(),
+                    )
+                })
+                .collect();
+            phases.mark("read graph");
+
+            // Each job's supports, read on tasks of their own so that the jobs' reads run on
+            // several cores. The store is asked about another origin's supports only for facts
+            // that were there before the group, and aliases: a fact the group creates, or a
+            // description (of this source's chunk), has none, and stays for this version's
+            // sake whatever others say.
+            let existed = |fact: &Fact| match fact {
+                Fact::Entity { name } => names.contains(name) && !missing.contains(name),
+                Fact::Relationship {
+                    source,
+                    target,
+                    relationship_type,
+                } => !new_edges.contains(&(
+                    source.clone(),
+                    target.clone(),
+                    relationship_type.clone(),
+                )),
+                _ => false,
+            };
+            let reads: Vec<_> = jobs
+                .iter()
+                .map(|job| {
+                    let known: Vec<Fact> = job
+                        .new_version
+                        .keys()
+                        .filter(|fact| existed(fact) || matches!(fact, Fact::Alias { .. }))
+                        .cloned()
+                        .collect();
+                    let (kb, source) = (kb.clone(), job.prepared.source.clone());
+                    tokio::spawn(async move { kb.supports_of(&source, &known).await })
+                })
+                .collect();
+            // Every fact a job of the group names: another job's supports of it are written
+            // before a job's retractions, but were not there when its plan read the store.
+            let named: BTreeSet<Fact> = jobs
+                .iter()
+                .flat_map(|j| j.new_version.keys().cloned())
+                .collect();
+            let mut imports = Vec::new();
+            let mut add_supports = Vec::new();
+            let mut texts = BTreeMap::new();
+            for (job, read) in jobs.iter_mut().zip(reads) {
+                let mut facts = read
+                    .await
+                    .map_err(|e| StoreError::Query(format!("reading supports failed: {e}")))??;
+                for (fact, supports) in &mut facts {
+                    if supports.is_empty() && existed(fact) {
+                        supports.push(Support::Import);
+                        imports.push((fact.clone(), Support::Import));
+                    }
+                }
+                let new_version: Vec<(Fact, Vec<u32>)> = job
+                    .new_version
+                    .iter()
+                    .map(|(f, c)| (f.clone(), c.iter().copied().collect()))
+                    .collect();
+                let mut plan = plan_replace(&facts, &job.prepared.source, &new_version);
+                if job.prepared.failed.iter().any(|&f| f) {
+                    // What the failed chunks said is not known: nothing the old version
+                    // supported is retracted until a submission reads every chunk (the next
+                    // one asks again).
+                    plan.remove.clear();
+                    plan.drop_supports.clear();
+                }
+                // A fact to remove that another job names stays, without this source's
+                // supports.
+                plan.keep(&facts, &job.prepared.source, &named);
+                add_supports.append(&mut plan.add_supports);
+                texts.append(&mut job.texts);
+                job.plan = plan;
+            }
+            phases.mark("read supports");
+
+            // The supports first: a group stopped after them and before the facts is
+            // completed by running its jobs again, and a fact it wrote is never taken for an
+            // import's.
+            kb.add_supports(&imports, &BTreeMap::new()).await?;
+            kb.add_supports(&add_supports, &texts).await?;
+            phases.mark("write supports");
+            let mut seen = BTreeSet::new();
+            let mut new_entities = Vec::new();
+            for job in &mut jobs {
+                for (name, entity) in &job.entities {
+                    if missing.contains(name) && seen.insert(name.clone()) {
+                        new_entities.push(entity.clone());
+                        job.entities_added += 1;
+                    }
+                }
+            }
+            kb.upsert_entities(&new_entities).await?;
+            phases.mark("write entities");
+            let mut seen = BTreeSet::new();
+            for job in &mut jobs {
+                for key in job.relationships.keys() {
+                    if new_edges.contains(key) && seen.insert(key.clone()) {
+                        job.relationships_added += 1;
+                    }
+                }
+            }
+            kb.upsert_relationships(&new_relationships).await?;
+            phases.mark("write relationships");
+            Ok::<(), StoreError>(())
+        };
+        if let Err(e) = written.await {
+            for job in jobs {
+                let _ = job.done.send(Err(JobFailure::from(e.clone())));
+            }
+            return;
+        }
+        let chunks: usize = jobs.iter().map(|j| j.prepared.chunks.len()).sum();
+        for mut job in jobs {
+            let outcome = self.finish_writing(&mut job).await;
+            job.prepared.phases.mark("retract and record");
+            tracing::debug!(job = %job.prepared.id, chunks = job.prepared.chunks.len(), group = size, phases = %job.prepared.phases, "ingest job written");
+            let _ = job.done.send(outcome);
+        }
+        phases.mark("retract and record");
+        tracing::debug!(jobs = size, chunks, phases = %phases, "ingest group written");
+    }
+
+    /// One job's writes after its group's: its counts, its retractions, the chunks past the
+    /// new version's end, and the source's record, last.
+    async fn finish_writing(&self, job: &mut Writing) -> Result<(), JobFailure> {
+        let kb = &self.kb;
+        let p = &job.prepared;
+        let (entities_added, relationships_added, merged) = (
+            job.entities_added,
+            job.relationships_added,
+            job.resolved.merged,
+        );
+        self.update(p.id, false, |v| {
+            v.counts.entities_added = entities_added;
+            v.counts.relationships_added = relationships_added;
+            v.counts.entities_merged = merged;
         })
         .await?;
         let Retracted {
             entities: entities_retracted,
             relationships: relationships_retracted,
             ..
-        } = kb.retract(&plan).await?;
-        phases.mark("write facts");
-        self.update(id, false, |v| {
+        } = kb.retract(&job.plan).await?;
+        self.update(p.id, false, |v| {
             v.counts.entities_retracted = entities_retracted;
             v.counts.relationships_retracted = relationships_retracted;
         })
         .await?;
-
         // Chunks the old version had past the new one's end.
-        if let Some(old) = &old
-            && old.chunks.len() > chunks.len()
+        if let Some(old) = &p.old
+            && old.chunks.len() > p.chunks.len()
         {
-            let gone: Vec<u32> = (chunks.len() as u32..old.chunks.len() as u32).collect();
-            kb.delete_chunks(source, &gone).await?;
+            let gone: Vec<u32> = (p.chunks.len() as u32..old.chunks.len() as u32).collect();
+            kb.delete_chunks(&p.source, &gone).await?;
+        }
+        let mut hashes = p.hashes.clone();
+        for (hash, failed) in hashes.iter_mut().zip(&p.failed) {
+            if *failed {
+                // Recorded as no hash: the next submission of the same content is not
+                // "unchanged", and asks the model for this chunk again.
+                hash.clear();
+            }
         }
         kb.put_source_record(&SourceRecord {
-            source: input.source.clone(),
-            source_id: input.source_id.clone(),
-            title,
-            url: input.url.clone(),
-            content_type,
-            content_hash,
+            source: p.source.source.clone(),
+            source_id: p.source.source_id.clone(),
+            title: p.title.clone(),
+            url: p.url.clone(),
+            content_type: p.content_type.clone(),
+            content_hash: p.content_hash.clone(),
             chunks: hashes,
             extracted_by: self.model.clone(),
             updated_at: now_ms(),
         })
         .await?;
-        phases.mark("record");
-        tracing::debug!(job = %id, chunks = total, phases = %phases, "ingest job written");
         Ok(())
     }
 
@@ -1049,6 +1132,159 @@ impl std::fmt::Display for Phases {
         }
         Ok(())
     }
+}
+
+/// A job's work before its writes.
+struct Prepared {
+    id: Uuid,
+    source: SourceKey,
+    url: Option<String>,
+    content_type: String,
+    title: String,
+    chunks: Vec<Chunk>,
+    content_hash: String,
+    hashes: Vec<String>,
+    /// Each chunk's extraction, `None` where it failed or found nothing.
+    found: Vec<Option<Extraction>>,
+    failed: Vec<bool>,
+    /// The version stored before, if any.
+    old: Option<SourceRecord>,
+    phases: Phases,
+}
+
+/// A job waiting to write, and where its outcome goes.
+struct Pending {
+    prepared: Prepared,
+    done: tokio::sync::oneshot::Sender<Result<(), JobFailure>>,
+}
+
+/// A job while its group writes: what its version says, by fact.
+struct Writing {
+    prepared: Prepared,
+    resolved: Resolution,
+    done: tokio::sync::oneshot::Sender<Result<(), JobFailure>>,
+    /// The facts this version supports, with the chunks that support each.
+    new_version: BTreeMap<Fact, BTreeSet<u32>>,
+    /// The words of each description fact.
+    texts: BTreeMap<Fact, String>,
+    entities: BTreeMap<String, NewEntity>,
+    relationships: BTreeMap<(String, String, String), NewRelationship>,
+    plan: kbq_ingest::provenance::Plan,
+    entities_added: u64,
+    relationships_added: u64,
+}
+
+impl Writing {
+    fn new(
+        prepared: Prepared,
+        resolved: Resolution,
+        done: tokio::sync::oneshot::Sender<Result<(), JobFailure>>,
+        model: &Option<String>,
+    ) -> Self {
+        let mut new_version: BTreeMap<Fact, BTreeSet<u32>> = BTreeMap::new();
+        let mut texts = BTreeMap::new();
+        let mut entities = BTreeMap::new();
+        let mut relationships = BTreeMap::new();
+        for (chunk, extraction) in prepared.chunks.iter().zip(&prepared.found) {
+            let Some(extraction) = extraction else {
+                continue;
+            };
+            if model.is_none() {
+                // Mentions link the chunk; they state no fact.
+                continue;
+            }
+            for e in extraction.entities_with_relationship_ends() {
+                let name = resolved.name(&e.name).to_string();
+                new_version
+                    .entry(Fact::entity(&name))
+                    .or_default()
+                    .insert(chunk.index);
+                if name != e.name {
+                    new_version
+                        .entry(Fact::Alias {
+                            entity: name.clone(),
+                            alias: e.name.clone(),
+                        })
+                        .or_default()
+                        .insert(chunk.index);
+                }
+                if !e.description.is_empty() {
+                    let fact = Fact::Description {
+                        entity: name.clone(),
+                        chunk: ChunkRef {
+                            source: prepared.source.clone(),
+                            chunk: chunk.index,
+                        },
+                    };
+                    texts.insert(fact.clone(), e.description.clone());
+                    new_version.entry(fact).or_default().insert(chunk.index);
+                }
+                entities.entry(name.clone()).or_insert_with(|| NewEntity {
+                    name: name.clone(),
+                    entity_type: e.entity_type.clone(),
+                    properties: description_properties(&e.description),
+                });
+            }
+            for r in &extraction.relationships {
+                let (s, t) = (
+                    resolved.name(&r.source).to_string(),
+                    resolved.name(&r.target).to_string(),
+                );
+                if s == t {
+                    continue;
+                }
+                new_version
+                    .entry(Fact::relationship(&s, &t, &r.relationship_type))
+                    .or_default()
+                    .insert(chunk.index);
+                relationships
+                    .entry((s.clone(), t.clone(), r.relationship_type.clone()))
+                    .or_insert_with(|| NewRelationship {
+                        source_name: s,
+                        target_name: t,
+                        relationship_type: r.relationship_type.clone(),
+                        properties: description_properties(&r.description),
+                    });
+            }
+        }
+        Writing {
+            prepared,
+            resolved,
+            done,
+            new_version,
+            texts,
+            entities,
+            relationships,
+            plan: Default::default(),
+            entities_added: 0,
+            relationships_added: 0,
+        }
+    }
+
+    /// The chunks, as documents of the source.
+    fn documents(&self) -> impl Iterator<Item = NewDocument> + '_ {
+        let p = &self.prepared;
+        p.chunks
+            .iter()
+            .zip(&p.found)
+            .map(move |(chunk, extraction)| NewDocument {
+                title: chunk_title(&p.title, &chunk.heading_path),
+                content: chunk.text.clone(),
+                source: p.source.source.clone(),
+                source_id: chunk_source_id(&p.source.source_id, chunk.index),
+                content_type: p.content_type.clone(),
+                url: p.url.clone(),
+                entity_name: extraction
+                    .as_ref()
+                    .and_then(|e| e.entities.first())
+                    .map(|e| self.resolved.name(&e.name).to_string()),
+            })
+    }
+}
+
+/// The outcome of a job whose group stopped before telling it.
+fn lost_write() -> JobFailure {
+    JobFailure::Failed("the job's writes stopped before they ended".to_string())
 }
 
 /// Names as resolved, and how many were merged into another.

@@ -164,6 +164,34 @@ impl Plan {
     pub fn is_empty(&self) -> bool {
         self.remove.is_empty() && self.drop_supports.is_empty() && self.add_supports.is_empty()
     }
+
+    /// Keeps every fact of `named` that the plan would remove, taking only `source`'s
+    /// supports from it (as read in `facts`): for a plan made before another writer's
+    /// supports of those facts are recorded, but carried out after.
+    pub fn keep(
+        &mut self,
+        facts: &[(Fact, Vec<Support>)],
+        source: &SourceKey,
+        named: &BTreeSet<Fact>,
+    ) {
+        let kept: BTreeSet<&Fact> = self.remove.iter().filter(|f| named.contains(*f)).collect();
+        if kept.is_empty() {
+            return;
+        }
+        let mut dropped: BTreeSet<(Fact, Support)> = self.drop_supports.iter().cloned().collect();
+        for (fact, supports) in facts {
+            if kept.contains(fact) {
+                dropped.extend(
+                    supports
+                        .iter()
+                        .filter(|s| s.is_from(source))
+                        .map(|s| (fact.clone(), s.clone())),
+                );
+            }
+        }
+        self.remove.retain(|f| !named.contains(f));
+        self.drop_supports = dropped.into_iter().collect();
+    }
 }
 
 /// The plan for deleting `source`: [`plan_replace`] with an empty new version.
@@ -354,6 +382,34 @@ mod tests {
         let mut facts = plan.to_vec();
         facts.sort();
         facts
+    }
+
+    #[test]
+    fn a_fact_kept_for_another_writer_loses_only_this_sources_supports() {
+        let facts = vec![
+            (entity("Ada"), vec![chunk("a", 0), chunk("a", 1)]),
+            (rel("Ada", "Babbage"), vec![chunk("a", 0)]),
+            (entity("Babbage"), vec![chunk("a", 0)]),
+        ];
+        let mut plan = plan_delete(&facts, &src("a"));
+        assert_eq!(
+            facts_of(&plan.remove),
+            facts_of(&[entity("Ada"), entity("Babbage"), rel("Ada", "Babbage")])
+        );
+        let named: BTreeSet<Fact> = [rel("Ada", "Babbage"), entity("Babbage")].into();
+        plan.keep(&facts, &src("a"), &named);
+        assert_eq!(plan.remove, vec![entity("Ada")]);
+        assert_eq!(
+            plan.drop_supports,
+            vec![
+                (entity("Babbage"), chunk("a", 0)),
+                (rel("Ada", "Babbage"), chunk("a", 0)),
+            ]
+        );
+        // Nothing named: the plan is unchanged.
+        let before = plan.clone();
+        plan.keep(&facts, &src("a"), &BTreeSet::new());
+        assert_eq!(plan, before);
     }
 
     #[test]

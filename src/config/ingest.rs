@@ -36,7 +36,7 @@ impl Default for IngestSection {
             chunk_chars: 1200,
             chunk_overlap_chars: 150,
             max_calls_in_flight: 8,
-            max_jobs: 2,
+            max_jobs: 16,
             max_queued: 1000,
             max_source_bytes: 16 << 20,
             entity_types: Vec::new(),

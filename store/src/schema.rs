@@ -98,7 +98,7 @@ impl KnowledgeBase {
              DEFINE TABLE IF NOT EXISTS {SUPPORT} SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS support_fact ON {SUPPORT} FIELDS fact;
              DEFINE INDEX IF NOT EXISTS support_origin ON {SUPPORT} FIELDS origin;
-             DEFINE INDEX IF NOT EXISTS support_entity ON {SUPPORT} FIELDS entity;
+             REMOVE INDEX IF EXISTS support_entity ON {SUPPORT};
              DEFINE INDEX IF NOT EXISTS support_alias ON {SUPPORT} FIELDS alias;
              DEFINE TABLE IF NOT EXISTS {EXTRACTION} SCHEMALESS;
              DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;"

@@ -222,32 +222,31 @@ impl KnowledgeBase {
         supports: &[(Fact, Support)],
         texts: &BTreeMap<Fact, String>,
     ) -> Result<()> {
-        for batch in supports.chunks(SUPPORT_BATCH) {
-            let rows: Vec<Value> = batch
-                .iter()
-                .map(|(fact, support)| {
-                    let key = fact_key(fact);
-                    let (origin, chunk) = origin_of(support);
-                    let text = texts.get(fact).cloned();
-                    row([
-                        ("id", support_record_id(&key, &origin, chunk).into_value()),
-                        ("fact", key.into_value()),
-                        ("origin", origin.into_value()),
-                        ("chunk", chunk.into_value()),
-                        ("kind", fact_kind(fact).to_string().into_value()),
-                        ("entity", fact_entity(fact).into_value()),
-                        ("alias", fact_alias(fact).into_value()),
-                        ("text", text.into_value()),
-                    ])
-                })
-                .collect();
-            self.exec(
-                &format!("INSERT IGNORE INTO {SUPPORT} $rows RETURN NONE"),
-                obj([("rows", rows.into_value())]),
-            )
-            .await?;
-        }
-        Ok(())
+        let rows: Vec<Value> = supports
+            .iter()
+            .map(|(fact, support)| {
+                let key = fact_key(fact);
+                let (origin, chunk) = origin_of(support);
+                let text = texts.get(fact).cloned();
+                row([
+                    ("id", support_record_id(&key, &origin, chunk).into_value()),
+                    ("fact", key.into_value()),
+                    ("origin", origin.into_value()),
+                    ("chunk", chunk.into_value()),
+                    ("kind", fact_kind(fact).to_string().into_value()),
+                    ("entity", fact_entity(fact).into_value()),
+                    ("alias", fact_alias(fact).into_value()),
+                    ("text", text.into_value()),
+                ])
+            })
+            .collect();
+        self.insert_pipelined(
+            &format!("INSERT IGNORE INTO {SUPPORT} $rows RETURN NONE"),
+            &rows,
+            |rows: Vec<Value>| async move { Ok((rows, ())) },
+            |()| {},
+        )
+        .await
     }
 
     /// The entity that `name` is an alias of (a name resolution merged into it), if any.

@@ -133,7 +133,7 @@ impl KnowledgeBase {
     /// the future that awaits it, so statements awaited by one task would take turns on one
     /// thread. `written` gets what `build` returned beside the rows, in the order of `items`,
     /// once their statement has succeeded.
-    async fn insert_pipelined<T, X, F, Fut>(
+    pub(crate) async fn insert_pipelined<T, X, F, Fut>(
         &self,
         sql: &str,
         items: &[T],

@@ -65,6 +65,8 @@ struct Script {
     completions: u64,
     tool_calls: u64,
     embedding_requests: Vec<Value>,
+    /// How long an extraction answered from the text waits first.
+    extraction_delay: Duration,
 }
 
 impl ScriptedLlm {
@@ -144,6 +146,11 @@ impl ScriptedLlm {
         self.script.lock().auth_headers.clone()
     }
 
+    /// Makes every extraction answered from the text wait `delay` first.
+    pub fn set_extraction_delay(&self, delay: Duration) {
+        self.script.lock().extraction_delay = delay;
+    }
+
     /// While down, every endpoint answers 503 with an OpenAI error body.
     ///
     /// Chat requests are still recorded and probes still counted, but no step is consumed.
@@ -207,6 +214,8 @@ async fn chat_completions(
                 .and_then(|m| m["content"].as_str())
                 .unwrap_or_default();
             let answer = extraction_of(text).to_string();
+            let delay = script.lock().extraction_delay;
+            tokio::time::sleep(delay).await;
             completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
         }
         None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),

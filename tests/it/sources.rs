@@ -292,6 +292,97 @@ async fn a_changed_source_replaces_its_contribution() {
     llm.stop().await;
 }
 
+/// Jobs that reach their writes together are written as one group; the outcome must be the
+/// one some order of the jobs alone would give.
+#[tokio::test]
+async fn sources_written_together_count_each_fact_once_and_keep_what_another_names() {
+    let llm = ScriptedLlm::start().await;
+    // Every job at once, each model answer after the same wait, so that several jobs wait
+    // to write while another writes.
+    let mut config = agent_config(vec![openai("model", &llm, 0, 5_000)]);
+    config.ingest.max_jobs = 12;
+    config.ingest.max_calls_in_flight = 12;
+    let t = start(config).await;
+    let v1 = ingest(
+        &t,
+        markdown("changing", "[[Herman Hollerith]] -[built]-> [[Tabulator]]."),
+    )
+    .await;
+    assert_eq!(v1["status"], "succeeded", "{v1}");
+
+    // Submitted at once: eight sources naming one new entity, a new version of "changing"
+    // that drops Hollerith -built-> Tabulator, and a source that names that relationship
+    // (last, so that they are likely to wait together while the first writes).
+    llm.set_extraction_delay(Duration::from_millis(300));
+    let mut bodies: Vec<Value> = (0..8)
+        .map(|i| {
+            markdown(
+                &format!("many-{i}"),
+                &format!("[[Shared Hub]] -[lists]-> [[Item {i}]]."),
+            )
+        })
+        .collect();
+    bodies.push(markdown(
+        "changing",
+        "[[Herman Hollerith]] -[founded]-> [[TMC]].",
+    ));
+    bodies.push(markdown(
+        "naming",
+        "[[Herman Hollerith]] -[built]-> [[Tabulator]] too.",
+    ));
+    let mut ids = Vec::new();
+    for body in bodies {
+        let (status, job) = t.post(SOURCES, body).await;
+        assert_eq!(status, 202, "{job}");
+        ids.push(job["job_id"].as_str().unwrap().to_string());
+    }
+    let (mut added, mut retracted) = (0, 0);
+    for id in &ids {
+        let job = finished(&t, id).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        added += job["counts"]["entities_added"].as_u64().unwrap();
+        retracted += job["counts"]["entities_retracted"].as_u64().unwrap();
+    }
+    // "Shared Hub", eight items, "TMC": each counted by one job only (and "Tabulator" again
+    // if the new version of "changing" retracted it before "naming" wrote).
+    assert_eq!(
+        added - retracted,
+        10,
+        "{added} added, {retracted} retracted"
+    );
+    let hub = outgoing(&t, "Shared Hub").await;
+    assert_eq!(hub.len(), 8, "{hub:?}");
+    // Whatever the order, "naming" supports the relationship the new version dropped.
+    assert_eq!(
+        outgoing(&t, "Herman Hollerith").await,
+        vec![
+            ("TMC".to_string(), "founded".to_string()),
+            ("Tabulator".to_string(), "built".to_string())
+        ]
+    );
+    let (status, done) = t
+        .call(Method::DELETE, "/data/v1/ingest/sources/notes/naming", None)
+        .await
+        .into_status_body();
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(
+        outgoing(&t, "Herman Hollerith").await,
+        vec![("TMC".to_string(), "founded".to_string())]
+    );
+    assert_eq!(entity(&t, "Tabulator").await, Value::Null);
+    for i in 0..7 {
+        let path = format!("/data/v1/ingest/sources/notes/many-{i}");
+        let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
+        assert_eq!(status, 200, "{done}");
+    }
+    assert_eq!(
+        outgoing(&t, "Shared Hub").await,
+        vec![("Item 7".to_string(), "lists".to_string())]
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn names_that_differ_in_case_and_punctuation_are_one_entity() {
     let llm = ScriptedLlm::start().await;
