@@ -58,6 +58,8 @@ pub struct IngestConfig {
     pub attempts: u32,
     /// When two names are the same entity.
     pub resolve: ResolveConfig,
+    /// Whether the model is asked to confirm a doubtful pair.
+    pub confirm_doubtful: bool,
     /// Largest source accepted, in bytes.
     pub max_source_bytes: usize,
 }
@@ -73,6 +75,7 @@ impl Default for IngestConfig {
             providers: None,
             attempts: 2,
             resolve: ResolveConfig::default(),
+            confirm_doubtful: true,
             max_source_bytes: 16 << 20,
         }
     }
@@ -620,6 +623,13 @@ impl IngestDeps {
             _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
         };
         phases.mark("extract");
+        let confirmed = match &self.model {
+            Some(model) if self.config.confirm_doubtful => {
+                self.confirm_doubtful(id, &found, model).await?
+            }
+            _ => BTreeSet::new(),
+        };
+        phases.mark("confirm");
         Ok(Some(Prepared {
             id,
             source: source.clone(),
@@ -632,6 +642,7 @@ impl IngestDeps {
             found,
             failed,
             old,
+            confirmed,
             phases,
         }))
     }
@@ -687,7 +698,7 @@ impl IngestDeps {
         let mut jobs: Vec<Writing> = Vec::with_capacity(size);
         for Pending { mut prepared, done } in group {
             prepared.phases.mark("wait to write");
-            match self.resolve(&prepared.found).await {
+            match self.resolve(&prepared).await {
                 Ok(resolved) => jobs.push(Writing::new(prepared, resolved, done, &self.model)),
                 Err(e) => {
                     let _ = done.send(Err(e));
@@ -1038,16 +1049,17 @@ impl IngestDeps {
 
     /// Resolves every name the extractions give: to itself, to another name of the same
     /// source under the same key (case, spacing, punctuation), or to an entity of the graph
-    /// that [`kbq_ingest::compare`] calls the same.
-    async fn resolve(&self, found: &[Option<Extraction>]) -> Result<Resolution, JobFailure> {
+    /// that [`Self::decide`] calls the same (or doubtful, and `confirmed`).
+    async fn resolve(&self, prepared: &Prepared) -> Result<Resolution, JobFailure> {
         let mut names: Vec<&str> = Vec::new();
-        for e in found.iter().flatten() {
+        for e in prepared.found.iter().flatten() {
             names.extend(e.entities.iter().map(|e| e.name.as_str()));
             for r in &e.relationships {
                 names.push(&r.source);
                 names.push(&r.target);
             }
         }
+        let described = described(&prepared.found);
         let mut resolution = Resolution::default();
         let mut by_key: HashMap<String, String> = HashMap::new();
         for name in names {
@@ -1062,10 +1074,18 @@ impl IngestDeps {
                 resolution.to.insert(name.to_string(), first.clone());
                 continue;
             }
-            let canonical = self
-                .in_graph(name)
-                .await?
-                .unwrap_or_else(|| name.to_string());
+            let description = described.get(name).copied().unwrap_or_default();
+            let canonical = match self.in_graph(name, description).await? {
+                InGraph::Same(found) => found,
+                InGraph::Doubtful(found)
+                    if prepared
+                        .confirmed
+                        .contains(&(name.to_string(), found.clone())) =>
+                {
+                    found
+                }
+                InGraph::Doubtful(_) | InGraph::None => name.to_string(),
+            };
             if canonical != name {
                 resolution.merged += 1;
             }
@@ -1075,11 +1095,12 @@ impl IngestDeps {
         Ok(resolution)
     }
 
-    /// The entity of the graph that `name` names: itself, or one the name search finds that
-    /// resolution calls the same.
-    async fn in_graph(&self, name: &str) -> Result<Option<String>, StoreError> {
+    /// The entity of the graph that `name` (described by `description`, empty if unknown)
+    /// names: itself; else the first candidate of the name search that [`Self::decide`] calls
+    /// the same; else the first it calls doubtful.
+    async fn in_graph(&self, name: &str, description: &str) -> Result<InGraph, StoreError> {
         if self.kb.entity(name).await?.is_some() {
-            return Ok(Some(name.to_string()));
+            return Ok(InGraph::Same(name.to_string()));
         }
         let key = kbq_ingest::name_key(name);
         // The name search matches case-insensitively by substring: a variant of spacing or
@@ -1090,16 +1111,186 @@ impl IngestDeps {
             .unwrap_or(&key)
             .to_string();
         if probe.is_empty() {
-            return Ok(None);
+            return Ok(InGraph::None);
         }
         let candidates = self.kb.search_entities(&probe, None, 50).await?;
-        Ok(candidates
-            .iter()
-            .find(|c| {
-                kbq_ingest::compare(name, &c.name, None, &self.config.resolve) == Decision::Same
-            })
-            .map(|c| c.name.clone()))
+        let mut doubtful = None;
+        for c in &candidates {
+            match self.decide(name, description, c).await? {
+                Decision::Same => return Ok(InGraph::Same(c.name.clone())),
+                Decision::Doubtful if doubtful.is_none() => doubtful = Some(c.name.clone()),
+                _ => {}
+            }
+        }
+        Ok(doubtful.map_or(InGraph::None, InGraph::Doubtful))
     }
+
+    /// [`kbq_ingest::compare`] of `name` and an entity of the graph, with the cosine of their
+    /// descriptions' embeddings when both are known and the names alone do not say
+    /// different (descriptions only ever lower a decision).
+    async fn decide(
+        &self,
+        name: &str,
+        description: &str,
+        entity: &kbq_store::model::Entity,
+    ) -> Result<Decision, StoreError> {
+        let config = &self.config.resolve;
+        let by_name = kbq_ingest::compare(name, &entity.name, None, config);
+        let theirs = entity_description(entity);
+        if by_name == Decision::Different
+            || description.is_empty()
+            || theirs.is_empty()
+            || kbq_ingest::name_key(name) == kbq_ingest::name_key(&entity.name)
+        {
+            return Ok(by_name);
+        }
+        let vectors = self
+            .kb
+            .embedder()
+            .embed(&[description.to_string(), theirs.to_string()])
+            .await?;
+        let cosine = match vectors.as_slice() {
+            [a, b] => Some(cosine(a, b)),
+            _ => None,
+        };
+        Ok(kbq_ingest::compare(name, &entity.name, cosine, config))
+    }
+
+    /// The doubtful pairs of a job's names and the graph's entities that the model confirms
+    /// as one entity; asked before the job waits to write, so that no group waits on a
+    /// model. Each pair's answer is kept, as extractions are. A failed call confirms nothing.
+    async fn confirm_doubtful(
+        &self,
+        id: Uuid,
+        found: &[Option<Extraction>],
+        model: &str,
+    ) -> Result<BTreeSet<(String, String)>, StoreError> {
+        let mut confirmed = BTreeSet::new();
+        let described = described(found);
+        let typed: HashMap<&str, &str> = found
+            .iter()
+            .flatten()
+            .flat_map(|e| &e.entities)
+            .map(|e| (e.name.as_str(), e.entity_type.as_str()))
+            .collect();
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        for e in found.iter().flatten() {
+            names.extend(
+                e.entities_with_relationship_ends()
+                    .into_iter()
+                    .map(|e| e.name),
+            );
+        }
+        for name in &names {
+            let name = name.as_str();
+            let description = described.get(name).copied().unwrap_or_default();
+            let InGraph::Doubtful(other) = self.in_graph(name, description).await? else {
+                continue;
+            };
+            let Some(entity) = self.kb.entity(&other).await? else {
+                continue;
+            };
+            let ours = kbq_ingest::confirm::Named {
+                name,
+                entity_type: typed.get(name).copied().unwrap_or_default(),
+                description,
+            };
+            let theirs = kbq_ingest::confirm::Named {
+                name: &entity.name,
+                entity_type: &entity.entity_type,
+                description: entity_description(&entity),
+            };
+            if self.ask_same(id, ours, theirs, model).await? == Some(true) {
+                confirmed.insert((name.to_string(), other));
+            }
+        }
+        Ok(confirmed)
+    }
+
+    /// The model's answer to whether `a` and `b` are one entity, kept by the pair; `None`
+    /// when no answer kept the schema.
+    async fn ask_same(
+        &self,
+        id: Uuid,
+        a: kbq_ingest::confirm::Named<'_>,
+        b: kbq_ingest::confirm::Named<'_>,
+        model: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        let (system, user) = kbq_ingest::confirm::messages(a, b);
+        let pair = hex(&Sha256::digest(format!("{system}\0{user}")));
+        let key = extraction_key(&pair, model, kbq_ingest::confirm::PROMPT_VERSION);
+        if let Some(kept) = self.kb.cached_extraction(&key).await?
+            && let Some(same) = kept.as_bool()
+        {
+            return Ok(Some(same));
+        }
+        let request = structured_request(
+            system,
+            user,
+            kbq_ingest::confirm::SCHEMA_NAME,
+            kbq_ingest::confirm::json_schema(),
+        );
+        for attempt in 1..=self.config.attempts.max(1) {
+            let answer = {
+                let _permit = self.calls.acquire().await;
+                self.update(id, false, |v| v.counts.model_calls += 1)
+                    .await?;
+                self.agent
+                    .complete(self.config.providers.as_deref(), &request)
+                    .await
+            };
+            match answer {
+                Ok(answer) => {
+                    let text = answer.message["content"].as_str().unwrap_or_default();
+                    if let Some(same) = kbq_ingest::confirm::validate(text) {
+                        self.kb.cache_extraction(&key, Value::Bool(same)).await?;
+                        return Ok(Some(same));
+                    }
+                    tracing::warn!(job = %id, attempt, "a confirmation broke the schema");
+                }
+                Err(e) => {
+                    tracing::warn!(job = %id, attempt, error = %e, "confirmation call failed");
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// What the graph has for a name.
+enum InGraph {
+    Same(String),
+    Doubtful(String),
+    None,
+}
+
+/// Each name's first non-empty description in a job's answers.
+fn described(found: &[Option<Extraction>]) -> HashMap<&str, &str> {
+    let mut described = HashMap::new();
+    for e in found.iter().flatten().flat_map(|e| &e.entities) {
+        if !e.description.is_empty() {
+            described
+                .entry(e.name.as_str())
+                .or_insert(e.description.as_str());
+        }
+    }
+    described
+}
+
+/// An entity's description (`properties.description`), empty if it has none.
+fn entity_description(entity: &kbq_store::model::Entity) -> &str {
+    entity
+        .properties
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let n = norm(a) * norm(b);
+    if n == 0.0 { 0.0 } else { dot / n }
 }
 
 /// Where a job's time went, phase by phase (logged at debug when it has written).
@@ -1149,6 +1340,8 @@ struct Prepared {
     failed: Vec<bool>,
     /// The version stored before, if any.
     old: Option<SourceRecord>,
+    /// Doubtful pairs (a name of the job, an entity of the graph) the model called one.
+    confirmed: BTreeSet<(String, String)>,
     phases: Phases,
 }
 
@@ -1322,15 +1515,25 @@ const PARSE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The model request for one chunk: its messages and the `kbq_extraction` schema as
 /// structured output.
 fn extraction_request(system: String, user: String) -> ChatRequest {
+    structured_request(
+        system,
+        user,
+        SCHEMA_NAME,
+        kbq_ingest::extraction::json_schema(),
+    )
+}
+
+/// A request for an answer of `schema` (OpenAI structured output, strict), at temperature 0.
+fn structured_request(system: String, user: String, name: &str, schema: Value) -> ChatRequest {
     let mut options = serde_json::Map::new();
     options.insert(
         "response_format".into(),
         json!({
             "type": "json_schema",
             "json_schema": {
-                "name": SCHEMA_NAME,
+                "name": name,
                 "strict": true,
-                "schema": kbq_ingest::extraction::json_schema(),
+                "schema": schema,
             }
         }),
     );

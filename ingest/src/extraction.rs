@@ -316,7 +316,7 @@ impl Extraction {
 }
 
 /// The JSON inside a ```` ```json ```` (or bare ```` ``` ````) fence, else the whole answer.
-fn strip_fence(answer: &str) -> &str {
+pub(crate) fn strip_fence(answer: &str) -> &str {
     let trimmed = answer.trim();
     let Some(rest) = trimmed.strip_prefix("```") else {
         return trimmed;

@@ -11,6 +11,7 @@
 //!        ── chunk::chunk ────> [Chunk { text, start..end, heading_path, hash }]
 //!        ── extraction::messages ──> model ──> extraction::validate ──> Extraction
 //!        ── resolve::compare ──> Same | Doubtful | Different (against the graph's names)
+//!        ── confirm::messages ──> model ──> confirm::validate ──> a doubtful pair same or not
 //!        ── provenance::plan_replace / plan_delete ──> Plan (applied by the store)
 //! ```
 //!
@@ -22,9 +23,11 @@
 //!   offsets and content hashes.
 //! - [`extraction`]: the model's contract: prompt, strict JSON schema, answer validation.
 //! - [`resolve`]: name keys, name similarity, and the same/doubtful/different decision.
+//! - [`confirm`]: the model's contract for a doubtful pair: prompt, schema, answer.
 //! - [`provenance`]: facts, their supports, and the pure planner of deletes and replaces.
 
 pub mod chunk;
+pub mod confirm;
 pub mod extraction;
 pub mod format;
 pub mod parse;

@@ -219,6 +219,11 @@ pub fn compare(
     if key_a == key_b {
         return Decision::Same;
     }
+    if numbers(&key_a) != numbers(&key_b) {
+        // "Apollo 11" and "Apollo 13", "Z1" and "Z2", "Windows 10" and "Windows 11": names
+        // that differ in a number name different things, however alike they look.
+        return Decision::Different;
+    }
     if is_acronym_of(&key_a, &key_b)
         || is_acronym_of(&key_b, &key_a)
         || words_within(&key_a, &key_b)
@@ -227,6 +232,13 @@ pub fn compare(
         return lower_by_description(Decision::Doubtful, description_cosine, config);
     }
     decide(similarity(a, b), description_cosine, config)
+}
+
+/// The runs of digits in a name key, in order.
+fn numbers(key: &str) -> Vec<&str> {
+    key.split(|c: char| !c.is_ascii_digit())
+        .filter(|run| !run.is_empty())
+        .collect()
 }
 
 /// Words an acronym usually skips.
@@ -267,6 +279,28 @@ mod tests {
 
     fn same_key(a: &str, b: &str) -> bool {
         name_key(a) == name_key(b)
+    }
+
+    #[test]
+    fn names_that_differ_in_a_number_are_different() {
+        let config = ResolveConfig::default();
+        for (a, b) in [
+            ("Apollo 11", "Apollo 13"),
+            ("Z1", "Z2"),
+            ("Person 1", "Person 12"),
+            ("Windows 10", "Windows"),
+        ] {
+            assert_eq!(
+                compare(a, b, None, &config),
+                Decision::Different,
+                "{a} / {b}"
+            );
+        }
+        assert_eq!(compare("F-16", "F16", None, &config), Decision::Same);
+        assert_eq!(
+            compare("Apollo 11", "Apollo 11 mission", None, &config),
+            Decision::Doubtful
+        );
     }
 
     #[test]

@@ -28,6 +28,14 @@ pub struct IngestSection {
     pub attempts: u32,
     /// Name similarity from which two names are the same entity.
     pub same_name: f64,
+    /// Name similarity from which two names are a doubtful pair (at most `same_name`).
+    pub doubtful_name: f64,
+    /// Description cosine a pair the same by name needs; below it the pair is doubtful.
+    pub same_description: f32,
+    /// Description cosine below which a doubtful pair is different.
+    pub different_description: f32,
+    /// Whether the model is asked to confirm a doubtful pair; if not, the pair stays apart.
+    pub confirm_doubtful: bool,
 }
 
 impl Default for IngestSection {
@@ -43,6 +51,10 @@ impl Default for IngestSection {
             providers: Vec::new(),
             attempts: 2,
             same_name: 0.95,
+            doubtful_name: 0.80,
+            same_description: 0.80,
+            different_description: 0.50,
+            confirm_doubtful: true,
         }
     }
 }
@@ -67,6 +79,19 @@ impl IngestSection {
         within("ingest.max_source_bytes", self.max_source_bytes, 1, 1 << 30)?;
         within("ingest.attempts", self.attempts, 1, 10)?;
         within("ingest.same_name", self.same_name, 0.0, 1.0)?;
+        within(
+            "ingest.doubtful_name",
+            self.doubtful_name,
+            0.0,
+            self.same_name,
+        )?;
+        within("ingest.same_description", self.same_description, -1.0, 1.0)?;
+        within(
+            "ingest.different_description",
+            self.different_description,
+            -1.0,
+            self.same_description,
+        )?;
         for (i, t) in self.entity_types.iter().enumerate() {
             if t.trim().is_empty() || t.chars().count() > 64 {
                 return bad(
@@ -99,13 +124,11 @@ impl IngestSection {
             attempts: self.attempts,
             resolve: kbq_ingest::ResolveConfig {
                 same_name: self.same_name,
-                // Doubtful pairs are kept apart as different ones are (no model confirms
-                // them yet), so only the line of "same" is a setting.
-                doubtful_name: self
-                    .same_name
-                    .min(kbq_ingest::ResolveConfig::default().doubtful_name),
-                ..kbq_ingest::ResolveConfig::default()
+                doubtful_name: self.doubtful_name,
+                same_description: self.same_description,
+                different_description: self.different_description,
             },
+            confirm_doubtful: self.confirm_doubtful,
             max_source_bytes: self.max_source_bytes,
         }
     }

@@ -67,6 +67,8 @@ struct Script {
     embedding_requests: Vec<Value>,
     /// How long an extraction answered from the text waits first.
     extraction_delay: Duration,
+    /// The pairs of names a confirmation (`kbq_same_entity`) calls one entity.
+    same: Vec<(String, String)>,
 }
 
 impl ScriptedLlm {
@@ -146,6 +148,12 @@ impl ScriptedLlm {
         self.script.lock().auth_headers.clone()
     }
 
+    /// Makes a confirmation of a doubtful pair (`kbq_same_entity`) answer `{"same": true}`
+    /// for `a` and `b`, in either order; every other pair is answered `false`.
+    pub fn confirm_same(&self, a: &str, b: &str) {
+        self.script.lock().same.push((a.to_string(), b.to_string()));
+    }
+
     /// Makes every extraction answered from the text wait `delay` first.
     pub fn set_extraction_delay(&self, delay: Duration) {
         self.script.lock().extraction_delay = delay;
@@ -216,6 +224,28 @@ async fn chat_completions(
             let answer = extraction_of(text).to_string();
             let delay = script.lock().extraction_delay;
             tokio::time::sleep(delay).await;
+            completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
+        }
+        // A doubtful pair to confirm, with nothing queued: answered from `confirm_same`.
+        None if body["response_format"]["json_schema"]["name"] == "kbq_same_entity" => {
+            let user = body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            let side = |label: &str| {
+                user.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let (a, b) = (side("A"), side("B"));
+            let same = script
+                .lock()
+                .same
+                .iter()
+                .any(|(x, y)| (*x == a && *y == b) || (*x == b && *y == a));
+            let answer = json!({ "same": same }).to_string();
             completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
         }
         None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),

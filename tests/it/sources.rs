@@ -426,6 +426,88 @@ async fn names_that_differ_in_case_and_punctuation_are_one_entity() {
     llm.stop().await;
 }
 
+/// Requests the scripted model got to confirm a doubtful pair, as (A, B).
+fn confirmations(llm: &ScriptedLlm) -> Vec<(String, String)> {
+    llm.requests()
+        .iter()
+        .filter(|r| r["response_format"]["json_schema"]["name"] == "kbq_same_entity")
+        .map(|r| {
+            let user = r["messages"][1]["content"].as_str().unwrap_or_default();
+            let side = |label: &str| {
+                user.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            (side("A"), side("B"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_once() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let one = ingest(
+        &t,
+        markdown(
+            "one",
+            "[[Seymour Cray]] -[founded]-> [[Cray Research]]. [[International Business Machines]] -[built]-> [[Stretch]].",
+        ),
+    )
+    .await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    // Both pairs below are doubtful by name (one name's words among the other's; an
+    // acronym); the model says only the first is one entity.
+    llm.confirm_same("Seymour R. Cray", "Seymour Cray");
+    let two = ingest(
+        &t,
+        markdown(
+            "two",
+            "[[Seymour R. Cray]] -[designed]-> [[CDC 6600]]. [[IBM]] -[built]-> [[System/360]].",
+        ),
+    )
+    .await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+    let asked = confirmations(&llm);
+    assert!(
+        asked.contains(&("Seymour R. Cray".to_string(), "Seymour Cray".to_string())),
+        "{asked:?}"
+    );
+    assert_eq!(two["counts"]["entities_merged"], 1, "{two}");
+    // Merged: the name is an alias of the entity, which has both sources' relationships.
+    assert_eq!(entity(&t, "Seymour R. Cray").await["name"], "Seymour Cray");
+    assert_eq!(
+        outgoing(&t, "Seymour Cray").await,
+        vec![
+            ("CDC 6600".to_string(), "designed".to_string()),
+            ("Cray Research".to_string(), "founded".to_string())
+        ]
+    );
+    // Not confirmed (or not doubtful once the descriptions are compared): two entities.
+    assert_eq!(entity(&t, "IBM").await["name"], "IBM");
+    assert_eq!(
+        outgoing(&t, "IBM").await,
+        vec![("System/360".to_string(), "built".to_string())]
+    );
+
+    // A new version of "two": its changed chunk is read again, but the pairs' answers are
+    // kept and not asked again.
+    let again = ingest(
+        &t,
+        markdown(
+            "two",
+            "[[Seymour R. Cray]] -[designed]-> [[CDC 6600]]. [[IBM]] -[built]-> [[System/360]]. More.",
+        ),
+    )
+    .await;
+    assert_eq!(again["status"], "succeeded", "{again}");
+    assert_eq!(confirmations(&llm), asked);
+    assert_eq!(entity(&t, "Seymour R. Cray").await["name"], "Seymour Cray");
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn a_chunk_answered_with_broken_json_is_retried_then_counted_failed() {
     let llm = ScriptedLlm::start().await;
