@@ -16,7 +16,8 @@
 //! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
 //! - [`offload`]: runs handlers' knowledge-base calls on the main runtime, off the HTTP threads.
-//! - [`priority`]: lowers the main runtime's threads below the HTTP workers and lookup lane.
+//! - [`priority`]: thread priorities (kbq-actors' module): the main runtime's threads below the
+//!   HTTP workers and lookup lane, the ingestion runtime's below those.
 //! - [`huge_pages`]: transparent huge pages off for the process, for its allocator's sake.
 //! - [`cors`]: the browser origins allowed to call kbq.
 //! - [`peer`]: notices a client that has closed its connection, so a handler can stop early.
@@ -44,7 +45,7 @@ pub mod models;
 pub mod offload;
 pub mod openapi;
 pub mod peer;
-pub mod priority;
+pub use kbq_actors::priority;
 pub mod routes;
 pub mod server;
 pub mod startup;

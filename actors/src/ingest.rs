@@ -60,6 +60,11 @@ pub struct IngestConfig {
     pub resolve: ResolveConfig,
     /// Whether the model is asked to confirm a doubtful pair.
     pub confirm_doubtful: bool,
+    /// Threads of the runtime jobs run on, apart from the main runtime; 0 runs them on the
+    /// main runtime.
+    pub threads: usize,
+    /// How far below the main runtime's priority those threads run (nice steps).
+    pub nice: u8,
     /// Largest source accepted, in bytes.
     pub max_source_bytes: usize,
 }
@@ -76,6 +81,8 @@ impl Default for IngestConfig {
             attempts: 2,
             resolve: ResolveConfig::default(),
             confirm_doubtful: true,
+            threads: 2,
+            nice: 10,
             max_source_bytes: 16 << 20,
         }
     }
@@ -221,6 +228,8 @@ pub struct IngestDeps {
     writes: tokio::sync::Mutex<()>,
     /// Jobs waiting to write; the next group takes them all.
     pending: parking_lot::Mutex<Vec<Pending>>,
+    /// The runtime jobs run on (`None`: the caller's).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 /// The edge's handle on ingestion.
@@ -237,6 +246,7 @@ impl Ingestor {
         config: IngestConfig,
         model: Option<String>,
         actor: Slot<ActorRef<IngestMessage>>,
+        runtime: Option<tokio::runtime::Handle>,
     ) -> Self {
         // The entity types asked for are part of the prompt: answers kept for other types
         // are not this model's answers to it.
@@ -256,6 +266,7 @@ impl Ingestor {
                 calls,
                 writes: Default::default(),
                 pending: Default::default(),
+                runtime,
             }),
             actor,
         }
@@ -1724,10 +1735,16 @@ impl Actor for IngestActor {
             };
             let deps = state.deps.clone();
             let me = myself.clone();
-            let task = tokio::spawn(async move {
+            let job = async move {
                 deps.run(id).await;
                 let _ = me.cast(IngestMessage::Ended(id));
-            });
+            };
+            // On the ingestion runtime, below the main runtime's priority: a job's parsing,
+            // resolution and SurrealDB writes run there, and lookups go first.
+            let task = match &state.deps.runtime {
+                Some(runtime) => runtime.spawn(job),
+                None => tokio::spawn(job),
+            };
             state
                 .running
                 .insert(id, tokio_util::task::AbortOnDropHandle::new(task));

@@ -71,6 +71,7 @@ pub mod health;
 pub mod ingest;
 pub mod local;
 pub mod pool;
+pub mod priority;
 pub mod provider;
 pub mod root;
 pub mod router;

@@ -40,22 +40,27 @@ pub struct Runtime {
     pub pools: Pools,
     root: ActorRef<RootMessage>,
     root_handle: tokio::task::JoinHandle<()>,
-    /// Declared last: dropped after the tree, whose lookup lane runs on it.
+    /// Declared last: dropped after the tree, whose lookup lane and ingestion jobs run on
+    /// them.
     _lane: LaneRuntime,
+    _ingest: LaneRuntime,
 }
 
-/// The lookup lane's runtime. Dropping a tokio runtime inside another runtime's task panics,
-/// so it is shut down in the background: its threads end once their tasks are gone.
+/// A runtime of kbq's own beside the main one: the lookup lane's, or ingestion's (its threads
+/// lowered by `nice`). Dropping a tokio runtime inside another runtime's task panics, so it is
+/// shut down in the background: its threads end once their tasks are gone.
 struct LaneRuntime(Option<tokio::runtime::Runtime>);
 
 impl LaneRuntime {
-    fn start(threads: usize) -> Result<Self, SpawnErr> {
+    fn start(threads: usize, name: &str, nice: u8) -> Result<Self, SpawnErr> {
         if threads == 0 {
             return Ok(LaneRuntime(None));
         }
+        let nice = crate::priority::lowered_by(nice);
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
-            .thread_name("kbq-lookup")
+            .thread_name(name)
+            .on_thread_start(move || crate::priority::set_current_thread(nice))
             .enable_all()
             .build()
             .map(|rt| LaneRuntime(Some(rt)))
@@ -95,7 +100,9 @@ impl Runtime {
                 config.graph_call_timeout,
             )
         });
-        let lane = LaneRuntime::start(config.graph_lane_threads)?;
+        let lane = LaneRuntime::start(config.graph_lane_threads, "kbq-lookup", 0)?;
+        let ingest_runtime =
+            LaneRuntime::start(config.ingest.threads, "kbq-ingest", config.ingest.nice)?;
         let tool_pools: HashMap<String, PoolHandle<ToolJob>> = toolbox
             .tools()
             .iter()
@@ -212,6 +219,7 @@ impl Runtime {
             config.ingest.clone(),
             extraction_model(&provider_configs, config.ingest.providers.as_deref()),
             Arc::new(RwLock::new(None)),
+            ingest_runtime.handle(),
         );
         let args = RootArguments {
             kb: kb.clone(),
@@ -241,6 +249,7 @@ impl Runtime {
             root,
             root_handle,
             _lane: lane,
+            _ingest: ingest_runtime,
         })
     }
 
@@ -270,4 +279,30 @@ fn extraction_model(providers: &[ProviderConfig], chain: Option<&[String]>) -> O
         })
         .collect();
     (!asked.is_empty()).then(|| asked.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::priority::current_nice;
+
+    #[test]
+    fn a_lane_runtime_runs_its_tasks_on_named_threads_lowered_by_its_nice() {
+        let before = current_nice();
+        let lane = LaneRuntime::start(1, "kbq-test-lane", 4).unwrap();
+        let (name, nice) = lane.0.as_ref().unwrap().block_on(async {
+            tokio::spawn(async {
+                let name = std::thread::current().name().map(str::to_string);
+                (name, current_nice())
+            })
+            .await
+            .unwrap()
+        });
+        assert_eq!(name.as_deref(), Some("kbq-test-lane"));
+        if cfg!(target_os = "linux") {
+            assert_eq!(nice, (before + 4).min(19));
+        }
+        assert_eq!(current_nice(), before);
+        assert!(LaneRuntime::start(0, "none", 4).unwrap().handle().is_none());
+    }
 }

@@ -36,6 +36,10 @@ pub struct IngestSection {
     pub different_description: f32,
     /// Whether the model is asked to confirm a doubtful pair; if not, the pair stays apart.
     pub confirm_doubtful: bool,
+    /// Threads of the runtime ingestion jobs run on; 0: the main runtime.
+    pub threads: usize,
+    /// How many nice steps below the main runtime those threads run.
+    pub nice: u8,
 }
 
 impl Default for IngestSection {
@@ -55,6 +59,8 @@ impl Default for IngestSection {
             same_description: 0.80,
             different_description: 0.50,
             confirm_doubtful: true,
+            threads: 2,
+            nice: 10,
         }
     }
 }
@@ -79,6 +85,8 @@ impl IngestSection {
         within("ingest.max_source_bytes", self.max_source_bytes, 1, 1 << 30)?;
         within("ingest.attempts", self.attempts, 1, 10)?;
         within("ingest.same_name", self.same_name, 0.0, 1.0)?;
+        within("ingest.threads", self.threads, 0, 64)?;
+        within("ingest.nice", self.nice, 0, 19)?;
         within(
             "ingest.doubtful_name",
             self.doubtful_name,
@@ -129,6 +137,8 @@ impl IngestSection {
                 different_description: self.different_description,
             },
             confirm_doubtful: self.confirm_doubtful,
+            threads: self.threads,
+            nice: self.nice,
             max_source_bytes: self.max_source_bytes,
         }
     }

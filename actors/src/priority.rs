@@ -3,8 +3,9 @@
 //! main runtime's threads, which run the slow classes of work (SurrealDB statements, RAG,
 //! chats, writes, graph documents that wait on SurrealDB or a remote embedder): there are more
 //! of those, and each runs longer. kbq lowers
-//! the main runtime's threads by `server.main_runtime_nice` when they start; the others keep
-//! the priority kbq was started with.
+//! the main runtime's threads by `server.main_runtime_nice` when they start, and the
+//! ingestion runtime's by `ingest.nice` more (ingestion is background work: lookups go
+//! first); the others keep the priority kbq was started with.
 //!
 //! A thread inherits the nice value of the thread that creates it, and an unprivileged process
 //! cannot raise a priority back, so the HTTP workers and the lookup lane must be created by a
