@@ -460,11 +460,19 @@ impl KnowledgeBase {
     }
 
     /// Replaces the `view` of an ingest job's stored record (its status, progress and
-    /// counts), leaving the rest (the source's content) unread and unwritten.
+    /// counts), leaving the rest unread. The source's content (`record.input.content`) is
+    /// kept while the job may run again, and emptied once the view says it has ended: only
+    /// a resumed job reads it.
     pub async fn put_job_view(&self, job_id: &str, view: Json) -> Result<()> {
         let finished = has_ended(&view);
+        let sql = match finished {
+            true => {
+                "UPDATE $id SET record.view = $view, finished = $finished, record.input.content = '' RETURN NONE"
+            }
+            false => "UPDATE $id SET record.view = $view, finished = $finished RETURN NONE",
+        };
         self.exec(
-            "UPDATE $id SET record.view = $view, finished = $finished RETURN NONE",
+            sql,
             obj([
                 ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
                 ("view", view.into_value()),

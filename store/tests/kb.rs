@@ -1010,3 +1010,38 @@ async fn supports_of_reads_the_sources_own_and_one_of_another_origin() {
     assert!(theirs_supports[0].source() != Some(&mine));
     assert!(of(&nobodys).is_empty());
 }
+
+#[tokio::test]
+async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
+    let kb = open(false).await;
+    let record = |status: &str| {
+        serde_json::json!({
+            "view": {"job_id": "j1", "status": status},
+            "owner": "k",
+            "input": {"source": "s", "source_id": "a", "content": "68656c6c6f"},
+        })
+    };
+    kb.put_job("j1", record("queued")).await.unwrap();
+    kb.put_job_view(
+        "j1",
+        serde_json::json!({"job_id": "j1", "status": "running"}),
+    )
+    .await
+    .unwrap();
+    let running = kb.job("j1").await.unwrap().unwrap();
+    assert_eq!(running["view"]["status"], "running");
+    assert_eq!(
+        running["input"]["content"], "68656c6c6f",
+        "kept while it may run"
+    );
+    kb.put_job_view(
+        "j1",
+        serde_json::json!({"job_id": "j1", "status": "succeeded"}),
+    )
+    .await
+    .unwrap();
+    let ended = kb.job("j1").await.unwrap().unwrap();
+    assert_eq!(ended["view"]["status"], "succeeded");
+    assert_eq!(ended["input"]["content"], "", "dropped once it has ended");
+    assert_eq!(ended["input"]["source_id"], "a");
+}
