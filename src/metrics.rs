@@ -258,6 +258,8 @@ pub struct MemoryReading {
     pub indexes: IndexStats,
     /// Resident set size, where the platform tells it.
     pub resident_bytes: Option<u64>,
+    /// Ingestion jobs this node holds in memory: queued, running, ended.
+    pub ingest_jobs: (u64, u64, u64),
 }
 
 impl MemoryReading {
@@ -305,6 +307,16 @@ impl MemoryReading {
             ("vectors", s.vectors),
         ] {
             let _ = writeln!(out, "kbq_index_records{{kind=\"{kind}\"}} {n}");
+        }
+        header(
+            out,
+            "kbq_ingest_jobs",
+            "gauge",
+            "Ingestion jobs this node holds in memory, by state: queued, running, ended (at most ingest.keep_ended_jobs).",
+        );
+        let (queued, running, ended) = self.ingest_jobs;
+        for (state, n) in [("queued", queued), ("running", running), ("ended", ended)] {
+            let _ = writeln!(out, "kbq_ingest_jobs{{state=\"{state}\"}} {n}");
         }
         if let Some(rss) = self.resident_bytes {
             header(
@@ -391,6 +403,7 @@ pub async fn metrics(
     agent: web::Data<Agent>,
     kb: web::Data<KnowledgeBase>,
     readiness: web::Data<Readiness>,
+    sources: web::Data<crate::routes::sources::SourcesService>,
 ) -> HttpResponse {
     let store_up = crate::routes::probes::store_state(&kb).await == "up";
     // Walking every index takes milliseconds on a large store: off the HTTP worker.
@@ -403,6 +416,7 @@ pub async fn metrics(
         store_up,
         indexes,
         resident_bytes: resident_bytes(),
+        ingest_jobs: sources.ingestor().jobs_here(),
     };
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

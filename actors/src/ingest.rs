@@ -65,6 +65,8 @@ pub struct IngestConfig {
     pub threads: usize,
     /// How far below the main runtime's priority those threads run (nice steps).
     pub nice: u8,
+    /// Ended jobs this node keeps in memory; older ones are answered from the store.
+    pub keep_ended_jobs: usize,
     /// Largest source accepted, in bytes.
     pub max_source_bytes: usize,
 }
@@ -83,6 +85,7 @@ impl Default for IngestConfig {
             confirm_doubtful: true,
             threads: 2,
             nice: 10,
+            keep_ended_jobs: 1000,
             max_source_bytes: 16 << 20,
         }
     }
@@ -294,6 +297,19 @@ impl Ingestor {
     /// to the entities already in the graph that they name.
     pub fn extracts(&self) -> bool {
         self.deps.model.is_some()
+    }
+
+    /// The jobs this node holds in memory: (queued, running, ended).
+    pub fn jobs_here(&self) -> (u64, u64, u64) {
+        let mut counts = (0, 0, 0);
+        for r in self.deps.jobs.lock().values() {
+            match r.progress.borrow().status {
+                JobStatus::Queued => counts.0 += 1,
+                JobStatus::Running => counts.1 += 1,
+                _ => counts.2 += 1,
+            }
+        }
+        counts
     }
 
     /// Checks `input`, stores its job and queues it. Answers the job as queued.
@@ -1645,6 +1661,10 @@ pub struct IngestState {
     deps: Arc<IngestDeps>,
     waiting: std::collections::VecDeque<Uuid>,
     running: HashMap<Uuid, tokio_util::task::AbortOnDropHandle<()>>,
+    /// The jobs that ended on this node, oldest first: the table of jobs keeps the last
+    /// `keep_ended_jobs` of them (their progress channels, for followers), and the store the
+    /// rest.
+    ended: std::collections::VecDeque<Uuid>,
 }
 
 /// Messages to the ingestion actor.
@@ -1673,6 +1693,7 @@ impl Actor for IngestActor {
             deps,
             waiting: Default::default(),
             running: HashMap::new(),
+            ended: Default::default(),
         })
     }
 
@@ -1690,6 +1711,13 @@ impl Actor for IngestActor {
             }
             IngestMessage::Ended(id) => {
                 state.running.remove(&id);
+                state.ended.push_back(id);
+                while state.ended.len() > state.deps.config.keep_ended_jobs {
+                    let Some(old) = state.ended.pop_front() else {
+                        break;
+                    };
+                    state.deps.jobs.lock().remove(&old);
+                }
             }
             IngestMessage::Resume => match state.deps.kb.unfinished_jobs().await {
                 // A restarted actor starts with no queue: the jobs this node knows that have

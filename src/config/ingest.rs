@@ -40,6 +40,8 @@ pub struct IngestSection {
     pub threads: usize,
     /// How many nice steps below the main runtime those threads run.
     pub nice: u8,
+    /// Ended jobs this node keeps in memory; older ones are answered from the store.
+    pub keep_ended_jobs: usize,
 }
 
 impl Default for IngestSection {
@@ -61,6 +63,7 @@ impl Default for IngestSection {
             confirm_doubtful: true,
             threads: 2,
             nice: 10,
+            keep_ended_jobs: 1000,
         }
     }
 }
@@ -87,6 +90,7 @@ impl IngestSection {
         within("ingest.same_name", self.same_name, 0.0, 1.0)?;
         within("ingest.threads", self.threads, 0, 64)?;
         within("ingest.nice", self.nice, 0, 19)?;
+        within("ingest.keep_ended_jobs", self.keep_ended_jobs, 1, 1_000_000)?;
         within(
             "ingest.doubtful_name",
             self.doubtful_name,
@@ -139,6 +143,7 @@ impl IngestSection {
             confirm_doubtful: self.confirm_doubtful,
             threads: self.threads,
             nice: self.nice,
+            keep_ended_jobs: self.keep_ended_jobs,
             max_source_bytes: self.max_source_bytes,
         }
     }

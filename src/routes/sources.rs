@@ -44,6 +44,11 @@ impl SourcesService {
         SourcesService { ingestor, offload }
     }
 
+    /// The ingestion runtime's handle.
+    pub fn ingestor(&self) -> &Ingestor {
+        &self.ingestor
+    }
+
     pub fn max_source_bytes(&self) -> usize {
         self.ingestor.config().max_source_bytes
     }

@@ -696,6 +696,74 @@ async fn a_multipart_upload_of_each_format_is_ingested() {
 }
 
 #[tokio::test]
+async fn an_ended_job_past_the_nodes_table_is_answered_from_its_record() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 5_000)]);
+    config.ingest.keep_ended_jobs = 1;
+    config
+        .auth
+        .keys
+        .push(key_entry("other", "other-key-0123", Some(&["write"])));
+    let t = start(config).await;
+    let first = ingest(
+        &t,
+        markdown("first", "[[Grace Hopper]] -[wrote]-> [[FLOW-MATIC]]."),
+    )
+    .await;
+    assert_eq!(first["status"], "succeeded", "{first}");
+    // Two more ended jobs: the first is no longer in the node's table.
+    for id in ["second", "third"] {
+        let job = ingest(&t, markdown(id, &format!("[[Note {id}]]."))).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+    // The node holds one ended job, the last.
+    let metrics = t
+        .http
+        .get(t.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("kbq_ingest_jobs{state=\"ended\"} 1\n"),
+        "{metrics}"
+    );
+    let path = format!("/data/v1/ingest/jobs/{}", first["job_id"].as_str().unwrap());
+    let (status, again) = t.get(&path).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["status"], "succeeded");
+    assert_eq!(again["counts"], first["counts"], "as recorded at its end");
+    // Its events: the recorded end, at once.
+    let events = t
+        .http
+        .get(t.url(&format!("{path}/events")))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let text = tokio::time::timeout(Duration::from_secs(10), events.text())
+        .await
+        .expect("the stream of an ended job ends")
+        .unwrap();
+    assert!(text.contains("\"status\":\"succeeded\""), "{text}");
+    // Still only its key's.
+    let other = t
+        .http
+        .get(t.url(&path))
+        .bearer_auth("other-key-0123")
+        .send()
+        .await
+        .unwrap();
+    let (status, _, body) = read(other).await;
+    assert_eq!(status, 404, "{body}");
+    t.stop().await;
+    llm.stop().await;
+}
+
+#[tokio::test]
 async fn a_job_is_seen_only_by_its_key_and_can_be_followed_and_cancelled() {
     let llm = ScriptedLlm::start().await;
     let mut config = agent_config(vec![openai("model", &llm, 0, 30_000)]);
