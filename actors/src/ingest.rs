@@ -756,13 +756,13 @@ impl IngestDeps {
             let relationships: Vec<NewRelationship> =
                 relationships.into_values().cloned().collect();
             let new_relationships = kb.missing_relationships(&relationships).await?;
-            let new_edges: BTreeSet<(String, String, String)> = new_relationships
+            let new_edges: BTreeSet<(&str, &str, &str)> = new_relationships
                 .iter()
                 .map(|r| {
                     (
-                        r.source_name.clone(),
-                        r.target_name.clone(),
-                        r.relationship_type.clone(),
+                        r.source_name.as_str(),
+                        r.target_name.as_str(),
+                        r.relationship_type.as_str(),
                     )
                 })
                 .collect();
@@ -780,9 +780,9 @@ impl IngestDeps {
                     target,
                     relationship_type,
                 } => !new_edges.contains(&(
-                    source.clone(),
-                    target.clone(),
-                    relationship_type.clone(),
+                    source.as_str(),
+                    target.as_str(),
+                    relationship_type.as_str(),
                 )),
                 _ => false,
             };
@@ -861,7 +861,8 @@ impl IngestDeps {
             let mut seen = BTreeSet::new();
             for job in &mut jobs {
                 for key in job.relationships.keys() {
-                    if new_edges.contains(key) && seen.insert(key.clone()) {
+                    let edge = (key.0.as_str(), key.1.as_str(), key.2.as_str());
+                    if new_edges.contains(&edge) && seen.insert(edge) {
                         job.relationships_added += 1;
                     }
                 }
@@ -994,34 +995,11 @@ impl IngestDeps {
             &self.config.entity_types,
         );
         let request = extraction_request(system, user);
-        let mut extraction = None;
-        for attempt in 1..=self.config.attempts.max(1) {
-            let answer = {
-                let _permit = self.calls.acquire().await;
-                self.update(id, false, |v| v.counts.model_calls += 1)
-                    .await?;
-                self.agent
-                    .complete(self.config.providers.as_deref(), &request)
-                    .await
-            };
-            match answer {
-                Ok(answer) => {
-                    let text = answer.message["content"].as_str().unwrap_or_default();
-                    match kbq_ingest::extraction::validate(text) {
-                        Ok(e) => {
-                            extraction = Some(e);
-                            break;
-                        }
-                        Err(e) => {
-                            tracing::warn!(job = %id, chunk = chunk.index, attempt, error = %e, "extraction broke the schema");
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(job = %id, chunk = chunk.index, attempt, error = %e, "extraction call failed");
-                }
-            }
-        }
+        let extraction = self
+            .ask(id, &request, &format!("chunk {}", chunk.index), |text| {
+                kbq_ingest::extraction::validate(text)
+            })
+            .await?;
         match &extraction {
             Some(e) => {
                 let kept = serde_json::to_value(e).unwrap_or(Value::Null);
@@ -1177,7 +1155,7 @@ impl IngestDeps {
             .embed(&[description.to_string(), theirs.to_string()])
             .await?;
         let cosine = match vectors.as_slice() {
-            [a, b] => Some(cosine(a, b)),
+            [a, b] => Some(kbq_store::cosine(a, b)),
             _ => None,
         };
         Ok(kbq_ingest::compare(name, &entity.name, cosine, config))
@@ -1257,26 +1235,48 @@ impl IngestDeps {
             kbq_ingest::confirm::SCHEMA_NAME,
             kbq_ingest::confirm::json_schema(),
         );
+        let same = self
+            .ask(id, &request, "confirmation", |text| {
+                kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}")
+            })
+            .await?;
+        if let Some(same) = same {
+            self.kb.cache_extraction(&key, Value::Bool(same)).await?;
+        }
+        Ok(same)
+    }
+
+    /// Asks the model `request` up to `ingest.attempts` times, each call under the bound on
+    /// calls in flight and counted in the job's `model_calls`, until `validate` accepts an
+    /// answer's text; `None` when none did. `what` names the call in the log.
+    async fn ask<T, E: std::fmt::Display>(
+        &self,
+        id: Uuid,
+        request: &ChatRequest,
+        what: &str,
+        validate: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, StoreError> {
         for attempt in 1..=self.config.attempts.max(1) {
             let answer = {
                 let _permit = self.calls.acquire().await;
                 self.update(id, false, |v| v.counts.model_calls += 1)
                     .await?;
                 self.agent
-                    .complete(self.config.providers.as_deref(), &request)
+                    .complete(self.config.providers.as_deref(), request)
                     .await
             };
             match answer {
                 Ok(answer) => {
                     let text = answer.message["content"].as_str().unwrap_or_default();
-                    if let Some(same) = kbq_ingest::confirm::validate(text) {
-                        self.kb.cache_extraction(&key, Value::Bool(same)).await?;
-                        return Ok(Some(same));
+                    match validate(text) {
+                        Ok(valid) => return Ok(Some(valid)),
+                        Err(e) => {
+                            tracing::warn!(job = %id, call = what, attempt, error = %e, "a model answer broke its schema");
+                        }
                     }
-                    tracing::warn!(job = %id, attempt, "a confirmation broke the schema");
                 }
                 Err(e) => {
-                    tracing::warn!(job = %id, attempt, error = %e, "confirmation call failed");
+                    tracing::warn!(job = %id, call = what, attempt, error = %e, "a model call failed");
                 }
             }
         }
@@ -1311,13 +1311,6 @@ fn entity_description(entity: &kbq_store::model::Entity) -> &str {
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or_default()
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let n = norm(a) * norm(b);
-    if n == 0.0 { 0.0 } else { dot / n }
 }
 
 /// Where a job's time went, phase by phase (logged at debug when it has written).

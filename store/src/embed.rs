@@ -131,9 +131,13 @@ fn normalize(v: &mut [f32]) {
     }
 }
 
-/// Cosine similarity of two L2-normalised vectors.
+/// Cosine similarity of two vectors (0 when either is zero); any embedder's, normalised or
+/// not.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let n = norm(a) * norm(b);
+    if n == 0.0 { 0.0 } else { dot / n }
 }
 
 #[cfg(test)]

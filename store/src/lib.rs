@@ -68,7 +68,7 @@ pub mod text;
 pub mod vectors;
 pub mod write;
 
-pub use embed::{Embedder, HashingEmbedder};
+pub use embed::{Embedder, HashingEmbedder, cosine};
 pub use error::{Result, StoreError};
 pub use graph::{
     Direction, GraphIndex, NameList, Reach, Reached, Traversal, TraversalJson, TraversalQuery,

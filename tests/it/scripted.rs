@@ -216,30 +216,14 @@ async fn chat_completions(
         Some(step) => play(&script, step, &body["model"]).await,
         // Asked for the extraction schema with nothing queued: answered from the text.
         None if body["response_format"]["json_schema"]["name"] == "kbq_extraction" => {
-            let text = body["messages"]
-                .as_array()
-                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default();
-            let answer = extraction_of(text).to_string();
+            let answer = extraction_of(last_user_text(&body)).to_string();
             let delay = script.lock().extraction_delay;
             tokio::time::sleep(delay).await;
             completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
         }
         // A doubtful pair to confirm, with nothing queued: answered from `confirm_same`.
         None if body["response_format"]["json_schema"]["name"] == "kbq_same_entity" => {
-            let user = body["messages"]
-                .as_array()
-                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default();
-            let side = |label: &str| {
-                user.lines()
-                    .find_map(|l| l.strip_prefix(&format!("{label}: ")))
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            let (a, b) = (side("A"), side("B"));
+            let (a, b) = pair_asked(&body);
             let same = script
                 .lock()
                 .same
@@ -250,6 +234,27 @@ async fn chat_completions(
         }
         None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),
     }
+}
+
+/// The text of a chat request's last user message.
+fn last_user_text(body: &Value) -> &str {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+}
+
+/// The two names a `kbq_same_entity` request asks about: its `A: ` and `B: ` lines.
+pub fn pair_asked(body: &Value) -> (String, String) {
+    let user = last_user_text(body);
+    let side = |label: &str| {
+        user.lines()
+            .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    (side("A"), side("B"))
 }
 
 /// What the scripted model extracts from a chunk: every `[[Name]]` is an entity (type

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::agent::{agent_config, openai, start};
-use crate::scripted::{ScriptedLlm, Step};
+use crate::scripted::{ScriptedLlm, Step, pair_asked};
 use crate::support::{
     KEY, TestServer, assert_error, eventually, key_entry, read, until_ended, wait_ready,
 };
@@ -431,16 +431,7 @@ fn confirmations(llm: &ScriptedLlm) -> Vec<(String, String)> {
     llm.requests()
         .iter()
         .filter(|r| r["response_format"]["json_schema"]["name"] == "kbq_same_entity")
-        .map(|r| {
-            let user = r["messages"][1]["content"].as_str().unwrap_or_default();
-            let side = |label: &str| {
-                user.lines()
-                    .find_map(|l| l.strip_prefix(&format!("{label}: ")))
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            (side("A"), side("B"))
-        })
+        .map(pair_asked)
         .collect()
 }
 
