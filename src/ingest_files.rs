@@ -46,7 +46,11 @@ pub async fn run(config: Config, paths: Vec<PathBuf>) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let runtime = match Runtime::start(kb.clone(), config.runtime_config()).await {
+    // The command runs its own files' jobs only: unfinished jobs in the store are a
+    // server's to take over.
+    let mut runtime_config = config.runtime_config();
+    runtime_config.ingest.claims = false;
+    let runtime = match Runtime::start(kb.clone(), runtime_config).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("kbq: the actor runtime did not start: {e}");

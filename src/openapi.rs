@@ -46,6 +46,7 @@ pub const API_KEY: &str = "api_key";
         routes::graph::search,
         routes::graph::entity,
         routes::graph::documents,
+        routes::graph::merges,
         routes::rag::semantic,
         routes::rag::keyword,
         routes::rag::hybrid,
@@ -232,6 +233,7 @@ impl Modify for Rules {
         state::<graph::TraversalRequest>(doc);
         state::<graph::SearchRequest>(doc);
         state::<graph::DocumentsRequest>(doc);
+        state::<graph::MergesRequest>(doc);
         state::<rag::RagRequest>(doc);
         state::<rag::HybridRequest>(doc);
         state::<rag::Filters>(doc);

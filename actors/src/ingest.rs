@@ -3,7 +3,7 @@
 //! against the graph's names, and the supports that say which chunk gave which fact.
 //!
 //! A job travels: [`Ingestor::submit`] (checks, stores the job) -> [`IngestActor`] (queues
-//! jobs, runs at most `max_jobs` at once, resumes unfinished jobs when it starts) -> a job
+//! jobs, runs at most `max_jobs` at once, takes over the unfinished jobs no live node holds) -> a job
 //! task: parse (blocking pool) -> chunk -> extract (model calls through the provider actors,
 //! at most `max_calls_in_flight` at once, each answer kept by chunk hash) -> wait to write,
 //! with the other jobs waiting, as one group -> resolve -> write chunks, supports, new
@@ -69,6 +69,12 @@ pub struct IngestConfig {
     pub keep_ended_jobs: usize,
     /// Largest source accepted, in bytes.
     pub max_source_bytes: usize,
+    /// How long a node holds a job without renewing it; a job whose lease ended (its node
+    /// stopped) is taken over by another node.
+    pub lease: Duration,
+    /// Whether this node takes over the store's unfinished jobs that no live node holds (a
+    /// server does; `kbq ingest` runs only its own).
+    pub claims: bool,
 }
 
 impl Default for IngestConfig {
@@ -87,6 +93,8 @@ impl Default for IngestConfig {
             nice: 10,
             keep_ended_jobs: 1000,
             max_source_bytes: 16 << 20,
+            lease: Duration::from_secs(30),
+            claims: true,
         }
     }
 }
@@ -233,6 +241,8 @@ pub struct IngestDeps {
     pending: parking_lot::Mutex<Vec<Pending>>,
     /// The runtime jobs run on (`None`: the caller's).
     runtime: Option<tokio::runtime::Handle>,
+    /// This node's name in the jobs' leases: a new one each time the node starts.
+    node: String,
 }
 
 /// The edge's handle on ingestion.
@@ -270,6 +280,7 @@ impl Ingestor {
                 writes: Default::default(),
                 pending: Default::default(),
                 runtime,
+                node: Uuid::new_v4().to_string(),
             }),
             actor,
         }
@@ -408,7 +419,17 @@ impl Ingestor {
                 Ok(Some(view))
             }
             Some(_) => Ok(None),
-            None => self.job(job_id, owner).await,
+            // Another node holds the job (or none does yet): ask, through the store, whoever
+            // holds it to cancel it; it hears at its next renewal.
+            None => {
+                let Some(record) = self.deps.load(id).await?.filter(|r| r.owner == owner) else {
+                    return Ok(None);
+                };
+                if !record.view.status.is_final() {
+                    self.deps.kb.request_cancel(job_id).await?;
+                }
+                Ok(Some(record.view))
+            }
         }
     }
 
@@ -472,7 +493,38 @@ impl IngestDeps {
     async fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
         let value = serde_json::to_value(record)
             .map_err(|e| StoreError::Query(format!("job record: {e}")))?;
-        self.kb.put_job(&record.view.job_id, value).await
+        let until = now_ms() + self.config.lease.as_millis() as i64;
+        self.kb
+            .put_job(&record.view.job_id, value, &self.node, until)
+            .await
+    }
+
+    /// Renews the leases of the jobs this node holds, and cancels those whose cancellation
+    /// another node asked for.
+    async fn renew(&self) {
+        let holds = self
+            .jobs
+            .lock()
+            .values()
+            .any(|r| !r.progress.borrow().status.is_final());
+        if !holds {
+            return;
+        }
+        let until = now_ms() + self.config.lease.as_millis() as i64;
+        match self.kb.renew_jobs(&self.node, until).await {
+            Ok(cancel) => {
+                for id in cancel {
+                    let running = Uuid::parse_str(&id)
+                        .ok()
+                        .and_then(|id| self.jobs.lock().get(&id).cloned());
+                    if let Some(r) = running {
+                        tracing::info!(job = %id, "ingest job cancelled from another node");
+                        r.cancel.cancel();
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "ingest job leases not renewed"),
+        }
     }
 
     async fn load(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
@@ -1642,10 +1694,15 @@ mod hex_bytes {
 
 /// Pause before the actor's first look for unfinished jobs, so that a node that starts many
 /// does not hold its start-up.
-const RESUME_AFTER: Duration = Duration::from_millis(200);
+const CLAIM_AFTER: Duration = Duration::from_millis(200);
 
-/// The ingestion actor: queues jobs and runs at most `max_jobs` at once; resumes jobs that
-/// were queued or running when it (or the node) stopped.
+/// Longest time between two renewals of this node's leases, which is also how soon it hears
+/// of a cancellation asked on another node.
+const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+/// The ingestion actor: queues jobs and runs at most `max_jobs` at once; takes over the
+/// unfinished jobs that no live node holds (those of a node that stopped, this one
+/// included) and renews the leases of its own.
 pub struct IngestActor;
 
 /// The actor's state: jobs waiting, and the tasks of those running (aborted with the state,
@@ -1658,6 +1715,10 @@ pub struct IngestState {
     /// `keep_ended_jobs` of them (their progress channels, for followers), and the store the
     /// rest.
     ended: std::collections::VecDeque<Uuid>,
+    /// Renews this node's leases every [`RENEW_EVERY`] (or a third of the lease).
+    _renewals: tokio_util::task::AbortOnDropHandle<()>,
+    /// Whether a claim has run: an embedded store's first takes every unfinished job.
+    claimed: bool,
 }
 
 /// Messages to the ingestion actor.
@@ -1667,8 +1728,9 @@ pub enum IngestMessage {
     Run(Uuid),
     /// A job's task ended.
     Ended(Uuid),
-    /// Look for jobs the store holds unfinished, and resume them.
-    Resume,
+    /// Take over the jobs the store holds unfinished that no live node holds, and resume
+    /// them.
+    Claim,
 }
 
 impl Actor for IngestActor {
@@ -1681,12 +1743,24 @@ impl Actor for IngestActor {
         myself: ActorRef<Self::Msg>,
         deps: Arc<IngestDeps>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        myself.send_after(RESUME_AFTER, || IngestMessage::Resume);
+        myself.send_after(CLAIM_AFTER, || IngestMessage::Claim);
+        let every = RENEW_EVERY.min(deps.config.lease / 3);
+        let renewing = deps.clone();
+        let renewals = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                renewing.renew().await;
+            }
+        });
         Ok(IngestState {
             deps,
             waiting: Default::default(),
             running: HashMap::new(),
             ended: Default::default(),
+            _renewals: tokio_util::task::AbortOnDropHandle::new(renewals),
+            claimed: false,
         })
     }
 
@@ -1712,43 +1786,26 @@ impl Actor for IngestActor {
                     state.deps.jobs.lock().remove(&old);
                 }
             }
-            IngestMessage::Resume => match state.deps.kb.unfinished_jobs().await {
+            IngestMessage::Claim => {
                 // A restarted actor starts with no queue: the jobs this node knows that have
                 // not ended are queued again first.
-                Ok(jobs) => {
-                    let known: Vec<Uuid> = state
-                        .deps
-                        .jobs
-                        .lock()
-                        .iter()
-                        .filter(|(_, r)| !r.progress.borrow().status.is_final())
-                        .map(|(id, _)| *id)
-                        .collect();
-                    for id in known {
-                        if !state.running.contains_key(&id) && !state.waiting.contains(&id) {
-                            state.waiting.push_back(id);
-                        }
-                    }
-                    for value in jobs {
-                        let Ok(record) = serde_json::from_value::<JobRecord>(value) else {
-                            continue;
-                        };
-                        let Ok(id) = Uuid::parse_str(&record.view.job_id) else {
-                            continue;
-                        };
-                        if state.deps.jobs.lock().contains_key(&id) {
-                            continue;
-                        }
-                        tracing::info!(job = %id, "resuming ingest job");
-                        state.deps.register(id, &record);
+                let known: Vec<Uuid> = state
+                    .deps
+                    .jobs
+                    .lock()
+                    .iter()
+                    .filter(|(_, r)| !r.progress.borrow().status.is_final())
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in known {
+                    if !state.running.contains_key(&id) && !state.waiting.contains(&id) {
                         state.waiting.push_back(id);
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "unfinished ingest jobs not read; trying again");
-                    myself.send_after(Duration::from_secs(5), || IngestMessage::Resume);
+                if state.deps.config.claims {
+                    claim(&myself, state).await;
                 }
-            },
+            }
         }
         while state.running.len() < state.deps.config.max_jobs.max(1) {
             let Some(id) = state.waiting.pop_front() else {
@@ -1771,5 +1828,41 @@ impl Actor for IngestActor {
                 .insert(id, tokio_util::task::AbortOnDropHandle::new(task));
         }
         Ok(())
+    }
+}
+
+/// Takes over the store's unfinished jobs that no live node holds, queues them, and asks for
+/// the next claim in half a lease.
+async fn claim(myself: &ActorRef<IngestMessage>, state: &mut IngestState) {
+    let deps = &state.deps;
+    // An embedded store has one process, this one: every unfinished job is an earlier
+    // run's. A server's are those whose node stopped renewing their leases.
+    let every = !state.claimed && !deps.kb.config().is_server();
+    let now = now_ms();
+    let until = now + deps.config.lease.as_millis() as i64;
+    let jobs = match deps.kb.claim_jobs(&deps.node, now, until, every).await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            tracing::warn!(error = %e, "unfinished ingest jobs not claimed; trying again");
+            let again = Duration::from_secs(5).min(deps.config.lease / 2);
+            myself.send_after(again, || IngestMessage::Claim);
+            return;
+        }
+    };
+    state.claimed = true;
+    myself.send_after(deps.config.lease / 2, || IngestMessage::Claim);
+    for value in jobs {
+        let Ok(record) = serde_json::from_value::<JobRecord>(value) else {
+            continue;
+        };
+        let Ok(id) = Uuid::parse_str(&record.view.job_id) else {
+            continue;
+        };
+        if deps.jobs.lock().contains_key(&id) {
+            continue;
+        }
+        tracing::info!(job = %id, "taking over an unfinished ingest job");
+        deps.register(id, &record);
+        state.waiting.push_back(id);
     }
 }

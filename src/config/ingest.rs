@@ -42,6 +42,9 @@ pub struct IngestSection {
     pub nice: u8,
     /// Ended jobs this node keeps in memory; older ones are answered from the store.
     pub keep_ended_jobs: usize,
+    /// Seconds a node holds a job without renewing it (every 2 s); another node takes over
+    /// a job whose lease ended.
+    pub job_lease_secs: u64,
 }
 
 impl Default for IngestSection {
@@ -64,6 +67,7 @@ impl Default for IngestSection {
             threads: 2,
             nice: 10,
             keep_ended_jobs: 1000,
+            job_lease_secs: 30,
         }
     }
 }
@@ -91,6 +95,7 @@ impl IngestSection {
         within("ingest.threads", self.threads, 0, 64)?;
         within("ingest.nice", self.nice, 0, 19)?;
         within("ingest.keep_ended_jobs", self.keep_ended_jobs, 1, 1_000_000)?;
+        within("ingest.job_lease_secs", self.job_lease_secs, 6, 3600)?;
         within(
             "ingest.doubtful_name",
             self.doubtful_name,
@@ -145,6 +150,8 @@ impl IngestSection {
             nice: self.nice,
             keep_ended_jobs: self.keep_ended_jobs,
             max_source_bytes: self.max_source_bytes,
+            lease: std::time::Duration::from_secs(self.job_lease_secs),
+            claims: true,
         }
     }
 }

@@ -21,6 +21,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
         .service(web::resource("/query/graph/search").route(web::post().to(search)))
         .service(web::resource("/query/graph/documents").route(web::post().to(documents)))
+        .service(web::resource("/query/graph/merges").route(web::post().to(merges)))
         .service(
             web::resource("/query/graph/entity/{entity_name:.*}").route(web::get().to(entity)),
         );
@@ -267,6 +268,74 @@ async fn entity(
         found = graph.entity(target).await?;
     }
     Ok(HttpResponse::Ok().json(found))
+}
+
+// ---- merges -------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MergesRequest {
+    /// Only the names merged into this entity (its exact name).
+    pub entity_name: Option<String>,
+    /// Only the aliases after this one, in code-point order: the `next_after` of the page
+    /// before.
+    pub after: Option<String>,
+    /// Aliases per page.
+    #[serde(default, deserialize_with = "crate::extract::integer")]
+    pub limit: Option<i64>,
+}
+
+impl MergesRequest {
+    const LIMIT: Range = Range::new("limit", 1, 1000, 100);
+}
+
+impl Rules for MergesRequest {
+    const RANGES: &'static [Range] = &[Self::LIMIT];
+    const NAMES: &'static [&'static str] = &["entity_name", "after"];
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MergesResponse {
+    /// The merges, by alias in code-point order; an alias merged into two entities (by two
+    /// sources) comes once for each.
+    pub merges: Vec<kbq_store::sources::Merge>,
+    /// The `after` that asks for the next page; `null` on the last.
+    pub next_after: Option<String>,
+}
+
+/// The names that ingestion's resolution merged into other entities (aliases), with the
+/// chunks that gave each: every merge a source made, a page at a time.
+///
+/// An alias is found by an entity lookup or a traversal as the entity it names. A merge
+/// lasts while a chunk that gave it does: retracting the source takes it away.
+#[utoipa::path(
+    post,
+    path = "/data/v1/query/graph/merges",
+    tag = "graph",
+    request_body = MergesRequest,
+    responses(
+        (status = 200, description = "A page of merges", body = MergesResponse),
+        (status = 400, description = ErrorCode::InvalidRequest.answers("a name blank, too long or with control characters, or `limit` out of range"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
+async fn merges(
+    sources: web::Data<SourcesService>,
+    ValidJson(req): ValidJson<MergesRequest>,
+) -> Result<HttpResponse, ApiError> {
+    for (field, value) in [("entity_name", &req.entity_name), ("after", &req.after)] {
+        if let Some(v) = value {
+            name(field, v)?;
+        }
+    }
+    let limit = MergesRequest::LIMIT.check(req.limit)? as usize;
+    let (merges, more) = sources.merges(req.entity_name, req.after, limit).await?;
+    let next_after = match more {
+        true => merges.last().map(|m| m.alias.clone()),
+        false => None,
+    };
+    Ok(HttpResponse::Ok().json(MergesResponse { merges, next_after }))
 }
 
 // ---- documents ----------------------------------------------------------------------------

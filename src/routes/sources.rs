@@ -53,6 +53,20 @@ impl SourcesService {
         self.ingestor.config().max_source_bytes
     }
 
+    /// A page of the merges recorded ([`kbq_store::KnowledgeBase::merges`]).
+    pub async fn merges(
+        &self,
+        entity: Option<String>,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<kbq_store::sources::Merge>, bool), ApiError> {
+        let kb = self.ingestor.knowledge_base().clone();
+        Ok(self
+            .offload
+            .run(async move { kb.merges(entity.as_deref(), after.as_deref(), limit).await })
+            .await??)
+    }
+
     /// The entity `name` is an alias of, when a source's resolution merged it into one: what
     /// an entity lookup or a traversal by a name that is no entity tries next.
     pub async fn alias_target(&self, name: &str) -> Result<Option<String>, ApiError> {

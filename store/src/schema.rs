@@ -101,7 +101,8 @@ impl KnowledgeBase {
              REMOVE INDEX IF EXISTS support_entity ON {SUPPORT};
              DEFINE INDEX IF NOT EXISTS support_alias ON {SUPPORT} FIELDS alias;
              DEFINE TABLE IF NOT EXISTS {EXTRACTION} SCHEMALESS;
-             DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;"
+             DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;
+             DEFINE INDEX IF NOT EXISTS ingest_job_open ON {INGEST_JOB} FIELDS finished;"
         );
         self.exec_on(c, &schema, Object::new()).await?;
         // Vectors of two embedders must never mix in one index.

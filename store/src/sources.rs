@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kbq_ingest::provenance::{ChunkRef, Fact, Plan, SourceKey, Support};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
-use surrealdb::types::{Object, RecordId, SurrealValue, Value};
+use surrealdb::types::{RecordId, SurrealValue, Value};
 
 use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
@@ -70,6 +70,29 @@ pub fn chunk_document_id(source: &SourceKey, position: u32) -> String {
         &source.source,
         &chunk_source_id(&source.source_id, position),
     )
+}
+
+/// A name that resolution merged into an entity (an alias), with the chunks that gave it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Merge {
+    /// The name as a source gave it.
+    pub alias: String,
+    /// The entity it was merged into.
+    pub entity: String,
+    /// The chunks that gave the name, by source and position.
+    pub chunks: Vec<MergeChunk>,
+}
+
+/// A chunk that gave a merged name.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct MergeChunk {
+    pub source: String,
+    pub source_id: String,
+    /// The chunk's position in the source, from 0; its document's `source_id` is
+    /// `"{source_id}#{position}"`.
+    pub position: u32,
 }
 
 /// What the store did with a [`Plan`].
@@ -247,6 +270,78 @@ impl KnowledgeBase {
             |()| {},
         )
         .await
+    }
+
+    /// The merges recorded, by alias in code-point order: the aliases after `after` (all when
+    /// `None`), at most `limit` of them, with `entity` only those merged into that entity.
+    /// Each alias comes with the entity (or entities, when sources merged it into two) and
+    /// the chunks that gave it. The second value says whether more aliases follow.
+    pub async fn merges(
+        &self,
+        entity: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Merge>, bool)> {
+        let of_entity = match entity {
+            Some(_) => " AND entity = $entity",
+            None => "",
+        };
+        let mut vars = obj([
+            ("after", after.unwrap_or("").to_string().into_value()),
+            ("n", (limit as i64 + 1).into_value()),
+        ]);
+        if let Some(e) = entity {
+            vars.insert("entity".to_string(), e.to_string().into_value());
+        }
+        let aliases: Vec<String> = self
+            .run(
+                &format!(
+                    "SELECT VALUE alias FROM (SELECT alias FROM {SUPPORT} WHERE kind = 'alias' AND alias > $after{of_entity} GROUP BY alias) ORDER BY alias LIMIT $n"
+                ),
+                vars.clone(),
+            )
+            .await?;
+        let more = aliases.len() > limit;
+        let aliases: Vec<String> = aliases.into_iter().take(limit).collect();
+        if aliases.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        vars.insert("aliases".to_string(), aliases.into_value());
+        #[derive(Deserialize)]
+        struct AliasRow {
+            alias: String,
+            entity: String,
+            origin: String,
+            chunk: i64,
+        }
+        let rows: Vec<AliasRow> = self
+            .run(
+                &format!(
+                    "SELECT alias, entity, origin, chunk FROM {SUPPORT} WHERE kind = 'alias' AND alias IN $aliases{of_entity}"
+                ),
+                vars,
+            )
+            .await?;
+        let mut by_pair: BTreeMap<(String, String), BTreeSet<MergeChunk>> = BTreeMap::new();
+        for r in rows {
+            let chunks = by_pair.entry((r.alias, r.entity)).or_default();
+            if let Some(Support::Chunk(c)) = support_of(&r.origin, r.chunk) {
+                chunks.insert(MergeChunk {
+                    source: c.source.source,
+                    source_id: c.source.source_id,
+                    position: c.chunk,
+                });
+            }
+        }
+        let merges = by_pair
+            .into_iter()
+            .map(|((alias, entity), chunks)| Merge {
+                alias,
+                entity,
+                chunks: chunks.into_iter().collect(),
+            })
+            .collect();
+        Ok((merges, more))
     }
 
     /// The entity that `name` is an alias of (a name resolution merged into it), if any.
@@ -445,15 +540,25 @@ impl KnowledgeBase {
         Ok(missing)
     }
 
-    /// Stores an ingest job's record (JSON, the job's owner's business), replacing it.
-    pub async fn put_job(&self, job_id: &str, record: Json) -> Result<()> {
+    /// Stores an ingest job's record (JSON, the job's owner's business), replacing it, held
+    /// by the node `node` until `lease_until` (Unix milliseconds; see
+    /// [`renew_jobs`](Self::renew_jobs)).
+    pub async fn put_job(
+        &self,
+        job_id: &str,
+        record: Json,
+        node: &str,
+        lease_until: i64,
+    ) -> Result<()> {
         let finished = record.get("view").is_some_and(has_ended);
         self.exec(
-            "UPSERT $id CONTENT { record: $record, finished: $finished } RETURN NONE",
+            "UPSERT $id CONTENT { record: $record, finished: $finished, node: $node, lease_until: $until, cancel: false } RETURN NONE",
             obj([
                 ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
                 ("record", record.into_value()),
                 ("finished", finished.into_value()),
+                ("node", node.into_value()),
+                ("until", lease_until.into_value()),
             ]),
         )
         .await
@@ -493,13 +598,60 @@ impl KnowledgeBase {
         Ok(rows.into_iter().next())
     }
 
-    /// The records of jobs that were queued or running.
-    pub async fn unfinished_jobs(&self) -> Result<Vec<Json>> {
+    /// Extends to `until` (Unix milliseconds) the lease of every unfinished job that `node`
+    /// holds. Answers the ids of those jobs whose cancellation another node asked for
+    /// ([`request_cancel`](Self::request_cancel)).
+    pub async fn renew_jobs(&self, node: &str, until: i64) -> Result<Vec<String>> {
+        let rows: Vec<Json> = self
+            .run(
+                &format!(
+                    "UPDATE {INGEST_JOB} SET lease_until = $until WHERE finished = false AND node = $node RETURN meta::id(id) AS id, cancel"
+                ),
+                obj([("node", node.into_value()), ("until", until.into_value())]),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter(|r| r.get("cancel").and_then(Json::as_bool) == Some(true))
+            .filter_map(|r| r.get("id").and_then(Json::as_str).map(str::to_string))
+            .collect())
+    }
+
+    /// Takes for `node`, leased until `until`, the unfinished jobs whose lease ended before
+    /// `now` (every unfinished job when `every`: an embedded store has no other node), and
+    /// answers their records. A job is taken by one node: two nodes that claim it at once
+    /// conflict in the store, and the one refused tries again at its next claim.
+    pub async fn claim_jobs(
+        &self,
+        node: &str,
+        now: i64,
+        until: i64,
+        every: bool,
+    ) -> Result<Vec<Json>> {
         self.run(
-            &format!("SELECT VALUE record FROM {INGEST_JOB} WHERE finished = false"),
-            Object::new(),
+            &format!(
+                "UPDATE {INGEST_JOB} SET node = $node, lease_until = $until WHERE finished = false AND ($every OR lease_until = NONE OR lease_until < $now) RETURN VALUE record"
+            ),
+            obj([
+                ("node", node.into_value()),
+                ("now", now.into_value()),
+                ("until", until.into_value()),
+                ("every", every.into_value()),
+            ]),
         )
         .await
+    }
+
+    /// Asks the node that holds the job `job_id` to cancel it (it reads the request when it
+    /// next renews its lease). False when the job has ended or is not known.
+    pub async fn request_cancel(&self, job_id: &str) -> Result<bool> {
+        let rows: Vec<Json> = self
+            .run(
+                "UPDATE $id SET cancel = true WHERE finished = false RETURN VALUE meta::id(id)",
+                obj([("id", RecordId::new(INGEST_JOB, job_id).into_value())]),
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 }
 

@@ -1021,7 +1021,9 @@ async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
             "input": {"source": "s", "source_id": "a", "content": "68656c6c6f"},
         })
     };
-    kb.put_job("j1", record("queued")).await.unwrap();
+    kb.put_job("j1", record("queued"), "node-a", 0)
+        .await
+        .unwrap();
     kb.put_job_view(
         "j1",
         serde_json::json!({"job_id": "j1", "status": "running"}),
@@ -1044,4 +1046,126 @@ async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
     assert_eq!(ended["view"]["status"], "succeeded");
     assert_eq!(ended["input"]["content"], "", "dropped once it has ended");
     assert_eq!(ended["input"]["source_id"], "a");
+}
+
+#[tokio::test]
+async fn a_job_is_held_by_one_node_until_its_lease_ends() {
+    let kb = open(false).await;
+    let record = |id: &str| serde_json::json!({"view": {"job_id": id, "status": "queued"}, "owner": "k", "input": {}});
+    let ids = |records: Vec<serde_json::Value>| {
+        let mut ids: Vec<String> = records
+            .iter()
+            .map(|r| r["view"]["job_id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    kb.put_job("j1", record("j1"), "a", 1_000).await.unwrap();
+    kb.put_job("j2", record("j2"), "b", 5_000).await.unwrap();
+    // At 2,000 only a's lease has ended.
+    let taken = kb.claim_jobs("c", 2_000, 9_000, false).await.unwrap();
+    assert_eq!(ids(taken), ["j1"]);
+    assert!(
+        kb.claim_jobs("d", 3_000, 9_000, false)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // b renews its lease; nothing asks it to cancel.
+    assert!(kb.renew_jobs("b", 10_000).await.unwrap().is_empty());
+    assert!(
+        kb.claim_jobs("d", 8_500, 20_000, false)
+            .await
+            .unwrap()
+            .is_empty(),
+        "b renewed"
+    );
+    // Another node asks for j2's cancellation: b hears it at its next renewal.
+    assert!(kb.request_cancel("j2").await.unwrap());
+    assert_eq!(kb.renew_jobs("b", 11_000).await.unwrap(), ["j2"]);
+    assert!(
+        kb.renew_jobs("a", 11_000).await.unwrap().is_empty(),
+        "a lost j1"
+    );
+    // A job that has ended is nobody's to take, nor to cancel.
+    kb.put_job_view(
+        "j1",
+        serde_json::json!({"job_id": "j1", "status": "succeeded"}),
+    )
+    .await
+    .unwrap();
+    assert!(!kb.request_cancel("j1").await.unwrap());
+    // An embedded store's only node takes every unfinished job, leased or not.
+    assert_eq!(ids(kb.claim_jobs("e", 0, 1, true).await.unwrap()), ["j2"]);
+}
+
+/// The merges are listed by alias, a page at a time, with the chunks that gave each, and
+/// for one entity.
+#[tokio::test]
+async fn merges_are_listed_by_alias_with_their_chunks() {
+    use std::collections::BTreeMap;
+
+    use kbq_ingest::provenance::{ChunkRef, Fact, SourceKey, Support};
+
+    let kb = open(false).await;
+    let chunk = |source_id: &str, chunk: u32| {
+        Support::Chunk(ChunkRef {
+            source: SourceKey::new("notes", source_id),
+            chunk,
+        })
+    };
+    let alias = |entity: &str, alias: &str| Fact::Alias {
+        entity: entity.into(),
+        alias: alias.into(),
+    };
+    let supports = vec![
+        (alias("Ada Lovelace", "Ada King"), chunk("a", 0)),
+        (alias("Ada Lovelace", "Ada King"), chunk("b", 2)),
+        (alias("Ada Lovelace", "Countess of Lovelace"), chunk("a", 1)),
+        (alias("Charles Babbage", "C. Babbage"), chunk("c", 0)),
+        // Not merges: an entity and a description.
+        (Fact::entity("Ada Lovelace"), chunk("a", 0)),
+    ];
+    kb.add_supports(&supports, &BTreeMap::new()).await.unwrap();
+
+    let (all, more) = kb.merges(None, None, 10).await.unwrap();
+    assert!(!more);
+    let names: Vec<(&str, &str)> = all
+        .iter()
+        .map(|m| (m.alias.as_str(), m.entity.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("Ada King", "Ada Lovelace"),
+            ("C. Babbage", "Charles Babbage"),
+            ("Countess of Lovelace", "Ada Lovelace"),
+        ]
+    );
+    let chunks: Vec<(&str, u32)> = all[0]
+        .chunks
+        .iter()
+        .map(|c| (c.source_id.as_str(), c.position))
+        .collect();
+    assert_eq!(chunks, [("a", 0), ("b", 2)]);
+
+    // A page at a time.
+    let (first, more) = kb.merges(None, None, 2).await.unwrap();
+    assert!(more);
+    assert_eq!(first.len(), 2);
+    let (rest, more) = kb.merges(None, Some(&first[1].alias), 2).await.unwrap();
+    assert!(!more);
+    assert_eq!(rest, all[2..]);
+
+    // One entity's.
+    let (ada, _) = kb.merges(Some("Ada Lovelace"), None, 10).await.unwrap();
+    let aliases: Vec<&str> = ada.iter().map(|m| m.alias.as_str()).collect();
+    assert_eq!(aliases, ["Ada King", "Countess of Lovelace"]);
+    assert!(
+        kb.merges(Some("Nobody"), None, 10)
+            .await
+            .unwrap()
+            .0
+            .is_empty()
+    );
 }

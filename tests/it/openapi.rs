@@ -293,13 +293,14 @@ fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTree
 
 /// A valid JSON body for each operation whose request schema states a rule, for the probes
 /// below. `EMBEDDER` stands for the served embedder's name.
-const BASE_BODIES: [(&str, &str); 13] = [
+const BASE_BODIES: [(&str, &str); 14] = [
     ("/data/v1/query/graph", r#"{"entity_name": "Ada"}"#),
     ("/data/v1/query/graph/search", r#"{"query": "Ada"}"#),
     (
         "/data/v1/query/graph/documents",
         r#"{"entity_name": "Ada"}"#,
     ),
+    ("/data/v1/query/graph/merges", r#"{}"#),
     ("/v1/rag/semantic", r#"{"query": "mechanical computer"}"#),
     ("/v1/rag/keyword", r#"{"query": "mechanical computer"}"#),
     ("/v1/rag/hybrid", r#"{"query": "mechanical computer"}"#),
@@ -430,12 +431,12 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
         }
     }
     // depth and limit of traverse, limit of search, max_depth and limit of documents, limit
-    // of the three RAG searches and graph_depth of hybrid, max_tokens of agent chat,
+    // of merges, limit of the three RAG searches and graph_depth of hybrid, max_tokens of agent chat,
     // dimensions of embeddings, and max_tokens, max_completion_tokens and n of chat
-    // completions: 14 bounds, 6 probes each.
+    // completions: 15 bounds, 6 probes each.
     assert_eq!(
         probed.values().sum::<usize>(),
-        14 * 6,
+        15 * 6,
         "a bound left or joined the document: {probed:#?}"
     );
 }
@@ -597,7 +598,7 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
 
 /// What [`every_name_rule_length_choice_and_array_size_in_the_document_is_the_servers`]
 /// probes. Names, 6 probes each (4 for the rule, 2 for the length): traverse (1), search (2),
-/// documents (2), the three RAG searches' filters (3 each), ingested entities (2),
+/// documents (2), merges (2), the three RAG searches' filters (3 each), ingested entities (2),
 /// relationships (3) and documents (4), a submitted source (2). Arrays of names, 3 each and 4 for their size, in
 /// traverse and documents. Text not blank, 3 each and 2 for its length: the three RAG
 /// searches' query and agent chat's message; an ingested document's content, whose length is
@@ -605,7 +606,7 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
 /// title, and a submitted source's title and url. Choices, one probe per choice and one more: the embedder's name (1), the encoding
 /// format (2) and a completion's model (`kbq` and the test config's provider). Array sizes,
 /// 4: a completion's messages.
-const EXPECTED_RULE_PROBES: usize = 6 * (1 + 2 + 2 + 9 + 2 + 3 + 4 + 2)
+const EXPECTED_RULE_PROBES: usize = 6 * (1 + 2 + 2 + 2 + 9 + 2 + 3 + 4 + 2)
     + 7 * 2
     + 5 * 4
     + 3

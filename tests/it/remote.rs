@@ -330,3 +330,90 @@ async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Two nodes with a model on one server: a job is run by the node that took it, not by the
+/// other (its lease is renewed); a cancellation asked on the other node reaches it; and when
+/// the node stops, the other takes its unfinished job over once the lease ends, and writes
+/// it once.
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_a_job_is_run_by_one_node_and_taken_over_when_it_stops() {
+    use crate::agent::{agent_config, openai};
+    use crate::scripted::{ScriptedLlm, Step};
+    let db = SurrealServer::start(0, "memory").await;
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 120_000)]);
+    config.store.url = db.url();
+    config.store.username = Some("root".into());
+    config.store.password = Some("root".into());
+    config.ingest.job_lease_secs = 6;
+    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    // Every answer A gets waits longer than A lives.
+    for _ in 0..40 {
+        llm.push(Step::Delay(
+            Duration::from_secs(60),
+            Box::new(Step::Answer(r#"{"entities":[],"relationships":[]}"#.into())),
+        ));
+    }
+    let mut text = String::from("# Pioneers\n\n");
+    for i in 0..12 {
+        text.push_str(&format!(
+            "Paragraph {i}: [[Konrad Zuse]] -[met]-> [[Engineer {i}]] in the years of the first machines.\n\n"
+        ));
+    }
+    let mut ids = Vec::new();
+    for source_id in ["kept", "cancelled"] {
+        let (status, job) = a
+            .post(
+                "/data/v1/ingest/sources",
+                json!({"source": "notes", "source_id": source_id, "content": text, "content_type": "text/markdown"}),
+            )
+            .await;
+        assert_eq!(status, 202, "{job}");
+        ids.push(job["job_id"].as_str().unwrap().to_string());
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            !llm.requests().is_empty()
+        })
+        .await,
+        "A's jobs ask the model"
+    );
+    // Longer than a lease: A renews, so B takes nothing over and asks the model nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let asked = llm.requests().len();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(llm.requests().len(), asked, "only A runs its jobs");
+
+    // B asks for the second job's cancellation; A hears it and ends the job.
+    let path = format!("/data/v1/ingest/jobs/{}", ids[1]);
+    let (status, _, job) = b.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, 200, "{job}");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            b.get(&path).await.1["status"] == "cancelled"
+        })
+        .await,
+        "the job A ran was cancelled from B"
+    );
+
+    // A stops with the first job unfinished; B takes it over when its lease ends.
+    a.stop().await;
+    llm.clear();
+    let path = format!("/data/v1/ingest/jobs/{}", ids[0]);
+    let job =
+        crate::support::until_ended(Duration::from_secs(60), || async { b.get(&path).await.1 })
+            .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let (_, walk) = b
+        .post(
+            "/data/v1/query/graph",
+            json!({"entity_name": "Konrad Zuse", "depth": 1, "limit": 100}),
+        )
+        .await;
+    assert_eq!(walk["total_entities"], 13, "{walk}");
+    assert_eq!(walk["total_relationships"], 12, "{walk}");
+    b.stop().await;
+    llm.stop().await;
+}

@@ -15,6 +15,7 @@ use crate::support::{
 };
 
 const SOURCES: &str = "/data/v1/ingest/sources";
+const MERGES: &str = "/data/v1/query/graph/merges";
 
 /// A server whose one provider is `llm`, and the fixture graph (Ada, Babbage, ...).
 async fn with_model(llm: &ScriptedLlm) -> TestServer {
@@ -422,6 +423,56 @@ async fn names_that_differ_in_case_and_punctuation_are_one_entity() {
         walk["entities_found"][0]["name"], "Analytical-Engine",
         "{walk}"
     );
+    // Every merge is listed, with the chunk that gave it.
+    let (status, page) = t.post(MERGES, json!({})).await;
+    assert_eq!(status, 200, "{page}");
+    let pairs: Vec<(&str, &str)> = page["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["alias"].as_str().unwrap(), m["entity"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("BABBAGE.", "Babbage"),
+            ("analytical engine", "Analytical-Engine"),
+            ("babbage", "Babbage"),
+        ],
+        "{page}"
+    );
+    assert_eq!(
+        page["merges"][0]["chunks"],
+        json!([{"source": "notes", "source_id": "aliases", "position": 0}])
+    );
+    assert_eq!(page["next_after"], Value::Null);
+    // A page at a time, and one entity's.
+    let (_, first) = t.post(MERGES, json!({"limit": 2})).await;
+    assert_eq!(first["merges"].as_array().unwrap().len(), 2, "{first}");
+    assert_eq!(first["next_after"], "analytical engine");
+    let (_, rest) = t
+        .post(MERGES, json!({"limit": 2, "after": "analytical engine"}))
+        .await;
+    assert_eq!(rest["merges"][0]["alias"], "babbage", "{rest}");
+    assert_eq!(rest["next_after"], Value::Null);
+    let (_, babbage) = t.post(MERGES, json!({"entity_name": "Babbage"})).await;
+    assert_eq!(babbage["merges"].as_array().unwrap().len(), 2, "{babbage}");
+    let (status, _, body) = t
+        .call(Method::POST, MERGES, Some(json!({"limit": 0})))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_error(&body, "invalid_request", Some("limit"));
+    // Retracting the source takes its merges away.
+    let (status, _, _) = t
+        .call(
+            Method::DELETE,
+            "/data/v1/ingest/sources/notes/aliases",
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, none) = t.post(MERGES, json!({})).await;
+    assert_eq!(none["merges"], json!([]), "{none}");
     t.stop().await;
     llm.stop().await;
 }
