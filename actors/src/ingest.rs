@@ -75,6 +75,9 @@ pub struct IngestConfig {
     /// Whether this node takes over the store's unfinished jobs that no live node holds (a
     /// server does; `kbq ingest` runs only its own).
     pub claims: bool,
+    /// Distinct descriptions from which the model summarises an entity's (below, or with no
+    /// model, the most representative is selected); 0: never summarise.
+    pub summarise_after: usize,
 }
 
 impl Default for IngestConfig {
@@ -95,6 +98,7 @@ impl Default for IngestConfig {
             max_source_bytes: 16 << 20,
             lease: Duration::from_secs(30),
             claims: true,
+            summarise_after: 4,
         }
     }
 }
@@ -237,6 +241,9 @@ pub struct IngestDeps {
     calls: tokio::sync::Semaphore,
     /// Held by a group of jobs while it resolves and writes, and by a source's deletion.
     writes: tokio::sync::Mutex<()>,
+    /// Held while entities' descriptions are remade, so that the last to run reads every
+    /// description written before it.
+    describing: tokio::sync::Mutex<()>,
     /// Jobs waiting to write; the next group takes them all.
     pending: parking_lot::Mutex<Vec<Pending>>,
     /// The runtime jobs run on (`None`: the caller's).
@@ -278,6 +285,7 @@ impl Ingestor {
                 sources: Default::default(),
                 calls,
                 writes: Default::default(),
+                describing: Default::default(),
                 pending: Default::default(),
                 runtime,
                 node: Uuid::new_v4().to_string(),
@@ -441,7 +449,7 @@ impl Ingestor {
     ) -> Result<Option<SourceDeletion>, IngestError> {
         let lock = self.deps.source_lock(source);
         let _held = lock.lock().await;
-        let _writing = self.deps.writes.lock().await;
+        let writing = self.deps.writes.lock().await;
         let kb = &self.deps.kb;
         let Some(record) = kb.source_record(source).await? else {
             return Ok(None);
@@ -452,6 +460,12 @@ impl Ingestor {
         let positions: Vec<u32> = (0..record.chunks.len() as u32).collect();
         let chunks = kb.delete_chunks(source, &positions).await?;
         kb.delete_source_record(source).await?;
+        drop(writing);
+        // The entities that keep other sources' descriptions get theirs remade without this
+        // source's. A failure here leaves the old description, not a half-retracted source.
+        if let Err(e) = self.deps.describe(None, touched(&plan)).await {
+            tracing::warn!(error = %e, "descriptions not remade after a retraction");
+        }
         Ok(Some(SourceDeletion {
             chunks,
             entities: retracted.entities,
@@ -755,14 +769,116 @@ impl IngestDeps {
             if withdrawn {
                 return Err(JobFailure::Cancelled);
             }
-            return result.await.unwrap_or_else(|_| Err(lost_write()));
+            let touched = result.await.unwrap_or_else(|_| Err(lost_write()))?;
+            return Ok(self.describe(Some(id), touched).await?);
         };
         let group = std::mem::take(&mut *self.pending.lock());
         if !group.is_empty() {
             self.write_group(group).await;
         }
         drop(writing);
-        result.await.unwrap_or_else(|_| Err(lost_write()))
+        let touched = result.await.unwrap_or_else(|_| Err(lost_write()))?;
+        // After the write lock: a summary may wait for the model.
+        Ok(self.describe(Some(id), touched).await?)
+    }
+
+    /// Remakes the description of each entity in `touched` from the descriptions every
+    /// source's chunks gave of it ([`kbq_ingest::summary`]): the most representative one, or,
+    /// from `ingest.summarise_after` distinct ones and with a model, the model's summary of
+    /// them, asked again only when their count reaches the next doubling or falls. An
+    /// import's entity, and one no longer in the graph, are left as they are. Model calls
+    /// count in the job `id`'s.
+    async fn describe(&self, id: Option<Uuid>, touched: Touched) -> Result<(), StoreError> {
+        if touched.is_empty() {
+            return Ok(());
+        }
+        let _held = self.describing.lock().await;
+        let names: Vec<String> = touched.keys().cloned().collect();
+        let after = self.config.summarise_after;
+        let mut changed = Vec::new();
+        for d in self.kb.descriptions_of(&names).await? {
+            if d.imported {
+                continue;
+            }
+            let Some(entity) = self.kb.entity(&d.entity).await? else {
+                continue;
+            };
+            let touch = &touched[&d.entity];
+            let now = kbq_ingest::summary::distinct(d.texts.iter().map(|(_, t)| t.as_str()));
+            let before = kbq_ingest::summary::distinct(
+                d.texts
+                    .iter()
+                    .filter(|(s, _)| !touch.added.contains(s))
+                    .map(|(_, t)| t.as_str()),
+            );
+            let current = entity_description(&entity);
+            let level = kbq_ingest::summary::level(now.len(), after);
+            let description = match (level, &self.model) {
+                (Some(level), Some(model)) => {
+                    let due = touch.dropped > 0
+                        || kbq_ingest::summary::level(before.len(), after) != Some(level)
+                        || current.is_empty();
+                    if !due {
+                        continue;
+                    }
+                    let ranked = kbq_ingest::summary::ranked(&now);
+                    match self.summarise(id, &entity, &ranked, model).await? {
+                        Some(summary) => summary,
+                        // No answer kept the schema: the selection.
+                        None => ranked[0].to_string(),
+                    }
+                }
+                _ => kbq_ingest::summary::select(&now)
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            if description != current {
+                let mut properties = entity.properties.clone();
+                match description.is_empty() {
+                    true => properties.remove("description"),
+                    false => properties.insert("description".into(), Value::String(description)),
+                };
+                changed.push(NewEntity {
+                    name: entity.name.clone(),
+                    entity_type: entity.entity_type.clone(),
+                    properties,
+                });
+            }
+        }
+        self.kb.upsert_entities(&changed).await
+    }
+
+    /// The model's description of `entity` from `texts` (the most representative first),
+    /// kept by its question; `None` when no answer kept the schema.
+    async fn summarise(
+        &self,
+        id: Option<Uuid>,
+        entity: &kbq_store::model::Entity,
+        texts: &[&str],
+        model: &str,
+    ) -> Result<Option<String>, StoreError> {
+        use kbq_ingest::summary;
+        let (system, user) = summary::messages(&entity.name, &entity.entity_type, texts);
+        let asked = hex(&Sha256::digest(format!("{system}\0{user}")));
+        let key = extraction_key(&asked, model, summary::PROMPT_VERSION);
+        if let Some(kept) = self.kb.cached_extraction(&key).await?
+            && let Some(text) = kept.as_str()
+        {
+            return Ok(Some(text.to_string()));
+        }
+        let request =
+            structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
+        let text = self
+            .ask(id, &request, "summary", |text| {
+                summary::validate(text).ok_or("not {\"description\": text}")
+            })
+            .await?;
+        if let Some(text) = &text {
+            self.kb
+                .cache_extraction(&key, Value::String(text.clone()))
+                .await?;
+        }
+        Ok(text)
     }
 
     /// Writes a group of jobs of different sources, each job's outcome sent to it: chunks,
@@ -886,6 +1002,7 @@ impl IngestDeps {
                 // A fact to remove that another job names stays, without this source's
                 // supports.
                 plan.keep(&facts, &job.prepared.source, &named);
+                job.touched = touched(&plan);
                 add_supports.append(&mut plan.add_supports);
                 texts.append(&mut job.texts);
                 job.plan = plan;
@@ -931,7 +1048,10 @@ impl IngestDeps {
         }
         let chunks: usize = jobs.iter().map(|j| j.prepared.chunks.len()).sum();
         for mut job in jobs {
-            let outcome = self.finish_writing(&mut job).await;
+            let outcome = self
+                .finish_writing(&mut job)
+                .await
+                .map(|()| std::mem::take(&mut job.touched));
             job.prepared.phases.mark("retract and record");
             tracing::debug!(job = %job.prepared.id, chunks = job.prepared.chunks.len(), group = size, phases = %job.prepared.phases, "ingest job written");
             let _ = job.done.send(outcome);
@@ -1048,9 +1168,12 @@ impl IngestDeps {
         );
         let request = extraction_request(system, user);
         let extraction = self
-            .ask(id, &request, &format!("chunk {}", chunk.index), |text| {
-                kbq_ingest::extraction::validate(text)
-            })
+            .ask(
+                Some(id),
+                &request,
+                &format!("chunk {}", chunk.index),
+                kbq_ingest::extraction::validate,
+            )
             .await?;
         match &extraction {
             Some(e) => {
@@ -1274,7 +1397,12 @@ impl IngestDeps {
         model: &str,
     ) -> Result<Option<bool>, StoreError> {
         let (system, user) = kbq_ingest::confirm::messages(a, b);
-        let pair = hex(&Sha256::digest(format!("{system}\0{user}")));
+        // Kept by the pair of names: the same pair is not asked again when a description
+        // changes (an entity's description is remade as sources describe it).
+        let pair = hex(&Sha256::digest(format!(
+            "same\0{}\0{}\0{}\0{}",
+            a.name, a.entity_type, b.name, b.entity_type
+        )));
         let key = extraction_key(&pair, model, kbq_ingest::confirm::PROMPT_VERSION);
         if let Some(kept) = self.kb.cached_extraction(&key).await?
             && let Some(same) = kept.as_bool()
@@ -1288,7 +1416,7 @@ impl IngestDeps {
             kbq_ingest::confirm::json_schema(),
         );
         let same = self
-            .ask(id, &request, "confirmation", |text| {
+            .ask(Some(id), &request, "confirmation", |text| {
                 kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}")
             })
             .await?;
@@ -1303,7 +1431,7 @@ impl IngestDeps {
     /// answer's text; `None` when none did. `what` names the call in the log.
     async fn ask<T, E: std::fmt::Display>(
         &self,
-        id: Uuid,
+        id: Option<Uuid>,
         request: &ChatRequest,
         what: &str,
         validate: impl Fn(&str) -> Result<T, E>,
@@ -1311,8 +1439,10 @@ impl IngestDeps {
         for attempt in 1..=self.config.attempts.max(1) {
             let answer = {
                 let _permit = self.calls.acquire().await;
-                self.update(id, false, |v| v.counts.model_calls += 1)
-                    .await?;
+                if let Some(id) = id {
+                    self.update(id, false, |v| v.counts.model_calls += 1)
+                        .await?;
+                }
                 self.agent
                     .complete(self.config.providers.as_deref(), request)
                     .await
@@ -1323,12 +1453,12 @@ impl IngestDeps {
                     match validate(text) {
                         Ok(valid) => return Ok(Some(valid)),
                         Err(e) => {
-                            tracing::warn!(job = %id, call = what, attempt, error = %e, "a model answer broke its schema");
+                            tracing::warn!(job = ?id, call = what, attempt, error = %e, "a model answer broke its schema");
                         }
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(job = %id, call = what, attempt, error = %e, "a model call failed");
+                    tracing::warn!(job = ?id, call = what, attempt, error = %e, "a model call failed");
                 }
             }
         }
@@ -1420,14 +1550,42 @@ struct Prepared {
 /// A job waiting to write, and where its outcome goes.
 struct Pending {
     prepared: Prepared,
-    done: tokio::sync::oneshot::Sender<Result<(), JobFailure>>,
+    done: tokio::sync::oneshot::Sender<Result<Touched, JobFailure>>,
+}
+
+/// The entities whose descriptions a job or a retraction changed: for each, the
+/// description supports it added, and how many it dropped.
+type Touched = BTreeMap<String, Touch>;
+
+#[derive(Debug, Default)]
+struct Touch {
+    added: BTreeSet<Support>,
+    dropped: usize,
+}
+
+/// The entities whose description supports `plan` adds, drops or removes with their fact.
+fn touched(plan: &kbq_ingest::provenance::Plan) -> Touched {
+    let mut touched = Touched::new();
+    for (fact, support) in &plan.add_supports {
+        if let Fact::Description { entity, .. } = fact {
+            let touch: &mut Touch = touched.entry(entity.clone()).or_default();
+            touch.added.insert(support.clone());
+        }
+    }
+    let dropped = plan.drop_supports.iter().map(|(fact, _)| fact);
+    for fact in dropped.chain(&plan.remove) {
+        if let Fact::Description { entity, .. } = fact {
+            touched.entry(entity.clone()).or_default().dropped += 1;
+        }
+    }
+    touched
 }
 
 /// A job while its group writes: what its version says, by fact.
 struct Writing {
     prepared: Prepared,
     resolved: Resolution,
-    done: tokio::sync::oneshot::Sender<Result<(), JobFailure>>,
+    done: tokio::sync::oneshot::Sender<Result<Touched, JobFailure>>,
     /// The facts this version supports, with the chunks that support each.
     new_version: BTreeMap<Fact, BTreeSet<u32>>,
     /// The words of each description fact.
@@ -1435,6 +1593,8 @@ struct Writing {
     entities: BTreeMap<String, NewEntity>,
     relationships: BTreeMap<(String, String, String), NewRelationship>,
     plan: kbq_ingest::provenance::Plan,
+    /// The entities whose descriptions the plan changes.
+    touched: Touched,
     entities_added: u64,
     relationships_added: u64,
 }
@@ -1443,7 +1603,7 @@ impl Writing {
     fn new(
         prepared: Prepared,
         resolved: Resolution,
-        done: tokio::sync::oneshot::Sender<Result<(), JobFailure>>,
+        done: tokio::sync::oneshot::Sender<Result<Touched, JobFailure>>,
         model: &Option<String>,
     ) -> Self {
         let mut new_version: BTreeMap<Fact, BTreeSet<u32>> = BTreeMap::new();
@@ -1521,6 +1681,7 @@ impl Writing {
             entities,
             relationships,
             plan: Default::default(),
+            touched: Touched::new(),
             entities_added: 0,
             relationships_added: 0,
         }

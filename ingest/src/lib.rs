@@ -13,6 +13,8 @@
 //!        ── resolve::compare ──> Same | Doubtful | Different (against the graph's names)
 //!        ── confirm::messages ──> model ──> confirm::validate ──> a doubtful pair same or not
 //!        ── provenance::plan_replace / plan_delete ──> Plan (applied by the store)
+//!        ── summary::select, or summary::messages ──> model ──> summary::validate
+//!                                                  ──> an entity's description
 //! ```
 //!
 //! # Layout
@@ -25,6 +27,8 @@
 //! - [`resolve`]: name keys, name similarity, and the same/doubtful/different decision.
 //! - [`confirm`]: the model's contract for a doubtful pair: prompt, schema, answer.
 //! - [`provenance`]: facts, their supports, and the pure planner of deletes and replaces.
+//! - [`summary`]: an entity's description from its chunks' descriptions: selection, or the
+//!   model's summary (prompt, schema, answer) and when to ask for it.
 
 pub mod chunk;
 pub mod confirm;
@@ -33,6 +37,7 @@ pub mod format;
 pub mod parse;
 pub mod provenance;
 pub mod resolve;
+pub mod summary;
 
 pub use chunk::{Chunk, ChunkConfig, ChunkConfigError, chunk};
 pub use extraction::{

@@ -45,6 +45,10 @@ pub struct IngestSection {
     /// Seconds a node holds a job without renewing it (every 2 s); another node takes over
     /// a job whose lease ended.
     pub job_lease_secs: u64,
+    /// Distinct descriptions of an entity from which the model summarises them into its
+    /// description; below, or with no model, the most representative one is selected. 0:
+    /// never summarise.
+    pub summarise_after: usize,
 }
 
 impl Default for IngestSection {
@@ -68,6 +72,7 @@ impl Default for IngestSection {
             nice: 10,
             keep_ended_jobs: 1000,
             job_lease_secs: 30,
+            summarise_after: 4,
         }
     }
 }
@@ -96,6 +101,7 @@ impl IngestSection {
         within("ingest.nice", self.nice, 0, 19)?;
         within("ingest.keep_ended_jobs", self.keep_ended_jobs, 1, 1_000_000)?;
         within("ingest.job_lease_secs", self.job_lease_secs, 6, 3600)?;
+        within("ingest.summarise_after", self.summarise_after, 0, 1000)?;
         within(
             "ingest.doubtful_name",
             self.doubtful_name,
@@ -152,6 +158,7 @@ impl IngestSection {
             max_source_bytes: self.max_source_bytes,
             lease: std::time::Duration::from_secs(self.job_lease_secs),
             claims: true,
+            summarise_after: self.summarise_after,
         }
     }
 }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kbq_ingest::provenance::{ChunkRef, Fact, Plan, SourceKey, Support};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
-use surrealdb::types::{RecordId, SurrealValue, Value};
+use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 
 use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
@@ -95,6 +95,16 @@ pub struct MergeChunk {
     pub position: u32,
 }
 
+/// What the chunks said of an entity ([`KnowledgeBase::descriptions_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    pub entity: String,
+    /// Its description supports with their texts, by source and chunk.
+    pub texts: Vec<(Support, String)>,
+    /// Whether an import supports the entity.
+    pub imported: bool,
+}
+
 /// What the store did with a [`Plan`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Retracted {
@@ -136,6 +146,22 @@ fn support_of(origin: &str, chunk: i64) -> Option<Support> {
         source: SourceKey::new(source, source_id),
         chunk: u32::try_from(chunk).ok()?,
     }))
+}
+
+/// What the stored key of every description fact of `entity` starts with: the kind, then
+/// the entity, come first in a fact's JSON.
+fn description_prefix(entity: &str) -> String {
+    let key = fact_key(&Fact::Description {
+        entity: entity.to_string(),
+        chunk: ChunkRef {
+            source: SourceKey::new("", ""),
+            chunk: 0,
+        },
+    });
+    let end = key
+        .find(",\"chunk\":")
+        .expect("a description's key names its chunk");
+    key[..=end].to_string()
 }
 
 /// A fact's stored key: its JSON, which serde writes in one order.
@@ -342,6 +368,69 @@ impl KnowledgeBase {
             })
             .collect();
         Ok((merges, more))
+    }
+
+    /// What every source's chunks said of each of `entities`: the texts of its description
+    /// supports, by source and chunk, and whether an import supports the entity (a source
+    /// never changes an import's entity).
+    pub async fn descriptions_of(&self, entities: &[String]) -> Result<Vec<Described>> {
+        #[derive(Deserialize)]
+        struct TextRow {
+            origin: String,
+            chunk: i64,
+            text: Option<String>,
+        }
+        let c = self.connection().await?;
+        let mut out = Vec::with_capacity(entities.len());
+        for batch in entities.chunks(OTHERS_BATCH / 2) {
+            // Two statements per entity, in one request: its description supports (a range
+            // of the fact index: a description's key starts with its entity's), and whether
+            // an import supports it.
+            let sql: String = (0..batch.len())
+                .map(|i| {
+                    format!(
+                        "SELECT origin, chunk, text FROM {SUPPORT} WHERE fact > $lo{i} AND fact < $hi{i};
+                         SELECT VALUE origin FROM {SUPPORT} WHERE fact = $e{i} AND origin = '{IMPORT_ORIGIN}' LIMIT 1;"
+                    )
+                })
+                .collect();
+            let mut vars = Object::new();
+            for (i, entity) in batch.iter().enumerate() {
+                let lo = description_prefix(entity);
+                let hi = format!("{lo}\u{10ffff}");
+                vars.insert(format!("lo{i}"), lo.into_value());
+                vars.insert(format!("hi{i}"), hi.into_value());
+                vars.insert(
+                    format!("e{i}"),
+                    fact_key(&Fact::entity(entity.as_str())).into_value(),
+                );
+            }
+            let mut answers = self.send(&c, &sql, vars).await?;
+            for (i, entity) in batch.iter().enumerate() {
+                let rows: Vec<Json> = answers
+                    .take(2 * i)
+                    .map_err(|e| StoreError::Query(e.to_string()))?;
+                let mut texts: Vec<((String, i64), String)> = rows
+                    .into_iter()
+                    .filter_map(|r| serde_json::from_value::<TextRow>(r).ok())
+                    .filter_map(|r| Some(((r.origin, r.chunk), r.text?)))
+                    .collect();
+                texts.sort();
+                let texts = texts
+                    .into_iter()
+                    .filter_map(|((origin, chunk), text)| Some((support_of(&origin, chunk)?, text)))
+                    .collect();
+                let imported: Vec<Json> = answers
+                    .take(2 * i + 1)
+                    .map_err(|e| StoreError::Query(e.to_string()))?;
+                out.push(Described {
+                    entity: entity.clone(),
+                    texts,
+                    imported: !imported.is_empty(),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// The entity that `name` is an alias of (a name resolution merged into it), if any.

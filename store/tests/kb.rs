@@ -1169,3 +1169,57 @@ async fn merges_are_listed_by_alias_with_their_chunks() {
             .is_empty()
     );
 }
+
+/// An entity's descriptions are read from every source's description supports, and no
+/// other entity's (not one whose name starts with this one's); an import's entity says so.
+#[tokio::test]
+async fn descriptions_of_reads_each_entitys_description_supports() {
+    use std::collections::BTreeMap;
+
+    use kbq_ingest::provenance::{ChunkRef, Fact, SourceKey, Support};
+
+    let kb = open(false).await;
+    let chunk = |source_id: &str, chunk: u32| ChunkRef {
+        source: SourceKey::new("notes", source_id),
+        chunk,
+    };
+    let described = |entity: &str, c: ChunkRef| {
+        (
+            Fact::Description {
+                entity: entity.into(),
+                chunk: c.clone(),
+            },
+            Support::Chunk(c),
+        )
+    };
+    let supports = vec![
+        described("Ada", chunk("b", 0)),
+        described("Ada", chunk("a", 1)),
+        described("Ada Lovelace", chunk("a", 0)),
+        described("Babbage", chunk("a", 2)),
+        (Fact::entity("Babbage"), Support::Import),
+    ];
+    let texts: BTreeMap<Fact, String> = supports
+        .iter()
+        .map(|(f, s)| match (f, s) {
+            (Fact::Description { entity, chunk }, _) => (
+                f.clone(),
+                format!("{entity} in {}#{}", chunk.source.source_id, chunk.chunk),
+            ),
+            _ => (f.clone(), String::new()),
+        })
+        .collect();
+    kb.add_supports(&supports, &texts).await.unwrap();
+    let read = kb
+        .descriptions_of(&["Ada".into(), "Babbage".into(), "Nobody".into()])
+        .await
+        .unwrap();
+    assert_eq!(read[0].entity, "Ada");
+    let texts = |i: usize| -> Vec<&str> { read[i].texts.iter().map(|(_, t)| t.as_str()).collect() };
+    assert_eq!(texts(0), ["Ada in a#1", "Ada in b#0"]);
+    assert_eq!(read[0].texts[0].0, Support::Chunk(chunk("a", 1)));
+    assert!(!read[0].imported);
+    assert_eq!(texts(1), ["Babbage in a#2"]);
+    assert!(read[1].imported);
+    assert!(read[2].texts.is_empty());
+}

@@ -232,8 +232,25 @@ async fn chat_completions(
             let answer = json!({ "same": same }).to_string();
             completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
         }
+        // Descriptions to summarise, with nothing queued: a summary that says how many, and
+        // begins with the first (the most representative).
+        None if body["response_format"]["json_schema"]["name"] == "kbq_summary" => {
+            let answer = json!({ "description": summary_of(last_user_text(&body)) }).to_string();
+            completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
+        }
         None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),
     }
+}
+
+/// The scripted model's summary of a `kbq_summary` request's descriptions: `"{first} (one of
+/// {n})"`.
+pub fn summary_of(user: &str) -> String {
+    let listed: Vec<&str> = user.lines().filter_map(|l| l.strip_prefix("- ")).collect();
+    format!(
+        "{} (one of {})",
+        listed.first().copied().unwrap_or_default(),
+        listed.len()
+    )
 }
 
 /// The text of a chat request's last user message.
@@ -258,17 +275,25 @@ pub fn pair_asked(body: &Value) -> (String, String) {
 }
 
 /// What the scripted model extracts from a chunk: every `[[Name]]` is an entity (type
-/// `thing`), and every `[[A]] -[type]-> [[B]]` a relationship. A real model reads prose; tests write their facts
+/// `thing`; `[[Name|words]]` describes it with the words), and every `[[A]] -[type]-> [[B]]` a relationship. A real model reads prose; tests write their facts
 /// in this markup so that what is extracted is known exactly.
 pub fn extraction_of(text: &str) -> Value {
     let mut entities: Vec<String> = Vec::new();
     let mut relationships: Vec<Value> = Vec::new();
+    let mut descriptions: std::collections::HashMap<String, String> = Default::default();
     let mut rest = text;
     let mut last: Option<String> = None;
     while let Some(open) = rest.find("[[") {
         let after = &rest[open + 2..];
         let Some(close) = after.find("]]") else { break };
-        let name = after[..close].to_string();
+        // `[[Name|what it is]]` gives the entity a description of its own.
+        let (name, description) = match after[..close].split_once('|') {
+            Some((name, description)) => (name.to_string(), Some(description.to_string())),
+            None => (after[..close].to_string(), None),
+        };
+        if let Some(d) = description {
+            descriptions.entry(name.clone()).or_insert(d);
+        }
         let tail = &after[close + 2..];
         // An arrow right after the name, to the next name: a relationship.
         if let Some(prev) = last.take()
@@ -294,7 +319,10 @@ pub fn extraction_of(text: &str) -> Value {
         "entities": entities.iter().map(|n| json!({
             "name": n,
             "type": "thing",
-            "description": format!("{n}, as the text names it"),
+            "description": descriptions
+                .get(n)
+                .cloned()
+                .unwrap_or_else(|| format!("{n}, as the text names it")),
         })).collect::<Vec<_>>(),
         "relationships": relationships,
     })

@@ -758,20 +758,25 @@ async fn an_ended_job_past_the_nodes_table_is_answered_from_its_record() {
         let job = ingest(&t, markdown(id, &format!("[[Note {id}]]."))).await;
         assert_eq!(job["status"], "succeeded", "{job}");
     }
-    // The node holds one ended job, the last.
-    let metrics = t
-        .http
-        .get(t.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("kbq_ingest_jobs{state=\"ended\"} 1\n"),
-        "{metrics}"
-    );
+    // The node holds one ended job, the last (once the actor has heard that it ended, just
+    // after its status says so).
+    let metrics = || async {
+        t.http
+            .get(t.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let one_ended = eventually(Duration::from_secs(5), || async {
+        metrics()
+            .await
+            .contains("kbq_ingest_jobs{state=\"ended\"} 1\n")
+    })
+    .await;
+    assert!(one_ended, "{}", metrics().await);
     let path = format!("/data/v1/ingest/jobs/{}", first["job_id"].as_str().unwrap());
     let (status, again) = t.get(&path).await;
     assert_eq!(status, 200, "{again}");
@@ -1151,5 +1156,90 @@ async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
         .await
         .unwrap();
     assert_eq!(missing.status.code(), Some(2));
+    llm.stop().await;
+}
+
+/// An entity's description is the most representative of those every source's chunks gave;
+/// from `ingest.summarise_after` (4) distinct ones, the model's summary, asked again only at
+/// the next doubling or when one goes (and a question asked before is not asked again); a
+/// retraction remakes it from the rest.
+#[tokio::test]
+async fn an_entitys_description_is_selected_then_summarised_from_every_source() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let summaries = || {
+        llm.requests()
+            .iter()
+            .filter(|r| r["response_format"]["json_schema"]["name"] == "kbq_summary")
+            .count()
+    };
+    let said = [
+        "German engineer who built the Z3 computer.",
+        "German civil engineer and computer pioneer who built the Z3.",
+        "A painter.",
+        "Computer pioneer who built the first programmable computer, the Z3.",
+        "Engineer and inventor of the Z3 computer.",
+    ];
+    let describe = |i: usize| {
+        markdown(
+            &format!("zuse-{i}"),
+            &format!("[[Konrad Zuse|{}]] -[built]-> [[Z{i}]].", said[i]),
+        )
+    };
+    let description = || async {
+        entity(&t, "Konrad Zuse").await["properties"]["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(ingest(&t, describe(0)).await["status"], "succeeded");
+    assert_eq!(description().await, said[0]);
+    // Two, then three: the one that shares most words with the others (the longer of two).
+    ingest(&t, describe(1)).await;
+    assert_eq!(description().await, said[1]);
+    ingest(&t, describe(2)).await;
+    assert_eq!(description().await, said[1], "the odd one out loses");
+    assert_eq!(summaries(), 0);
+    // Four: the model summarises, once.
+    let job = ingest(&t, describe(3)).await;
+    assert_eq!(summaries(), 1);
+    let summary = description().await;
+    assert!(summary.ends_with("(one of 4)"), "{summary}");
+    assert!(!summary.starts_with("A painter."), "{summary}");
+    assert_eq!(
+        job["counts"]["model_calls"], 2,
+        "extraction and summary: {job}"
+    );
+    // Five: not the next doubling, so the summary stays.
+    ingest(&t, describe(4)).await;
+    assert_eq!(summaries(), 1);
+    assert_eq!(description().await, summary);
+    // Back to the same four: the same question, answered from the kept answer.
+    let (status, _, _) = t
+        .call(Method::DELETE, "/data/v1/ingest/sources/notes/zuse-4", None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(summaries(), 1);
+    assert_eq!(description().await, summary);
+    // Three: selection again, from what remains.
+    let (status, _, _) = t
+        .call(Method::DELETE, "/data/v1/ingest/sources/notes/zuse-3", None)
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(description().await, said[1]);
+    // An import's entity keeps its own description whatever sources say of it.
+    let before = entity(&t, "Ada").await["properties"].clone();
+    for (i, words) in said.iter().enumerate() {
+        ingest(
+            &t,
+            markdown(
+                &format!("ada-{i}"),
+                &format!("[[Ada|{words}]] wrote notes."),
+            ),
+        )
+        .await;
+    }
+    assert_eq!(entity(&t, "Ada").await["properties"], before);
+    t.stop().await;
     llm.stop().await;
 }
