@@ -463,7 +463,11 @@ impl Ingestor {
         drop(writing);
         // The entities that keep other sources' descriptions get theirs remade without this
         // source's. A failure here leaves the old description, not a half-retracted source.
-        if let Err(e) = self.deps.describe(None, touched(&plan)).await {
+        if let Err(e) = self
+            .deps
+            .describe(None, touched(&plan, &BTreeMap::new()))
+            .await
+        {
             tracing::warn!(error = %e, "descriptions not remade after a retraction");
         }
         Ok(Some(SourceDeletion {
@@ -793,7 +797,30 @@ impl IngestDeps {
             return Ok(());
         }
         let _held = self.describing.lock().await;
-        let names: Vec<String> = touched.keys().cloned().collect();
+        // Descriptions added that say what the entity's description says, with none taken,
+        // change nothing: the entity is not read again. (Its description is one of its
+        // descriptions, so the distinct ones stay the same; or a summary, which a chunk
+        // would have to repeat word for word.)
+        let mut names: Vec<String> = Vec::with_capacity(touched.len());
+        for (name, touch) in &touched {
+            if touch.dropped == 0
+                && let Some(entity) = self.kb.entity(name).await?
+            {
+                let current = entity_description(&entity);
+                if !current.is_empty()
+                    && touch
+                        .texts
+                        .iter()
+                        .all(|t| kbq_ingest::summary::same(t, current))
+                {
+                    continue;
+                }
+            }
+            names.push(name.clone());
+        }
+        if names.is_empty() {
+            return Ok(());
+        }
         let after = self.config.summarise_after;
         let mut changed = Vec::new();
         for d in self.kb.descriptions_of(&names).await? {
@@ -1002,7 +1029,7 @@ impl IngestDeps {
                 // A fact to remove that another job names stays, without this source's
                 // supports.
                 plan.keep(&facts, &job.prepared.source, &named);
-                job.touched = touched(&plan);
+                job.touched = touched(&plan, &job.texts);
                 add_supports.append(&mut plan.add_supports);
                 texts.append(&mut job.texts);
                 job.plan = plan;
@@ -1560,16 +1587,20 @@ type Touched = BTreeMap<String, Touch>;
 #[derive(Debug, Default)]
 struct Touch {
     added: BTreeSet<Support>,
+    /// The texts of the added descriptions.
+    texts: Vec<String>,
     dropped: usize,
 }
 
-/// The entities whose description supports `plan` adds, drops or removes with their fact.
-fn touched(plan: &kbq_ingest::provenance::Plan) -> Touched {
+/// The entities whose description supports `plan` adds (their texts in `texts`), drops or
+/// removes with their fact.
+fn touched(plan: &kbq_ingest::provenance::Plan, texts: &BTreeMap<Fact, String>) -> Touched {
     let mut touched = Touched::new();
     for (fact, support) in &plan.add_supports {
         if let Fact::Description { entity, .. } = fact {
             let touch: &mut Touch = touched.entry(entity.clone()).or_default();
             touch.added.insert(support.clone());
+            touch.texts.extend(texts.get(fact).cloned());
         }
     }
     let dropped = plan.drop_supports.iter().map(|(fact, _)| fact);

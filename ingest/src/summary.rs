@@ -48,6 +48,11 @@ pub fn distinct<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
         .collect()
 }
 
+/// Whether `a` and `b` are one description to [`distinct`]: equal ignoring case and spacing.
+pub fn same(a: &str, b: &str) -> bool {
+    words_key(a.trim()) == words_key(b.trim())
+}
+
 fn words_key(text: &str) -> String {
     text.split_whitespace()
         .map(str::to_lowercase)
@@ -175,6 +180,8 @@ mod tests {
             distinct(["A maker.", " a  MAKER. ", "", "Another."]),
             ["A maker.", "Another."]
         );
+        assert!(same("A maker.", " a  MAKER. "));
+        assert!(!same("A maker.", "A maker"));
     }
 
     #[test]
