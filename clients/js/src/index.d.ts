@@ -11,6 +11,10 @@ export type SearchRequest = Schemas["SearchRequest"];
 export type SearchResponse = Schemas["SearchResponse"];
 export type DocumentsRequest = Schemas["DocumentsRequest"];
 export type DocumentsResponse = Schemas["DocumentsResponse"];
+export type MergesRequest = Schemas["MergesRequest"];
+export type MergesResponse = Schemas["MergesResponse"];
+export type Merge = Schemas["Merge"];
+export type MergeChunk = Schemas["MergeChunk"];
 export type RagRequest = Schemas["RagRequest"];
 export type HybridRequest = Schemas["HybridRequest"];
 export type RagAnswer = Schemas["RagAnswer"];
@@ -126,6 +130,7 @@ export declare class Client {
     search(args: SearchRequest, options?: RequestOptions): Promise<SearchResponse>;
     entity(name: string, options?: RequestOptions): Promise<Entity | null>;
     documents(args: DocumentsRequest, options?: RequestOptions): Promise<DocumentsResponse>;
+    merges(args?: MergesRequest, options?: RequestOptions): Promise<MergesResponse>;
   };
   readonly rag: {
     semantic(args: RagRequest, options?: RequestOptions): Promise<RagAnswer>;

@@ -146,6 +146,7 @@ export const OPERATIONS = {
   graph_search: ["POST", "/data/v1/query/graph/search"],
   graph_entity: ["GET", "/data/v1/query/graph/entity/{entity_name}"],
   graph_documents: ["POST", "/data/v1/query/graph/documents"],
+  graph_merges: ["POST", "/data/v1/query/graph/merges"],
   rag_semantic: ["POST", "/v1/rag/semantic"],
   rag_keyword: ["POST", "/v1/rag/keyword"],
   rag_hybrid: ["POST", "/v1/rag/hybrid"],
@@ -347,6 +348,16 @@ class Graph extends Resource {
       op("graph_documents", {}, { json: body({ entity_name, entity_type, relationship_types, max_depth, limit, resolve_documents }) }),
       options,
     );
+  }
+
+  /**
+   * A page of the names ingestion merged into entities (aliases), by alias in code-point
+   * order: only those merged into `entity_name` when given, those after `after` (the
+   * `next_after` of the page before), at most `limit` (1 to 1000; the server's default 100).
+   * `next_after` is null on the last page.
+   */
+  merges({ entity_name, after, limit } = {}, options) {
+    return this._client._send(op("graph_merges", {}, { json: body({ entity_name, after, limit }) }), options);
   }
 }
 

@@ -277,6 +277,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/data/v1/query/graph/merges": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The names that ingestion's resolution merged into other entities (aliases), with the
+         *     chunks that gave each: every merge a source made, a page at a time.
+         * @description An alias is found by an entity lookup or a traversal as the entity it names. A merge
+         *     lasts while a chunk that gave it does: retracting the source takes it away.
+         */
+        post: operations["graph_merges"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/query/graph/search": {
         parameters: {
             query?: never;
@@ -1053,6 +1075,50 @@ export interface components {
             status: components["schemas"]["JobStatus"];
             /** Format: int64 */
             updated_at: number;
+        };
+        /** @description A name that resolution merged into an entity (an alias), with the chunks that gave it. */
+        Merge: {
+            /** @description The name as a source gave it. */
+            alias: string;
+            /** @description The chunks that gave the name, by source and position. */
+            chunks: components["schemas"]["MergeChunk"][];
+            /** @description The entity it was merged into. */
+            entity: string;
+        };
+        /** @description A chunk that gave a merged name. */
+        MergeChunk: {
+            /**
+             * Format: int32
+             * @description The chunk's position in the source, from 0; its document's `source_id` is
+             *     `"{source_id}#{position}"`.
+             */
+            position: number;
+            source: string;
+            source_id: string;
+        };
+        MergesRequest: {
+            /**
+             * @description Only the aliases after this one, in code-point order: the `next_after` of the page
+             *     before.
+             */
+            after?: string | null;
+            /** @description Only the names merged into this entity (its exact name). */
+            entity_name?: string | null;
+            /**
+             * Format: int64
+             * @description Aliases per page.
+             * @default 100
+             */
+            limit?: number | null;
+        };
+        MergesResponse: {
+            /**
+             * @description The merges, by alias in code-point order; an alias merged into two entities (by two
+             *     sources) comes once for each.
+             */
+            merges: components["schemas"]["Merge"][];
+            /** @description The `after` that asks for the next page; `null` on the last. */
+            next_after?: string | null;
         };
         /** @enum {string} */
         Method: "semantic" | "keyword" | "hybrid";
@@ -2116,6 +2182,55 @@ export interface operations {
             401: components["responses"]["INVALID_API_KEY"];
             403: components["responses"]["insufficient_scope"];
             410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the knowledge base or the graph workers cannot answer now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    graph_merges: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MergesRequest"];
+            };
+        };
+        responses: {
+            /** @description A page of merges */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MergesResponse"];
+                };
+            };
+            /** @description `invalid_request`: a name blank, too long or with control characters, or `limit` out of range */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            408: components["responses"]["request_timeout"];
+            410: components["responses"]["version_sunset"];
+            413: components["responses"]["payload_too_large"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
             /** @description `service_unavailable`: the knowledge base or the graph workers cannot answer now */

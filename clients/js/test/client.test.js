@@ -45,6 +45,16 @@ describe("graph", () => {
     const docs = await client.graph.documents({ entity_name: "Alan Turing", max_depth: 1, limit: 3 });
     assert.ok(docs.results.length > 0 && docs.results.length <= 3);
   });
+
+  test("merges: a page at a time, limit checked", async () => {
+    // The demo has no ingested sources, hence no merges: one empty, last page.
+    assert.deepEqual(await client.graph.merges({ limit: 10 }), { merges: [], next_after: null });
+    assert.deepEqual(await client.graph.merges(), { merges: [], next_after: null });
+    assert.deepEqual(await client.graph.merges({ entity_name: "Alan Turing", after: "A" }), { merges: [], next_after: null });
+    const e = await client.graph.merges({ limit: 0 }).catch((x) => x);
+    assert.ok(e instanceof kbq.BadRequestError, String(e));
+    assert.deepEqual([e.status, e.code, e.field], [400, "invalid_request", "limit"]);
+  });
 });
 
 test("rag methods", async () => {

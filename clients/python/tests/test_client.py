@@ -43,6 +43,18 @@ def test_graph_answers_are_typed(client):
     assert 0 < len(docs.results) <= 3
 
 
+def test_graph_merges(client):
+    # The demo has no ingested sources, hence no merges: one empty, last page.
+    page = client.graph.merges(limit=10)
+    assert isinstance(page, t.MergesResponse)
+    assert (page.merges, page.next_after) == ([], None)
+    page = client.graph.merges(entity_name="Alan Turing", after="A")
+    assert (page.merges, page.next_after) == ([], None)
+    with pytest.raises(kbq.BadRequestError) as e:
+        client.graph.merges(limit=0)
+    assert (e.value.status_code, e.value.code, e.value.field) == (400, "invalid_request", "limit")
+
+
 def test_rag_methods(client):
     for method in (client.rag.semantic, client.rag.keyword, client.rag.hybrid):
         answer = method("Enigma codebreakers", limit=2)
@@ -228,6 +240,8 @@ async def test_the_async_client(aclient):
     walk = await aclient.graph.traverse("Alan Turing", depth=1)
     assert walk.entities_found[0].name == "Alan Turing"
     assert await aclient.graph.entity("Nobody at all") is None
+    page = await aclient.graph.merges(limit=10)
+    assert (page.merges, page.next_after) == ([], None)
     reply = await aclient.agent.chat("Who influenced Alan Turing?")
     stream = await aclient.agent.chat_stream("Who influenced Alan Turing?")
     names = [e.event async for e in stream]

@@ -11,6 +11,7 @@ import {
   type JobEvent,
   type JobStatus,
   type JobView,
+  type MergesResponse,
   type SourceRetraction,
   type TraversalResponse,
 } from "@kbq/client";
@@ -21,6 +22,10 @@ export async function use(client: Client): Promise<void> {
   const depth: number = walk.entities_found[0].depth;
   const maybe: Entity | null = await client.graph.entity(first);
   if (maybe) console.log(maybe.properties, depth);
+  const page: MergesResponse = await client.graph.merges({ limit: 10 });
+  for (const m of page.merges) console.log(m.alias, m.entity, m.chunks.map((c) => `${c.source}/${c.source_id}#${c.position}`));
+  if (page.next_after) await client.graph.merges({ entity_name: first, after: page.next_after });
+  await client.graph.merges();
   const reply: ChatResponse = await client.agent.chat({ message: "hi", max_tokens: 100 });
   console.log(reply.tool_calls.map((c) => c.tool));
   const stream = await client.agent.chatStream({ message: "hi" }, { signal: new AbortController().signal });

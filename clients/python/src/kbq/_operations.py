@@ -17,6 +17,7 @@ PATHS = {
     "graph_search": ("POST", "/data/v1/query/graph/search"),
     "graph_entity": ("GET", "/data/v1/query/graph/entity/{entity_name}"),
     "graph_documents": ("POST", "/data/v1/query/graph/documents"),
+    "graph_merges": ("POST", "/data/v1/query/graph/merges"),
     "rag_semantic": ("POST", "/v1/rag/semantic"),
     "rag_keyword": ("POST", "/v1/rag/keyword"),
     "rag_hybrid": ("POST", "/v1/rag/hybrid"),
@@ -130,6 +131,14 @@ def documents(
             resolve_documents=resolve_documents,
         ),
         parse=_parser(t.DocumentsResponse),
+    )
+
+
+def merges(entity_name: Optional[str], after: Optional[str], limit: Optional[int]) -> Call:
+    return Call(
+        "graph_merges",
+        json=_body(entity_name=entity_name, after=after, limit=limit),
+        parse=_parser(t.MergesResponse),
     )
 
 

@@ -61,6 +61,18 @@ class Graph(_Resource):
             )
         )
 
+    def merges(
+        self,
+        entity_name: Optional[str] = None,
+        after: Optional[str] = None,
+        limit: Optional[int] = None,
+    ) -> t.MergesResponse:
+        """A page of the names ingestion merged into entities (aliases), by alias in
+        code-point order: only those merged into ``entity_name`` when given, those after
+        ``after`` (the ``next_after`` of the page before), at most ``limit`` (1 to 1000,
+        the server's default 100). ``next_after`` is ``None`` on the last page."""
+        return self._client._send(ops.merges(entity_name, after, limit))
+
 
 class Rag(_Resource):
     """Document retrieval (scope ``read``); ``filters`` is a :class:`~kbq.types.Filters` or

@@ -50,6 +50,10 @@ __all__ = [
     "JobEvent",
     "JobStatus",
     "JobView",
+    "Merge",
+    "MergeChunk",
+    "MergesRequest",
+    "MergesResponse",
     "Method",
     "Model",
     "ModelList",
@@ -421,6 +425,46 @@ class JobView:
     updated_at: int
     error: Optional[str] = None
     """Why the job failed."""
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A name that resolution merged into an entity (an alias), with the chunks that gave it."""
+
+    alias: str
+    """The name as a source gave it."""
+    chunks: List[MergeChunk]
+    """The chunks that gave the name, by source and position."""
+    entity: str
+    """The entity it was merged into."""
+
+
+@dataclass(frozen=True)
+class MergeChunk:
+    """A chunk that gave a merged name."""
+
+    position: int
+    """The chunk's position in the source, from 0; its document's `source_id` is `"{source_id}#{position}"`."""
+    source: str
+    source_id: str
+
+
+@dataclass(frozen=True)
+class MergesRequest:
+    after: Optional[str] = None
+    """Only the aliases after this one, in code-point order: the `next_after` of the page before."""
+    entity_name: Optional[str] = None
+    """Only the names merged into this entity (its exact name)."""
+    limit: Optional[int] = None
+    """Aliases per page."""
+
+
+@dataclass(frozen=True)
+class MergesResponse:
+    merges: List[Merge]
+    """The merges, by alias in code-point order; an alias merged into two entities (by two sources) comes once for each."""
+    next_after: Optional[str] = None
+    """The `after` that asks for the next page; `null` on the last."""
 
 Method = Literal["semantic", "keyword", "hybrid"]
 
