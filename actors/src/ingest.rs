@@ -1002,6 +1002,7 @@ impl IngestDeps {
                 .collect();
             let mut imports = Vec::new();
             let mut add_supports = Vec::new();
+            let mut retext = Vec::new();
             let mut texts = BTreeMap::new();
             for (job, read) in jobs.iter_mut().zip(reads) {
                 let mut facts = read
@@ -1030,6 +1031,24 @@ impl IngestDeps {
                 // supports.
                 plan.keep(&facts, &job.prepared.source, &named);
                 job.touched = touched(&plan, &job.texts);
+                // A description the old version recorded for a chunk that changed: the same
+                // fact (entity and chunk), perhaps other words.
+                let p = &job.prepared;
+                let changed = |i: u32| {
+                    p.old.as_ref().and_then(|o| o.chunks.get(i as usize))
+                        != p.hashes.get(i as usize)
+                };
+                let adding: BTreeSet<&Fact> = plan.add_supports.iter().map(|(f, _)| f).collect();
+                for (fact, text) in &job.texts {
+                    if let Fact::Description { entity, chunk } = fact
+                        && p.old.is_some()
+                        && changed(chunk.chunk)
+                        && !adding.contains(fact)
+                    {
+                        retext.push((fact.clone(), Support::Chunk(chunk.clone()), text.clone()));
+                        job.touched.entry(entity.clone()).or_default().dropped += 1;
+                    }
+                }
                 add_supports.append(&mut plan.add_supports);
                 texts.append(&mut job.texts);
                 job.plan = plan;
@@ -1041,6 +1060,7 @@ impl IngestDeps {
             // import's.
             kb.add_supports(&imports, &BTreeMap::new()).await?;
             kb.add_supports(&add_supports, &texts).await?;
+            kb.set_support_texts(&retext).await?;
             phases.mark("write supports");
             let mut seen = BTreeSet::new();
             let mut new_entities = Vec::new();

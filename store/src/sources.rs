@@ -433,6 +433,35 @@ impl KnowledgeBase {
         Ok(out)
     }
 
+    /// Replaces the text of recorded description supports: a chunk at the same place in a
+    /// new version of its source may describe the entity otherwise.
+    pub async fn set_support_texts(&self, rows: &[(Fact, Support, String)]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|(fact, support, text)| {
+                let (origin, chunk) = origin_of(support);
+                row([
+                    (
+                        "id",
+                        support_record_id(&fact_key(fact), &origin, chunk).into_value(),
+                    ),
+                    ("text", text.clone().into_value()),
+                ])
+            })
+            .collect();
+        for batch in rows.chunks(SUPPORT_BATCH) {
+            self.exec(
+                "FOR $r IN $rows { UPDATE $r.id SET text = $r.text RETURN NONE };",
+                obj([("rows", batch.to_vec().into_value())]),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// The entity that `name` is an alias of (a name resolution merged into it), if any.
     pub async fn alias_target(&self, name: &str) -> Result<Option<String>> {
         let found: Vec<Option<String>> = self

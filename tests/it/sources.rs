@@ -1243,3 +1243,33 @@ async fn an_entitys_description_is_selected_then_summarised_from_every_source() 
     t.stop().await;
     llm.stop().await;
 }
+
+/// A chunk that a new version of its source changes in place may describe an entity
+/// otherwise: the entity's description follows the new words.
+#[tokio::test]
+async fn a_changed_chunk_changes_the_description_it_gave() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let version = |words: &str| {
+        markdown(
+            "hopper",
+            &format!("[[Kathleen Booth|{words}]] -[wrote]-> [[ARC assembly]]."),
+        )
+    };
+    ingest(&t, version("A rear admiral.")).await;
+    let description =
+        || async { entity(&t, "Kathleen Booth").await["properties"]["description"].clone() };
+    assert_eq!(description().await, "A rear admiral.");
+    let job = ingest(
+        &t,
+        version("Computer scientist who wrote the first compiler."),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(
+        description().await,
+        "Computer scientist who wrote the first compiler."
+    );
+    t.stop().await;
+    llm.stop().await;
+}
