@@ -69,8 +69,8 @@ pub struct IngestConfig {
     pub keep_ended_jobs: usize,
     /// Largest source accepted, in bytes.
     pub max_source_bytes: usize,
-    /// How long a node holds a job without renewing it; a job whose lease ended (its node
-    /// stopped) is taken over by another node.
+    /// How long a node holds its jobs without renewing its lease; the jobs of a node whose
+    /// lease ended (it stopped) are taken over by another node.
     pub lease: Duration,
     /// Whether this node takes over the store's unfinished jobs that no live node holds (a
     /// server does; `kbq ingest` runs only its own).
@@ -248,7 +248,7 @@ pub struct IngestDeps {
     pending: parking_lot::Mutex<Vec<Pending>>,
     /// The runtime jobs run on (`None`: the caller's).
     runtime: Option<tokio::runtime::Handle>,
-    /// This node's name in the jobs' leases: a new one each time the node starts.
+    /// This node's name in its jobs and its lease: a new one each time the node starts.
     node: String,
 }
 
@@ -511,15 +511,18 @@ impl IngestDeps {
     async fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
         let value = serde_json::to_value(record)
             .map_err(|e| StoreError::Query(format!("job record: {e}")))?;
-        let until = now_ms() + self.config.lease.as_millis() as i64;
         self.kb
-            .put_job(&record.view.job_id, value, &self.node, until)
+            .put_job(&record.view.job_id, value, &self.node)
             .await
     }
 
-    /// Renews the leases of the jobs this node holds, and cancels those whose cancellation
-    /// another node asked for.
+    /// Renews this node's lease (one row, however many jobs it holds), and cancels the jobs
+    /// of this node whose cancellation another node asked for.
     async fn renew(&self) {
+        let until = now_ms() + self.config.lease.as_millis() as i64;
+        if let Err(e) = self.kb.heartbeat(&self.node, until).await {
+            tracing::warn!(error = %e, "the node's lease on its ingest jobs not renewed");
+        }
         let holds = self
             .jobs
             .lock()
@@ -528,8 +531,7 @@ impl IngestDeps {
         if !holds {
             return;
         }
-        let until = now_ms() + self.config.lease.as_millis() as i64;
-        match self.kb.renew_jobs(&self.node, until).await {
+        match self.kb.cancels_asked(&self.node).await {
             Ok(cancel) => {
                 for id in cancel {
                     let running = Uuid::parse_str(&id)
@@ -541,7 +543,7 @@ impl IngestDeps {
                     }
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "ingest job leases not renewed"),
+            Err(e) => tracing::warn!(error = %e, "cancellations asked for not read"),
         }
     }
 
@@ -1289,6 +1291,9 @@ impl IngestDeps {
         let described = described(&prepared.found);
         let mut resolution = Resolution::default();
         let mut by_key: HashMap<String, String> = HashMap::new();
+        // The names this source adds to the graph, in the order met: a later near spelling
+        // of one is that entity.
+        let mut added: Vec<String> = Vec::new();
         for name in names {
             if resolution.to.contains_key(name) {
                 continue;
@@ -1311,7 +1316,18 @@ impl IngestDeps {
                 {
                     found
                 }
-                InGraph::Doubtful(_) | InGraph::None => name.to_string(),
+                InGraph::Doubtful(_) | InGraph::None => {
+                    let near = added.iter().find(|a| {
+                        kbq_ingest::compare(name, a, None, &self.config.resolve) == Decision::Same
+                    });
+                    match near {
+                        Some(a) => a.clone(),
+                        None => {
+                            added.push(name.to_string());
+                            name.to_string()
+                        }
+                    }
+                }
             };
             if canonical != name {
                 resolution.merged += 1;
@@ -1908,13 +1924,13 @@ mod hex_bytes {
 /// does not hold its start-up.
 const CLAIM_AFTER: Duration = Duration::from_millis(200);
 
-/// Longest time between two renewals of this node's leases, which is also how soon it hears
+/// Longest time between two renewals of this node's lease, which is also how soon it hears
 /// of a cancellation asked on another node.
 const RENEW_EVERY: Duration = Duration::from_secs(2);
 
 /// The ingestion actor: queues jobs and runs at most `max_jobs` at once; takes over the
 /// unfinished jobs that no live node holds (those of a node that stopped, this one
-/// included) and renews the leases of its own.
+/// included) and renews its own lease.
 pub struct IngestActor;
 
 /// The actor's state: jobs waiting, and the tasks of those running (aborted with the state,
@@ -1927,7 +1943,7 @@ pub struct IngestState {
     /// `keep_ended_jobs` of them (their progress channels, for followers), and the store the
     /// rest.
     ended: std::collections::VecDeque<Uuid>,
-    /// Renews this node's leases every [`RENEW_EVERY`] (or a third of the lease).
+    /// Renews this node's lease every [`RENEW_EVERY`] (or a third of the lease).
     _renewals: tokio_util::task::AbortOnDropHandle<()>,
     /// Whether a claim has run: an embedded store's first takes every unfinished job.
     claimed: bool,
@@ -2048,7 +2064,7 @@ impl Actor for IngestActor {
 async fn claim(myself: &ActorRef<IngestMessage>, state: &mut IngestState) {
     let deps = &state.deps;
     // An embedded store has one process, this one: every unfinished job is an earlier
-    // run's. A server's are those whose node stopped renewing their leases.
+    // run's. A server's are those whose node stopped renewing its lease.
     let every = !state.claimed && !deps.kb.config().is_server();
     let now = now_ms();
     let until = now + deps.config.lease.as_millis() as i64;

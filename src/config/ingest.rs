@@ -42,8 +42,8 @@ pub struct IngestSection {
     pub nice: u8,
     /// Ended jobs this node keeps in memory; older ones are answered from the store.
     pub keep_ended_jobs: usize,
-    /// Seconds a node holds a job without renewing it (every 2 s); another node takes over
-    /// a job whose lease ended.
+    /// Seconds a node holds its jobs without renewing its lease (every 2 s); another node
+    /// takes over the jobs of a node whose lease ended.
     pub job_lease_secs: u64,
     /// Distinct descriptions of an entity from which the model summarises them into its
     /// description; below, or with no model, the most representative one is selected. 0:

@@ -19,6 +19,7 @@ pub mod table {
     pub const SUPPORT: &str = "support";
     pub const EXTRACTION: &str = "extraction";
     pub const INGEST_JOB: &str = "ingest_job";
+    pub const INGEST_NODE: &str = "ingest_node";
 }
 
 /// Longest entity name, relationship type or entity type accepted, in characters (Unicode

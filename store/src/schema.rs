@@ -10,7 +10,8 @@ use crate::db::{Connected, obj, row, vector_bytes};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
 use crate::model::table::{
-    self, DOCUMENT, ENTITY, EXTRACTION, INGEST_JOB, MEMORY, META, RELATES, SOURCE, SUPPORT,
+    self, DOCUMENT, ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES, SOURCE,
+    SUPPORT,
 };
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;
@@ -102,7 +103,9 @@ impl KnowledgeBase {
              DEFINE INDEX IF NOT EXISTS support_alias ON {SUPPORT} FIELDS alias;
              DEFINE TABLE IF NOT EXISTS {EXTRACTION} SCHEMALESS;
              DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;
-             DEFINE INDEX IF NOT EXISTS ingest_job_open ON {INGEST_JOB} FIELDS finished;"
+             DEFINE INDEX IF NOT EXISTS ingest_job_open ON {INGEST_JOB} FIELDS finished;
+             DEFINE INDEX IF NOT EXISTS ingest_job_cancel ON {INGEST_JOB} FIELDS cancel;
+             DEFINE TABLE IF NOT EXISTS {INGEST_NODE} SCHEMALESS;"
         );
         self.exec_on(c, &schema, Object::new()).await?;
         // Vectors of two embedders must never mix in one index.

@@ -23,7 +23,7 @@ use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
-use crate::model::table::{EXTRACTION, INGEST_JOB, RELATES, SOURCE, SUPPORT};
+use crate::model::table::{EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE, SUPPORT};
 use crate::model::{NewRelationship, keys};
 
 /// The supports a query reads at once.
@@ -659,24 +659,16 @@ impl KnowledgeBase {
     }
 
     /// Stores an ingest job's record (JSON, the job's owner's business), replacing it, held
-    /// by the node `node` until `lease_until` (Unix milliseconds; see
-    /// [`renew_jobs`](Self::renew_jobs)).
-    pub async fn put_job(
-        &self,
-        job_id: &str,
-        record: Json,
-        node: &str,
-        lease_until: i64,
-    ) -> Result<()> {
+    /// by the node `node` (see [`heartbeat`](Self::heartbeat)).
+    pub async fn put_job(&self, job_id: &str, record: Json, node: &str) -> Result<()> {
         let finished = record.get("view").is_some_and(has_ended);
         self.exec(
-            "UPSERT $id CONTENT { record: $record, finished: $finished, node: $node, lease_until: $until, cancel: false } RETURN NONE",
+            "UPSERT $id CONTENT { record: $record, finished: $finished, node: $node, cancel: false } RETURN NONE",
             obj([
                 ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
                 ("record", record.into_value()),
                 ("finished", finished.into_value()),
                 ("node", node.into_value()),
-                ("until", lease_until.into_value()),
             ]),
         )
         .await
@@ -716,29 +708,36 @@ impl KnowledgeBase {
         Ok(rows.into_iter().next())
     }
 
-    /// Extends to `until` (Unix milliseconds) the lease of every unfinished job that `node`
-    /// holds. Answers the ids of those jobs whose cancellation another node asked for
-    /// ([`request_cancel`](Self::request_cancel)).
-    pub async fn renew_jobs(&self, node: &str, until: i64) -> Result<Vec<String>> {
-        let rows: Vec<Json> = self
-            .run(
-                &format!(
-                    "UPDATE {INGEST_JOB} SET lease_until = $until WHERE finished = false AND node = $node RETURN meta::id(id) AS id, cancel"
-                ),
-                obj([("node", node.into_value()), ("until", until.into_value())]),
-            )
-            .await?;
-        Ok(rows
-            .into_iter()
-            .filter(|r| r.get("cancel").and_then(Json::as_bool) == Some(true))
-            .filter_map(|r| r.get("id").and_then(Json::as_str).map(str::to_string))
-            .collect())
+    /// Says that the node `node` is alive until `until` (Unix milliseconds): while it is, no
+    /// other node takes its jobs. One row per node, whatever the number of its jobs.
+    pub async fn heartbeat(&self, node: &str, until: i64) -> Result<()> {
+        self.exec(
+            "UPSERT $id SET lease_until = $until RETURN NONE",
+            obj([
+                ("id", RecordId::new(INGEST_NODE, node).into_value()),
+                ("until", until.into_value()),
+            ]),
+        )
+        .await
     }
 
-    /// Takes for `node`, leased until `until`, the unfinished jobs whose lease ended before
-    /// `now` (every unfinished job when `every`: an embedded store has no other node), and
-    /// answers their records. A job is taken by one node: two nodes that claim it at once
-    /// conflict in the store, and the one refused tries again at its next claim.
+    /// The unfinished jobs of `node` whose cancellation another node asked for
+    /// ([`request_cancel`](Self::request_cancel)).
+    pub async fn cancels_asked(&self, node: &str) -> Result<Vec<String>> {
+        self.run(
+            &format!(
+                "SELECT VALUE meta::id(id) FROM {INGEST_JOB} WHERE cancel = true AND finished = false AND node = $node"
+            ),
+            obj([("node", node.into_value())]),
+        )
+        .await
+    }
+
+    /// Takes for `node` (alive until `until`) the unfinished jobs whose node is no longer
+    /// alive at `now` (every unfinished job when `every`: an embedded store has no other
+    /// node), and answers their records. A job is taken by one node: two nodes that claim it
+    /// at once conflict in the store, and the one refused tries again at its next claim.
+    /// Nodes dead for a day are forgotten.
     pub async fn claim_jobs(
         &self,
         node: &str,
@@ -746,18 +745,27 @@ impl KnowledgeBase {
         until: i64,
         every: bool,
     ) -> Result<Vec<Json>> {
-        self.run(
-            &format!(
-                "UPDATE {INGEST_JOB} SET node = $node, lease_until = $until WHERE finished = false AND ($every OR lease_until = NONE OR lease_until < $now) RETURN VALUE record"
-            ),
-            obj([
-                ("node", node.into_value()),
-                ("now", now.into_value()),
-                ("until", until.into_value()),
-                ("every", every.into_value()),
-            ]),
-        )
-        .await
+        self.heartbeat(node, until).await?;
+        let c = self.connection().await?;
+        let mut answers = self
+            .send(
+                &c,
+                &format!(
+                    "DELETE {INGEST_NODE} WHERE lease_until < $forgotten;
+                     LET $live = (SELECT VALUE meta::id(id) FROM {INGEST_NODE} WHERE lease_until >= $now);
+                     UPDATE {INGEST_JOB} SET node = $node WHERE finished = false AND ($every OR node NOT IN $live) RETURN VALUE record;"
+                ),
+                obj([
+                    ("node", node.into_value()),
+                    ("now", now.into_value()),
+                    ("forgotten", (now - 86_400_000).into_value()),
+                    ("every", every.into_value()),
+                ]),
+            )
+            .await?;
+        answers
+            .take::<Vec<Json>>(2)
+            .map_err(|e| StoreError::Query(e.to_string()))
     }
 
     /// Asks the node that holds the job `job_id` to cancel it (it reads the request when it

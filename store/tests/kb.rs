@@ -1021,9 +1021,7 @@ async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
             "input": {"source": "s", "source_id": "a", "content": "68656c6c6f"},
         })
     };
-    kb.put_job("j1", record("queued"), "node-a", 0)
-        .await
-        .unwrap();
+    kb.put_job("j1", record("queued"), "node-a").await.unwrap();
     kb.put_job_view(
         "j1",
         serde_json::json!({"job_id": "j1", "status": "running"}),
@@ -1049,7 +1047,7 @@ async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
 }
 
 #[tokio::test]
-async fn a_job_is_held_by_one_node_until_its_lease_ends() {
+async fn a_job_is_held_by_its_node_while_the_node_beats() {
     let kb = open(false).await;
     let record = |id: &str| serde_json::json!({"view": {"job_id": id, "status": "queued"}, "owner": "k", "input": {}});
     let ids = |records: Vec<serde_json::Value>| {
@@ -1060,33 +1058,33 @@ async fn a_job_is_held_by_one_node_until_its_lease_ends() {
         ids.sort();
         ids
     };
-    kb.put_job("j1", record("j1"), "a", 1_000).await.unwrap();
-    kb.put_job("j2", record("j2"), "b", 5_000).await.unwrap();
-    // At 2,000 only a's lease has ended.
+    kb.put_job("j1", record("j1"), "a").await.unwrap();
+    kb.put_job("j2", record("j2"), "b").await.unwrap();
+    kb.heartbeat("a", 1_000).await.unwrap();
+    kb.heartbeat("b", 5_000).await.unwrap();
+    // At 2,000 only a has stopped beating.
     let taken = kb.claim_jobs("c", 2_000, 9_000, false).await.unwrap();
     assert_eq!(ids(taken), ["j1"]);
     assert!(
         kb.claim_jobs("d", 3_000, 9_000, false)
             .await
             .unwrap()
-            .is_empty()
+            .is_empty(),
+        "b and c beat"
     );
-    // b renews its lease; nothing asks it to cancel.
-    assert!(kb.renew_jobs("b", 10_000).await.unwrap().is_empty());
+    // b beats on; nothing asks it to cancel.
+    kb.heartbeat("b", 10_000).await.unwrap();
+    assert!(kb.cancels_asked("b").await.unwrap().is_empty());
     assert!(
         kb.claim_jobs("d", 8_500, 20_000, false)
             .await
             .unwrap()
-            .is_empty(),
-        "b renewed"
+            .is_empty()
     );
-    // Another node asks for j2's cancellation: b hears it at its next renewal.
+    // Another node asks for j2's cancellation: b hears it when it next looks.
     assert!(kb.request_cancel("j2").await.unwrap());
-    assert_eq!(kb.renew_jobs("b", 11_000).await.unwrap(), ["j2"]);
-    assert!(
-        kb.renew_jobs("a", 11_000).await.unwrap().is_empty(),
-        "a lost j1"
-    );
+    assert_eq!(kb.cancels_asked("b").await.unwrap(), ["j2"]);
+    assert!(kb.cancels_asked("a").await.unwrap().is_empty());
     // A job that has ended is nobody's to take, nor to cancel.
     kb.put_job_view(
         "j1",
@@ -1095,8 +1093,12 @@ async fn a_job_is_held_by_one_node_until_its_lease_ends() {
     .await
     .unwrap();
     assert!(!kb.request_cancel("j1").await.unwrap());
-    // An embedded store's only node takes every unfinished job, leased or not.
+    // An embedded store's only node takes every unfinished job, its node alive or not.
     assert_eq!(ids(kb.claim_jobs("e", 0, 1, true).await.unwrap()), ["j2"]);
+    assert!(
+        kb.cancels_asked("b").await.unwrap().is_empty(),
+        "j2 is e's now"
+    );
 }
 
 /// The merges are listed by alias, a page at a time, with the chunks that gave each, and

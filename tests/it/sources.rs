@@ -1273,3 +1273,35 @@ async fn a_changed_chunk_changes_the_description_it_gave() {
     t.stop().await;
     llm.stop().await;
 }
+
+/// Within one source, a near spelling of a name the source adds is that entity, kept as an
+/// alias of it.
+#[tokio::test]
+async fn a_near_spelling_within_a_source_is_one_new_entity() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let job = ingest(
+        &t,
+        markdown(
+            "mit",
+            "[[Massachusetts Institute of Technology]] -[hosted]-> [[Project Whirlwind]].\n\n\
+             [[Massachusets Institute of Technology]] -[hosted]-> [[Project MAC]].",
+        ),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["entities_merged"], 1, "{job}");
+    assert_eq!(
+        outgoing(&t, "Massachusetts Institute of Technology").await,
+        vec![
+            ("Project MAC".to_string(), "hosted".to_string()),
+            ("Project Whirlwind".to_string(), "hosted".to_string())
+        ]
+    );
+    assert_eq!(
+        entity(&t, "Massachusets Institute of Technology").await["name"],
+        "Massachusetts Institute of Technology"
+    );
+    t.stop().await;
+    llm.stop().await;
+}
