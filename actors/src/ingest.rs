@@ -1307,16 +1307,18 @@ impl IngestDeps {
                 continue;
             }
             let description = described.get(name).copied().unwrap_or_default();
-            let canonical = match self.in_graph(name, description).await? {
-                InGraph::Same(found) => found,
-                InGraph::Doubtful(found)
-                    if prepared
+            let found = match self.in_graph(name, description).await? {
+                InGraph::Same(found) => Some(found),
+                InGraph::Doubtful(found) => found.into_iter().find(|c| {
+                    prepared
                         .confirmed
-                        .contains(&(name.to_string(), found.clone())) =>
-                {
-                    found
-                }
-                InGraph::Doubtful(_) | InGraph::None => {
+                        .contains(&(name.to_string(), c.to_string()))
+                }),
+                InGraph::None => None,
+            };
+            let canonical = match found {
+                Some(found) => found,
+                None => {
                     let near = added.iter().find(|a| {
                         kbq_ingest::compare(name, a, None, &self.config.resolve) == Decision::Same
                     });
@@ -1340,7 +1342,7 @@ impl IngestDeps {
 
     /// The entity of the graph that `name` (described by `description`, empty if unknown)
     /// names: itself; else the first candidate of the name search that [`Self::decide`] calls
-    /// the same; else the first it calls doubtful.
+    /// the same; else the first few it calls doubtful.
     async fn in_graph(&self, name: &str, description: &str) -> Result<InGraph, StoreError> {
         if self.kb.entity(name).await?.is_some() {
             return Ok(InGraph::Same(name.to_string()));
@@ -1357,15 +1359,20 @@ impl IngestDeps {
             return Ok(InGraph::None);
         }
         let candidates = self.kb.search_entities(&probe, None, 50).await?;
-        let mut doubtful = None;
+        let mut doubtful = Vec::new();
         for c in &candidates {
             match self.decide(name, description, c).await? {
                 Decision::Same => return Ok(InGraph::Same(c.name.clone())),
-                Decision::Doubtful if doubtful.is_none() => doubtful = Some(c.name.clone()),
+                Decision::Doubtful if doubtful.len() < DOUBTFUL_ASKED => {
+                    doubtful.push(c.name.clone())
+                }
                 _ => {}
             }
         }
-        Ok(doubtful.map_or(InGraph::None, InGraph::Doubtful))
+        Ok(match doubtful.is_empty() {
+            true => InGraph::None,
+            false => InGraph::Doubtful(doubtful),
+        })
     }
 
     /// [`kbq_ingest::compare`] of `name` and an entity of the graph, with the cosine of their
@@ -1427,24 +1434,27 @@ impl IngestDeps {
         for name in &names {
             let name = name.as_str();
             let description = described.get(name).copied().unwrap_or_default();
-            let InGraph::Doubtful(other) = self.in_graph(name, description).await? else {
+            let InGraph::Doubtful(others) = self.in_graph(name, description).await? else {
                 continue;
             };
-            let Some(entity) = self.kb.entity(&other).await? else {
-                continue;
-            };
-            let ours = kbq_ingest::confirm::Named {
-                name,
-                entity_type: typed.get(name).copied().unwrap_or_default(),
-                description,
-            };
-            let theirs = kbq_ingest::confirm::Named {
-                name: &entity.name,
-                entity_type: &entity.entity_type,
-                description: entity_description(&entity),
-            };
-            if self.ask_same(id, ours, theirs, model).await? == Some(true) {
-                confirmed.insert((name.to_string(), other));
+            for other in others {
+                let Some(entity) = self.kb.entity(&other).await? else {
+                    continue;
+                };
+                let ours = kbq_ingest::confirm::Named {
+                    name,
+                    entity_type: typed.get(name).copied().unwrap_or_default(),
+                    description,
+                };
+                let theirs = kbq_ingest::confirm::Named {
+                    name: &entity.name,
+                    entity_type: &entity.entity_type,
+                    description: entity_description(&entity),
+                };
+                if self.ask_same(id, ours, theirs, model).await? == Some(true) {
+                    confirmed.insert((name.to_string(), other));
+                    break;
+                }
             }
         }
         Ok(confirmed)
@@ -1532,9 +1542,15 @@ impl IngestDeps {
 /// What the graph has for a name.
 enum InGraph {
     Same(String),
-    Doubtful(String),
+    /// The candidates [`IngestDeps::decide`] calls doubtful, best first, at most
+    /// [`DOUBTFUL_ASKED`].
+    Doubtful(Vec<String>),
     None,
 }
+
+/// Doubtful candidates of one name sent to the model, in the name search's order, until one
+/// is confirmed.
+const DOUBTFUL_ASKED: usize = 3;
 
 /// Each name's first non-empty description in a job's answers.
 fn described(found: &[Option<Extraction>]) -> HashMap<&str, &str> {
@@ -1974,14 +1990,19 @@ impl Actor for IngestActor {
         myself.send_after(CLAIM_AFTER, || IngestMessage::Claim);
         let every = RENEW_EVERY.min(deps.config.lease / 3);
         let renewing = deps.clone();
-        let renewals = tokio::spawn(async move {
+        let renew = async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 renewing.renew().await;
             }
-        });
+        };
+        // On the ingestion runtime, below the lookups' priority, like the jobs.
+        let renewals = match &deps.runtime {
+            Some(runtime) => runtime.spawn(renew),
+            None => tokio::spawn(renew),
+        };
         Ok(IngestState {
             deps,
             waiting: Default::default(),

@@ -726,7 +726,7 @@ impl KnowledgeBase {
     pub async fn cancels_asked(&self, node: &str) -> Result<Vec<String>> {
         self.run(
             &format!(
-                "SELECT VALUE meta::id(id) FROM {INGEST_JOB} WHERE cancel = true AND finished = false AND node = $node"
+                "SELECT VALUE meta::id(id) FROM {INGEST_JOB} WITH INDEX ingest_job_cancel WHERE cancel = true AND finished = false AND node = $node"
             ),
             obj([("node", node.into_value())]),
         )

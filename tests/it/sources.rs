@@ -1305,3 +1305,48 @@ async fn a_near_spelling_within_a_source_is_one_new_entity() {
     t.stop().await;
     llm.stop().await;
 }
+
+/// A name with several doubtful candidates in the graph is asked about each, in the name
+/// search's order, until the model confirms one.
+#[tokio::test]
+async fn a_name_with_several_doubtful_candidates_merges_into_the_one_confirmed() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let one = ingest(
+        &t,
+        markdown(
+            "labels",
+            "[[Apple Inc.]] -[made]-> [[Macintosh]]. [[Apple Records]] -[signed]-> [[Badfinger]].",
+        ),
+    )
+    .await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    llm.confirm_same("Apple", "Apple Records");
+    let two = ingest(
+        &t,
+        markdown("abbey", "[[Apple]] -[released]-> [[Abbey Road]]."),
+    )
+    .await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+    let asked: Vec<(String, String)> = confirmations(&llm)
+        .into_iter()
+        .filter(|(a, _)| a == "Apple")
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            ("Apple".to_string(), "Apple Inc.".to_string()),
+            ("Apple".to_string(), "Apple Records".to_string())
+        ]
+    );
+    assert_eq!(entity(&t, "Apple").await["name"], "Apple Records");
+    assert_eq!(
+        outgoing(&t, "Apple Records").await,
+        vec![
+            ("Abbey Road".to_string(), "released".to_string()),
+            ("Badfinger".to_string(), "signed".to_string())
+        ]
+    );
+    t.stop().await;
+    llm.stop().await;
+}
