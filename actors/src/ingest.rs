@@ -1990,19 +1990,16 @@ impl Actor for IngestActor {
         myself.send_after(CLAIM_AFTER, || IngestMessage::Claim);
         let every = RENEW_EVERY.min(deps.config.lease / 3);
         let renewing = deps.clone();
-        let renew = async move {
+        // On the actor's runtime: a task of the ingestion runtime that is the first to ask
+        // the store would start SurrealDB's storage threads at that runtime's lower priority.
+        let renewals = tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 renewing.renew().await;
             }
-        };
-        // On the ingestion runtime, below the lookups' priority, like the jobs.
-        let renewals = match &deps.runtime {
-            Some(runtime) => runtime.spawn(renew),
-            None => tokio::spawn(renew),
-        };
+        });
         Ok(IngestState {
             deps,
             waiting: Default::default(),
