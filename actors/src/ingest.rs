@@ -320,15 +320,7 @@ impl Ingestor {
 
     /// The jobs this node holds in memory: (queued, running, ended).
     pub fn jobs_here(&self) -> (u64, u64, u64) {
-        let mut counts = (0, 0, 0);
-        for r in self.deps.jobs.lock().values() {
-            match r.progress.borrow().status {
-                JobStatus::Queued => counts.0 += 1,
-                JobStatus::Running => counts.1 += 1,
-                _ => counts.2 += 1,
-            }
-        }
-        counts
+        self.deps.jobs_here()
     }
 
     /// Checks `input`, stores its job and queues it. Answers the job as queued.
@@ -346,13 +338,8 @@ impl Ingestor {
         let Some(actor) = self.actor.read().clone() else {
             return Err(IngestError::NotRunning);
         };
-        let queued = self
-            .deps
-            .jobs
-            .lock()
-            .values()
-            .filter(|r| !r.progress.borrow().status.is_final())
-            .count();
+        let (queued, running, _) = self.deps.jobs_here();
+        let queued = (queued + running) as usize;
         if queued >= self.deps.config.max_queued {
             return Err(IngestError::Busy(queued));
         }
@@ -489,6 +476,19 @@ fn check_source_name(field: &'static str, value: &str) -> Result<(), IngestError
 }
 
 impl IngestDeps {
+    /// The jobs this node holds in memory: (queued, running, ended).
+    fn jobs_here(&self) -> (u64, u64, u64) {
+        let mut counts = (0, 0, 0);
+        for r in self.jobs.lock().values() {
+            match r.progress.borrow().status {
+                JobStatus::Queued => counts.0 += 1,
+                JobStatus::Running => counts.1 += 1,
+                _ => counts.2 += 1,
+            }
+        }
+        counts
+    }
+
     fn source_lock(&self, source: &SourceKey) -> Arc<tokio::sync::Mutex<()>> {
         self.sources
             .lock()
@@ -523,12 +523,8 @@ impl IngestDeps {
         if let Err(e) = self.kb.heartbeat(&self.node, until).await {
             tracing::warn!(error = %e, "the node's lease on its ingest jobs not renewed");
         }
-        let holds = self
-            .jobs
-            .lock()
-            .values()
-            .any(|r| !r.progress.borrow().status.is_final());
-        if !holds {
+        let (queued, running, _) = self.jobs_here();
+        if queued + running == 0 {
             return;
         }
         match self.kb.cancels_asked(&self.node).await {
@@ -803,47 +799,47 @@ impl IngestDeps {
         // change nothing: the entity is not read again. (Its description is one of its
         // descriptions, so the distinct ones stay the same; or a summary, which a chunk
         // would have to repeat word for word.)
-        let mut names: Vec<String> = Vec::with_capacity(touched.len());
+        // An entity no longer in the graph is left alone.
+        let mut entities = HashMap::with_capacity(touched.len());
         for (name, touch) in &touched {
+            let Some(entity) = self.kb.entity(name).await? else {
+                continue;
+            };
+            let current = entity_description(&entity);
             if touch.dropped == 0
-                && let Some(entity) = self.kb.entity(name).await?
+                && !current.is_empty()
+                && touch
+                    .texts
+                    .iter()
+                    .all(|t| kbq_ingest::summary::same(t, current))
             {
-                let current = entity_description(&entity);
-                if !current.is_empty()
-                    && touch
-                        .texts
-                        .iter()
-                        .all(|t| kbq_ingest::summary::same(t, current))
-                {
-                    continue;
-                }
+                continue;
             }
-            names.push(name.clone());
+            entities.insert(name.clone(), entity);
         }
-        if names.is_empty() {
+        if entities.is_empty() {
             return Ok(());
         }
+        let names: Vec<String> = entities.keys().cloned().collect();
         let after = self.config.summarise_after;
         let mut changed = Vec::new();
         for d in self.kb.descriptions_of(&names).await? {
             if d.imported {
                 continue;
             }
-            let Some(entity) = self.kb.entity(&d.entity).await? else {
-                continue;
-            };
+            let entity = &entities[&d.entity];
             let touch = &touched[&d.entity];
             let now = kbq_ingest::summary::distinct(d.texts.iter().map(|(_, t)| t.as_str()));
-            let before = kbq_ingest::summary::distinct(
-                d.texts
-                    .iter()
-                    .filter(|(s, _)| !touch.added.contains(s))
-                    .map(|(_, t)| t.as_str()),
-            );
-            let current = entity_description(&entity);
+            let current = entity_description(entity);
             let level = kbq_ingest::summary::level(now.len(), after);
             let description = match (level, &self.model) {
                 (Some(level), Some(model)) => {
+                    let before = kbq_ingest::summary::distinct(
+                        d.texts
+                            .iter()
+                            .filter(|(s, _)| !touch.added.contains(s))
+                            .map(|(_, t)| t.as_str()),
+                    );
                     let due = touch.dropped > 0
                         || kbq_ingest::summary::level(before.len(), after) != Some(level)
                         || current.is_empty();
@@ -851,7 +847,7 @@ impl IngestDeps {
                         continue;
                     }
                     let ranked = kbq_ingest::summary::ranked(&now);
-                    match self.summarise(id, &entity, &ranked, model).await? {
+                    match self.summarise(id, entity, &ranked, model).await? {
                         Some(summary) => summary,
                         // No answer kept the schema: the selection.
                         None => ranked[0].to_string(),
@@ -890,24 +886,12 @@ impl IngestDeps {
         let (system, user) = summary::messages(&entity.name, &entity.entity_type, texts);
         let asked = hex(&Sha256::digest(format!("{system}\0{user}")));
         let key = extraction_key(&asked, model, summary::PROMPT_VERSION);
-        if let Some(kept) = self.kb.cached_extraction(&key).await?
-            && let Some(text) = kept.as_str()
-        {
-            return Ok(Some(text.to_string()));
-        }
         let request =
-            structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
-        let text = self
-            .ask(id, &request, "summary", |text| {
-                summary::validate(text).ok_or("not {\"description\": text}")
-            })
-            .await?;
-        if let Some(text) = &text {
-            self.kb
-                .cache_extraction(&key, Value::String(text.clone()))
-                .await?;
-        }
-        Ok(text)
+            || structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
+        self.ask_kept(id, &key, request, "summary", |text| {
+            summary::validate(text).ok_or("not {\"description\": text}")
+        })
+        .await
     }
 
     /// Writes a group of jobs of different sources, each job's outcome sent to it: chunks,
@@ -1203,41 +1187,30 @@ impl IngestDeps {
         model: &str,
     ) -> Result<Option<Extraction>, StoreError> {
         let key = extraction_key(&chunk.hash, model, PROMPT_VERSION);
-        if let Some(kept) = self.kb.cached_extraction(&key).await?
-            && let Ok(extraction) = serde_json::from_value::<Extraction>(kept)
-        {
-            self.update(id, false, |v| v.chunks_done += 1).await?;
-            return Ok(Some(extraction));
-        }
-        let (system, user) = kbq_ingest::extraction::messages(
-            &chunk.text,
-            &chunk.heading_path,
-            Some(title),
-            &self.config.entity_types,
-        );
-        let request = extraction_request(system, user);
+        let request = || {
+            let (system, user) = kbq_ingest::extraction::messages(
+                &chunk.text,
+                &chunk.heading_path,
+                Some(title),
+                &self.config.entity_types,
+            );
+            extraction_request(system, user)
+        };
         let extraction = self
-            .ask(
+            .ask_kept(
                 Some(id),
-                &request,
+                &key,
+                request,
                 &format!("chunk {}", chunk.index),
                 kbq_ingest::extraction::validate,
             )
             .await?;
-        match &extraction {
-            Some(e) => {
-                let kept = serde_json::to_value(e).unwrap_or(Value::Null);
-                self.kb.cache_extraction(&key, kept).await?;
-                self.update(id, false, |v| v.chunks_done += 1).await?;
-            }
-            None => {
-                self.update(id, false, |v| {
-                    v.chunks_done += 1;
-                    v.counts.chunks_failed += 1;
-                })
-                .await?;
-            }
-        }
+        let failed = u64::from(extraction.is_none());
+        self.update(id, false, |v| {
+            v.chunks_done += 1;
+            v.counts.chunks_failed += failed;
+        })
+        .await?;
         Ok(extraction)
     }
 
@@ -1477,26 +1450,42 @@ impl IngestDeps {
             a.name, a.entity_type, b.name, b.entity_type
         )));
         let key = extraction_key(&pair, model, kbq_ingest::confirm::PROMPT_VERSION);
-        if let Some(kept) = self.kb.cached_extraction(&key).await?
-            && let Some(same) = kept.as_bool()
+        let request = || {
+            structured_request(
+                system,
+                user,
+                kbq_ingest::confirm::SCHEMA_NAME,
+                kbq_ingest::confirm::json_schema(),
+            )
+        };
+        self.ask_kept(Some(id), &key, request, "confirmation", |text| {
+            kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}")
+        })
+        .await
+    }
+
+    /// The answer kept under `key`; else the model asked `request` ([`Self::ask`]), and its
+    /// valid answer kept under `key`, so that no question is asked twice. `None` when no
+    /// answer was valid.
+    async fn ask_kept<T: Serialize + serde::de::DeserializeOwned, E: std::fmt::Display>(
+        &self,
+        id: Option<Uuid>,
+        key: &str,
+        request: impl FnOnce() -> ChatRequest,
+        what: &str,
+        validate: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, StoreError> {
+        if let Some(kept) = self.kb.cached_extraction(key).await?
+            && let Ok(answer) = serde_json::from_value::<T>(kept)
         {
-            return Ok(Some(same));
+            return Ok(Some(answer));
         }
-        let request = structured_request(
-            system,
-            user,
-            kbq_ingest::confirm::SCHEMA_NAME,
-            kbq_ingest::confirm::json_schema(),
-        );
-        let same = self
-            .ask(Some(id), &request, "confirmation", |text| {
-                kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}")
-            })
-            .await?;
-        if let Some(same) = same {
-            self.kb.cache_extraction(&key, Value::Bool(same)).await?;
+        let answer = self.ask(id, &request(), what, validate).await?;
+        if let Some(answer) = &answer {
+            let kept = serde_json::to_value(answer).unwrap_or(Value::Null);
+            self.kb.cache_extraction(key, kept).await?;
         }
-        Ok(same)
+        Ok(answer)
     }
 
     /// Asks the model `request` up to `ingest.attempts` times, each call under the bound on
@@ -1961,7 +1950,8 @@ pub struct IngestState {
     ended: std::collections::VecDeque<Uuid>,
     /// Renews this node's lease every [`RENEW_EVERY`] (or a third of the lease).
     _renewals: tokio_util::task::AbortOnDropHandle<()>,
-    /// Whether a claim has run: an embedded store's first takes every unfinished job.
+    /// Whether a claim has run: the first queues again the jobs this node knows, and on an
+    /// embedded store takes every unfinished job.
     claimed: bool,
 }
 
@@ -2032,9 +2022,9 @@ impl Actor for IngestActor {
                     state.deps.jobs.lock().remove(&old);
                 }
             }
-            IngestMessage::Claim => {
-                // A restarted actor starts with no queue: the jobs this node knows that have
-                // not ended are queued again first.
+            // A restarted actor starts with no queue: at its first claim, the jobs this node
+            // knows that have not ended are queued again first.
+            IngestMessage::Claim if !state.claimed => {
                 let known: Vec<Uuid> = state
                     .deps
                     .jobs
@@ -2052,6 +2042,7 @@ impl Actor for IngestActor {
                     claim(&myself, state).await;
                 }
             }
+            IngestMessage::Claim => claim(&myself, state).await,
         }
         while state.running.len() < state.deps.config.max_jobs.max(1) {
             let Some(id) = state.waiting.pop_front() else {

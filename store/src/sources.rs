@@ -410,16 +410,12 @@ impl KnowledgeBase {
                 let rows: Vec<Json> = answers
                     .take(2 * i)
                     .map_err(|e| StoreError::Query(e.to_string()))?;
-                let mut texts: Vec<((String, i64), String)> = rows
+                let mut texts: Vec<(Support, String)> = rows
                     .into_iter()
                     .filter_map(|r| serde_json::from_value::<TextRow>(r).ok())
-                    .filter_map(|r| Some(((r.origin, r.chunk), r.text?)))
+                    .filter_map(|r| Some((support_of(&r.origin, r.chunk)?, r.text?)))
                     .collect();
                 texts.sort();
-                let texts = texts
-                    .into_iter()
-                    .filter_map(|((origin, chunk), text)| Some((support_of(&origin, chunk)?, text)))
-                    .collect();
                 let imported: Vec<Json> = answers
                     .take(2 * i + 1)
                     .map_err(|e| StoreError::Query(e.to_string()))?;

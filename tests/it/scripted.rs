@@ -212,17 +212,17 @@ async fn chat_completions(
         }
         script.steps.pop_front()
     };
-    match step {
-        Some(step) => play(&script, step, &body["model"]).await,
+    match (step, schema_asked(&body)) {
+        (Some(step), _) => play(&script, step, &body["model"]).await,
         // Asked for the extraction schema with nothing queued: answered from the text.
-        None if body["response_format"]["json_schema"]["name"] == "kbq_extraction" => {
+        (None, "kbq_extraction") => {
             let answer = extraction_of(last_user_text(&body)).to_string();
             let delay = script.lock().extraction_delay;
             tokio::time::sleep(delay).await;
             completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
         }
         // A doubtful pair to confirm, with nothing queued: answered from `confirm_same`.
-        None if body["response_format"]["json_schema"]["name"] == "kbq_same_entity" => {
+        (None, "kbq_same_entity") => {
             let (a, b) = pair_asked(&body);
             let same = script
                 .lock()
@@ -234,12 +234,19 @@ async fn chat_completions(
         }
         // Descriptions to summarise, with nothing queued: a summary that says how many, and
         // begins with the first (the most representative).
-        None if body["response_format"]["json_schema"]["name"] == "kbq_summary" => {
+        (None, "kbq_summary") => {
             let answer = json!({ "description": summary_of(last_user_text(&body)) }).to_string();
             completion(&script, &body["model"], Some(answer), Vec::new(), "stop")
         }
-        None => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),
+        (None, _) => error_response(StatusCode::INTERNAL_SERVER_ERROR, "script exhausted", None),
     }
+}
+
+/// The name of the structured output's schema a chat request asks for; empty when none.
+pub fn schema_asked(body: &Value) -> &str {
+    body["response_format"]["json_schema"]["name"]
+        .as_str()
+        .unwrap_or_default()
 }
 
 /// The scripted model's summary of a `kbq_summary` request's descriptions: `"{first} (one of

@@ -9,7 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::agent::{agent_config, openai, start};
-use crate::scripted::{ScriptedLlm, Step, pair_asked};
+use crate::scripted::{ScriptedLlm, Step, pair_asked, schema_asked};
 use crate::support::{
     KEY, TestServer, assert_error, eventually, key_entry, read, until_ended, wait_ready,
 };
@@ -477,11 +477,18 @@ async fn names_that_differ_in_case_and_punctuation_are_one_entity() {
     llm.stop().await;
 }
 
+/// The requests the scripted model got for the structured output `schema`.
+fn asked(llm: &ScriptedLlm, schema: &str) -> Vec<Value> {
+    llm.requests()
+        .into_iter()
+        .filter(|r| schema_asked(r) == schema)
+        .collect()
+}
+
 /// Requests the scripted model got to confirm a doubtful pair, as (A, B).
 fn confirmations(llm: &ScriptedLlm) -> Vec<(String, String)> {
-    llm.requests()
+    asked(llm, "kbq_same_entity")
         .iter()
-        .filter(|r| r["response_format"]["json_schema"]["name"] == "kbq_same_entity")
         .map(pair_asked)
         .collect()
 }
@@ -1167,12 +1174,7 @@ async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
 async fn an_entitys_description_is_selected_then_summarised_from_every_source() {
     let llm = ScriptedLlm::start().await;
     let t = with_model(&llm).await;
-    let summaries = || {
-        llm.requests()
-            .iter()
-            .filter(|r| r["response_format"]["json_schema"]["name"] == "kbq_summary")
-            .count()
-    };
+    let summaries = || asked(&llm, "kbq_summary").len();
     let said = [
         "German engineer who built the Z3 computer.",
         "German civil engineer and computer pioneer who built the Z3.",
