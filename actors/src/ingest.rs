@@ -1759,23 +1759,32 @@ impl Writing {
         }
     }
 
-    /// The chunks, as documents of the source.
+    /// The chunks, as documents of the source, each linked to every entity it gave: the
+    /// first as its `entity_name`, the others as its mentions.
     fn documents(&self) -> impl Iterator<Item = NewDocument> + '_ {
         let p = &self.prepared;
         p.chunks
             .iter()
             .zip(&p.found)
-            .map(move |(chunk, extraction)| NewDocument {
-                title: chunk_title(&p.title, &chunk.heading_path),
-                content: chunk.text.clone(),
-                source: p.source.source.clone(),
-                source_id: chunk_source_id(&p.source.source_id, chunk.index),
-                content_type: p.content_type.clone(),
-                url: p.url.clone(),
-                entity_name: extraction
-                    .as_ref()
-                    .and_then(|e| e.entities.first())
-                    .map(|e| self.resolved.name(&e.name).to_string()),
+            .map(move |(chunk, extraction)| {
+                let mut names: Vec<String> = Vec::new();
+                for e in extraction.iter().flat_map(|e| &e.entities) {
+                    let name = self.resolved.name(&e.name);
+                    if !names.iter().any(|n| n == name) {
+                        names.push(name.to_string());
+                    }
+                }
+                let mut names = names.into_iter();
+                NewDocument {
+                    title: chunk_title(&p.title, &chunk.heading_path),
+                    content: chunk.text.clone(),
+                    source: p.source.source.clone(),
+                    source_id: chunk_source_id(&p.source.source_id, chunk.index),
+                    content_type: p.content_type.clone(),
+                    url: p.url.clone(),
+                    entity_name: names.next(),
+                    mentions: names.collect(),
+                }
             })
     }
 }

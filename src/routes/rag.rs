@@ -103,8 +103,12 @@ impl SearchBody for HybridRequest {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Filters {
+    /// Only documents of this source (exact match).
     pub source: Option<String>,
+    /// Only documents of this content type (exact match).
     pub content_type: Option<String>,
+    /// Only documents linked to this entity (exact name): by their `entity_name`, or chunks
+    /// of an ingested source that gave it.
     pub entity_name: Option<String>,
 }
 

@@ -40,6 +40,7 @@ fn tags(d: &NewDocument) -> DocTags {
         source: d.source.as_str().into(),
         content_type: d.content_type.as_str().into(),
         entity_name: d.entity_name.as_deref().map(Into::into),
+        mentions: Box::default(),
     }
 }
 

@@ -26,7 +26,7 @@ use crate::text::{Analysed, TextIndex};
 use crate::vectors::{DocTags, VectorIndex};
 
 /// What the in-process vector and keyword indexes read of a document (see [`DocEntry`]).
-const DOCUMENT_ENTRY_FIELDS: &str = "meta::id(id) AS id, embedding, title, content, source, source_id, content_type, url, entity_name";
+const DOCUMENT_ENTRY_FIELDS: &str = "meta::id(id) AS id, embedding, title, content, source, source_id, content_type, url, entity_name, mentions";
 
 /// A document as the in-process vector and keyword indexes hold it.
 pub(crate) struct DocEntry {
@@ -221,6 +221,20 @@ fn build_document_indexes(
     })
 }
 
+/// The strings of an array field (`mentions`); none for any other value.
+fn names(value: Option<Value>) -> Vec<String> {
+    match value {
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .filter_map(|v| match v {
+                Value::String(s) => Some(s),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Rows that select [`DOCUMENT_ENTRY_FIELDS`] as index entries, their texts analysed; a row
 /// without an id is left out.
 fn doc_entries(rows: Vec<Value>) -> Vec<DocEntry> {
@@ -246,12 +260,9 @@ fn doc_entries(rows: Vec<Value>) -> Vec<DocEntry> {
             content_type: take("content_type").unwrap_or_default(),
             url: take("url"),
             entity_name: take("entity_name"),
+            mentions: names(row.remove("mentions")),
         };
-        let tags = DocTags {
-            source: document.source.as_str().into(),
-            content_type: document.content_type.as_str().into(),
-            entity_name: document.entity_name.as_deref().map(Into::into),
-        };
+        let tags = DocTags::of(&document);
         out.push(DocEntry {
             key,
             vector,
@@ -281,6 +292,7 @@ mod tests {
             content_type: "text/plain".into(),
             url: url.map(Into::into),
             entity_name: entity.map(Into::into),
+            mentions: Vec::new(),
         }
     }
 
@@ -322,7 +334,7 @@ mod tests {
             entity_type: "thing".into(),
             properties: Default::default(),
         };
-        kb.upsert_entities(&[entity("Ada"), entity("Engine")])
+        kb.upsert_entities(&[entity("Ada"), entity("Engine"), entity("Cy")])
             .await
             .unwrap();
         kb.upsert_documents(&[
@@ -357,16 +369,29 @@ mod tests {
         assert_eq!(hits[0].document.content, "second version");
         assert_eq!(hits[0].document.url.as_deref(), Some("https://e.org/a"));
 
-        // Deleting an entity unlinks its documents.
+        // A document with mentions (as ingestion writes a chunk).
+        kb.upsert_documents(&[NewDocument {
+            mentions: vec!["Engine".into(), "Cy".into()],
+            ..doc("d", "a chunk naming three", None, Some("Ada"))
+        }])
+        .await
+        .unwrap();
+        assert_in_step(&kb, 4).await;
+
+        // Deleting an entity unlinks its documents, and drops it from their mentions.
         let deleted = kb.delete_entity("Engine").await.unwrap();
         assert_eq!(deleted.documents_unlinked, 2);
-        assert_in_step(&kb, 3).await;
+        assert_in_step(&kb, 4).await;
         let hits = kb.keyword_search("mechanical computer", 5).await.unwrap();
         assert_eq!(hits[0].document.entity_name, None);
+        let hits = kb.keyword_search("chunk naming", 5).await.unwrap();
+        assert_eq!(hits[0].document.mentions, ["Cy"]);
 
         // Deleting a document takes it out.
-        let id = crate::model::keys::document_id("t", "c");
-        assert!(kb.delete_document(&id).await.unwrap());
+        for id in ["c", "d"] {
+            let id = crate::model::keys::document_id("t", id);
+            assert!(kb.delete_document(&id).await.unwrap());
+        }
         assert_in_step(&kb, 2).await;
         assert!(kb.keyword_search("unlinked", 5).await.unwrap().is_empty());
 

@@ -32,6 +32,7 @@ impl DocumentTable {
                     + d.content_type.capacity()
                     + d.url.as_ref().map_or(0, String::capacity)
                     + d.entity_name.as_ref().map_or(0, String::capacity)
+                    + d.mentions.iter().map(String::capacity).sum::<usize>()
             })
             .sum();
         crate::heap::map(&self.by_key) + owned
@@ -60,6 +61,16 @@ impl DocumentTable {
         if let Some(d) = self.by_key.get_mut(key) {
             // A hit handed out before keeps the document as it was.
             Arc::make_mut(d).entity_name = None;
+        }
+    }
+
+    /// Drops the mention of the entity `name` from the document `key` (the entity was
+    /// deleted).
+    pub(crate) fn unmention(&mut self, key: &str, name: &str) {
+        if let Some(d) = self.by_key.get_mut(key)
+            && d.mentions.iter().any(|m| m == name)
+        {
+            Arc::make_mut(d).mentions.retain(|m| m != name);
         }
     }
 }

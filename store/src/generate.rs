@@ -108,6 +108,7 @@ pub fn generate(spec: Spec) -> Vec<Record> {
             content_type: "text/plain".into(),
             url: None,
             entity_name: Some(entity_name(i)),
+            mentions: Vec::new(),
         }));
     }
     out

@@ -72,6 +72,16 @@ pub struct Document {
     pub content_type: String,
     pub url: Option<String>,
     pub entity_name: Option<String>,
+    /// The other entities the document is linked to besides `entity_name`: those a chunk of
+    /// an ingested source gave (docs/ingest.md). Graph documents, and the `entity_name`
+    /// filter of searches, find the document by each of them. Not part of the answers.
+    #[serde(default, skip_serializing, deserialize_with = "null_as_empty")]
+    pub mentions: Vec<String>,
+}
+
+/// A list that a row may hold as null (a field the record does not have).
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// An entity as written by a client or an import file (no id: the id follows from the name).
@@ -113,6 +123,9 @@ pub struct NewDocument {
     pub url: Option<String>,
     #[serde(default)]
     pub entity_name: Option<String>,
+    /// Set by ingestion only (see [`Document::mentions`]): not read from a client or a file.
+    #[serde(skip)]
+    pub mentions: Vec<String>,
 }
 
 /// One line of the NDJSON import format; `kind` selects the record.
@@ -233,6 +246,11 @@ impl Document {
             prefetch_str(field);
         }
     }
+
+    /// Whether the document is linked to the entity `name`: by `entity_name` or a mention.
+    pub fn links(&self, name: &str) -> bool {
+        self.entity_name.as_deref() == Some(name) || self.mentions.iter().any(|m| m == name)
+    }
 }
 
 impl NewEntity {
@@ -304,6 +322,7 @@ impl NewDocument {
             content_type: self.content_type,
             url: self.url,
             entity_name: self.entity_name,
+            mentions: self.mentions,
         }
     }
     /// The text that is embedded for similarity search.

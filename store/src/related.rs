@@ -92,7 +92,7 @@ impl KnowledgeBase {
         let mut results: Vec<GraphDocument> = docs
             .into_iter()
             .filter_map(|(d, i)| {
-                let name = d.document.entity_name.clone()?;
+                let name = names.get(i)?.to_string();
                 let depth = reach.depths[i];
                 Some(GraphDocument {
                     relationship: reach.via[i]
@@ -228,7 +228,7 @@ impl KnowledgeBase {
                     .map(|h| {
                         let key = h.document.id.split_once(':').map_or("", |(_, k)| k);
                         let &i = expected.get(key)?;
-                        (h.document.entity_name.as_deref() == Some(names[i])).then_some(i)
+                        h.document.links(names[i]).then_some(i)
                     })
                     .collect()
             })
@@ -241,13 +241,23 @@ impl KnowledgeBase {
             .documents_by_key(every.into_iter().map(|(k, _, s)| (k, s)).collect())
             .await?;
         fetch_fields(&hits);
-        // What was read decides: each document's place is its entity's, by name.
-        let places: FxHashMap<&str, usize> =
-            names.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        // What was read decides: each document's place is the first of its entities'.
+        let places: FxHashMap<&str, usize> = names
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &n)| (n, i))
+            .collect();
         Ok(hits
             .into_iter()
             .filter_map(|h| {
-                let &i = places.get(h.document.entity_name.as_deref()?)?;
+                let d = &h.document;
+                let i = d
+                    .entity_name
+                    .iter()
+                    .chain(&d.mentions)
+                    .filter_map(|n| places.get(n.as_str()).copied())
+                    .min()?;
                 Some((h, i))
             })
             .collect())
@@ -517,6 +527,7 @@ mod tests {
                 content_type: "text/plain".into(),
                 url: None,
                 entity_name: Some(reached.clone()),
+                mentions: Vec::new(),
             }])
             .await
             .unwrap();
@@ -625,6 +636,7 @@ mod tests {
                     content_type: "text/plain".into(),
                     url: None,
                     entity_name: Some(name.to_string()),
+                    mentions: Vec::new(),
                 })
                 .collect();
             kb.upsert_documents(&tied).await.unwrap();

@@ -28,8 +28,7 @@ pub const MAX_HITS: usize = 100;
 
 /// What the document queries here select: a [`Document`] whose `id` is its record key
 /// (see [`KnowledgeBase::documents_by_key`], which gives it its public id).
-pub(crate) const FIELDS: &str =
-    "meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name";
+pub(crate) const FIELDS: &str = "meta::id(id) AS id, title, content, source, source_id, content_type, url, entity_name, mentions";
 
 /// Exact-match conditions on documents; `None` accepts any value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,24 +39,23 @@ pub struct DocumentFilter {
 }
 
 impl DocumentFilter {
-    pub fn accepts(&self, source: &str, content_type: &str, entity_name: Option<&str>) -> bool {
+    /// Whether a document of `source` and `content_type`, linked to the entities `links`
+    /// accepts (`entity_name`: one of them), passes.
+    fn accepts(&self, source: &str, content_type: &str, links: impl Fn(&str) -> bool) -> bool {
         self.source.as_deref().is_none_or(|s| s == source)
             && self
                 .content_type
                 .as_deref()
                 .is_none_or(|c| c == content_type)
-            && self
-                .entity_name
-                .as_deref()
-                .is_none_or(|e| entity_name == Some(e))
+            && self.entity_name.as_deref().is_none_or(links)
     }
 
     pub fn accepts_document(&self, d: &crate::Document) -> bool {
-        self.accepts(&d.source, &d.content_type, d.entity_name.as_deref())
+        self.accepts(&d.source, &d.content_type, |e| d.links(e))
     }
 
     fn accepts_tags(&self, t: &DocTags) -> bool {
-        self.accepts(&t.source, &t.content_type, t.entity_name.as_deref())
+        self.accepts(&t.source, &t.content_type, |e| t.links(e))
     }
 }
 
@@ -257,10 +255,11 @@ impl KnowledgeBase {
         let mut hits = self.documents_by_key(scored).await?;
         // A document relinked by another node since the index last heard of it.
         hits.retain(|hit| {
-            hit.document
-                .entity_name
-                .as_deref()
-                .is_some_and(|n| wanted.contains(n))
+            let d = &hit.document;
+            d.entity_name
+                .iter()
+                .chain(&d.mentions)
+                .any(|n| wanted.contains(n.as_str()))
         });
         Ok(hits)
     }

@@ -227,6 +227,11 @@ impl TextIndex {
             + heap::vec(&self.key_prefixes)
             + heap::vec(&self.alive)
             + heap::vec(&self.tags)
+            + self
+                .tags
+                .iter()
+                .map(|t| t.mentions.len() * size_of::<Arc<str>>())
+                .sum::<usize>()
             + heap::vec(&self.lens)
             + heap::vec(&self.fingerprints)
             + heap::map(&self.slots)
@@ -253,17 +258,14 @@ impl TextIndex {
     /// Adds or replaces the document `key`.
     pub fn upsert(&mut self, key: &str, text: &Analysed, tags: DocTags) {
         self.generation += 1;
-        let tags = DocTags {
-            source: self.strings.intern(&tags.source),
-            content_type: self.strings.intern(&tags.content_type),
-            entity_name: tags.entity_name.map(|n| self.strings.intern(&n)),
-        };
+        let tags = tags.interned(&mut self.strings);
         if let Some(&slot) = self.slots.get(key) {
             let slot = slot as usize;
             if self.fingerprints[slot] == text.fingerprint
                 && self.lens[slot] == (text.title_len, text.content_len)
             {
                 self.link(slot, tags.entity_name.clone());
+                self.remention(slot, tags.mentions.clone());
                 self.tags[slot] = tags;
                 return;
             }
@@ -275,7 +277,7 @@ impl TextIndex {
         self.key_prefixes.push(key_prefix(&key));
         self.keys.push(Some(key));
         self.alive.push(true);
-        if let Some(entity) = &tags.entity_name {
+        for entity in tags.entity_name.iter().chain(tags.mentions.iter()) {
             self.by_entity.entry(entity.clone()).or_default().push(slot);
         }
         self.tags.push(tags);
@@ -337,9 +339,61 @@ impl TextIndex {
         }
     }
 
+    /// Sets the mentions of the live `slot`, moving it between the by-entity lists to match.
+    fn remention(&mut self, slot: usize, mentions: Box<[Arc<str>]>) {
+        let old = std::mem::replace(&mut self.tags[slot].mentions, mentions.clone());
+        if old == mentions {
+            return;
+        }
+        for m in old.iter() {
+            self.unlink(m, slot as u32);
+        }
+        for m in mentions.iter() {
+            self.by_entity
+                .entry(m.clone())
+                .or_default()
+                .push(slot as u32);
+        }
+    }
+
+    /// Drops the mention of the entity `name` from the document `key`, if it has it (the
+    /// entity was deleted).
+    pub fn unmention(&mut self, key: &str, name: &str) {
+        if let Some(&slot) = self.slots.get(key) {
+            let slot = slot as usize;
+            let mentions = &self.tags[slot].mentions;
+            if mentions.iter().any(|m| &**m == name) {
+                self.generation += 1;
+                let kept = mentions.iter().filter(|m| &***m != name).cloned().collect();
+                self.remention(slot, kept);
+            }
+        }
+    }
+
+    /// The documents that mention the entity `name` (not by their `entity_name`).
+    pub fn mentioning(&self, name: &str) -> Vec<VectorKey> {
+        let Some(slots) = self.by_entity.get(name) else {
+            return Vec::new();
+        };
+        slots
+            .iter()
+            .filter(|&&slot| {
+                self.tags[slot as usize]
+                    .mentions
+                    .iter()
+                    .any(|m| &**m == name)
+            })
+            .filter_map(|&slot| self.keys[slot as usize].clone())
+            .collect()
+    }
+
+    /// Takes one link of `slot` out of the list of `entity_name` (a document linked to an
+    /// entity twice, as its entity and a mention, is listed twice).
     fn unlink(&mut self, entity_name: &str, slot: u32) {
         if let Some(slots) = self.by_entity.get_mut(entity_name) {
-            slots.retain(|&s| s != slot);
+            if let Some(at) = slots.iter().position(|&s| s == slot) {
+                slots.swap_remove(at);
+            }
             if slots.is_empty() {
                 self.by_entity.remove(entity_name);
             }
@@ -358,7 +412,8 @@ impl TextIndex {
                 slots.extend(of.iter().map(|&slot| (slot, i)));
             }
         }
-        slots.sort_unstable_by_key(|&(slot, _)| slot);
+        // A document linked to several of the names counts once, at the first of them.
+        slots.sort_unstable();
         slots.dedup_by_key(|(slot, _)| *slot);
         slots
             .into_iter()
@@ -389,8 +444,8 @@ impl TextIndex {
             self.title_total -= u64::from(t);
             self.content_total -= u64::from(c);
             let tags = std::mem::take(&mut self.tags[slot]);
-            if let Some(entity) = tags.entity_name {
-                self.unlink(&entity, slot as u32);
+            for entity in tags.entity_name.iter().chain(tags.mentions.iter()) {
+                self.unlink(entity, slot as u32);
             }
         }
     }
@@ -445,7 +500,7 @@ impl TextIndex {
         self.dead = 0;
         self.by_entity.clear();
         for (slot, tags) in self.tags.iter().enumerate() {
-            if let Some(entity) = &tags.entity_name {
+            for entity in tags.entity_name.iter().chain(tags.mentions.iter()) {
                 self.by_entity
                     .entry(entity.clone())
                     .or_default()
@@ -453,18 +508,7 @@ impl TextIndex {
             }
         }
         // Tag values no document uses any more.
-        let used: FxHashSet<*const u8> = self
-            .tags
-            .iter()
-            .flat_map(|t| {
-                [
-                    Some(t.source.as_ptr()),
-                    Some(t.content_type.as_ptr()),
-                    t.entity_name.as_ref().map(|n| n.as_ptr()),
-                ]
-            })
-            .flatten()
-            .collect();
+        let used: FxHashSet<*const u8> = self.tags.iter().flat_map(DocTags::strings).collect();
         self.strings.retain(|s| used.contains(&s.as_ptr()));
     }
 
@@ -834,6 +878,7 @@ mod tests {
             source: source.into(),
             content_type: "text/plain".into(),
             entity_name: None,
+            mentions: Box::default(),
         }
     }
 
@@ -1022,6 +1067,42 @@ mod tests {
         index.compact();
         assert_eq!(of(&index, &["Ada"]), ["d4"]);
         assert_eq!(of(&index, &["Bob"]), ["d1"]);
+        // Mentions link a document to more entities; it is found once, at the first.
+        let mentioning = |e: &str, m: &[&str]| DocTags {
+            mentions: m.iter().map(|&m| Arc::from(m)).collect(),
+            ..linked(e)
+        };
+        index.upsert(
+            "d5",
+            &Analysed::new("e", "five"),
+            mentioning("Ada", &["Bob", "Cy"]),
+        );
+        assert_eq!(of(&index, &["Cy"]), ["d5"]);
+        assert_eq!(of(&index, &["Bob"]), ["d1", "d5"]);
+        let places = index.documents_by_entity(["Cy", "Bob", "Ada"]);
+        assert!(
+            places.iter().any(|(k, i)| &**k == "d5" && *i == 0),
+            "{places:?}"
+        );
+        assert_eq!(places.len(), 3, "{places:?}");
+        assert_eq!(index.mentioning("Bob"), [Arc::from("d5")]);
+        assert!(
+            index.mentioning("Ada").is_empty(),
+            "Ada is d5's entity, not a mention"
+        );
+        // A mention dropped; rewritten with other mentions; removed.
+        index.unmention("d5", "Cy");
+        assert!(of(&index, &["Cy"]).is_empty());
+        index.upsert(
+            "d5",
+            &Analysed::new("e", "five"),
+            mentioning("Ada", &["Dee"]),
+        );
+        assert_eq!(of(&index, &["Bob"]), ["d1"]);
+        assert_eq!(of(&index, &["Dee"]), ["d5"]);
+        index.remove("d5");
+        assert!(of(&index, &["Dee"]).is_empty());
+        assert_eq!(of(&index, &["Ada"]), ["d4"]);
     }
 
     #[test]

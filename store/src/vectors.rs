@@ -41,6 +41,48 @@ pub struct DocTags {
     pub source: Arc<str>,
     pub content_type: Arc<str>,
     pub entity_name: Option<Arc<str>>,
+    /// The other entities the document is linked to (`Document::mentions`).
+    pub mentions: Box<[Arc<str>]>,
+}
+
+impl DocTags {
+    /// The tags of `document`.
+    pub fn of(document: &crate::Document) -> DocTags {
+        DocTags {
+            source: document.source.as_str().into(),
+            content_type: document.content_type.as_str().into(),
+            entity_name: document.entity_name.as_deref().map(Into::into),
+            mentions: document
+                .mentions
+                .iter()
+                .map(|m| m.as_str().into())
+                .collect(),
+        }
+    }
+
+    /// Whether the document is linked to `name`: by its entity or a mention.
+    pub fn links(&self, name: &str) -> bool {
+        self.entity_name.as_deref() == Some(name) || self.mentions.iter().any(|m| &**m == name)
+    }
+
+    /// The same tags with each string `intern`ed.
+    pub(crate) fn interned(self, strings: &mut Interner) -> DocTags {
+        DocTags {
+            source: strings.intern(&self.source),
+            content_type: strings.intern(&self.content_type),
+            entity_name: self.entity_name.map(|n| strings.intern(&n)),
+            mentions: self.mentions.iter().map(|m| strings.intern(m)).collect(),
+        }
+    }
+
+    /// Pointers to every string of the tags (for dropping the strings no tag uses).
+    pub(crate) fn strings(&self) -> impl Iterator<Item = *const u8> + '_ {
+        [Some(self.source.as_ptr()), Some(self.content_type.as_ptr())]
+            .into_iter()
+            .chain([self.entity_name.as_ref().map(|n| n.as_ptr())])
+            .flatten()
+            .chain(self.mentions.iter().map(|m| m.as_ptr()))
+    }
 }
 
 /// Documents found by entity at one [`generation`](VectorIndex) of the index (see
@@ -114,6 +156,9 @@ pub struct VectorIndex {
     /// graph-documents request finds its documents' vectors by entity, without a lookup per
     /// document key or entity name.
     by_entity: Vec<EntitySlots>,
+    /// Slots whose documents have mentions, so linked to more than one entity: while there
+    /// are none, [`linked`](Self::linked) finds each document once without looking.
+    mentioning: usize,
     /// Changes at every write, to a value no index has had before: a [`Linked`] taken at one
     /// generation is still exact while the index is at it.
     generation: u64,
@@ -150,6 +195,7 @@ impl VectorIndex {
             slots: FxHashMap::default(),
             numbers: EntityNumbers::default(),
             by_entity: Vec::new(),
+            mentioning: 0,
             generation: next_generation(),
             strings: Interner::default(),
             vectors: Vec::new(),
@@ -257,11 +303,7 @@ impl VectorIndex {
         if vector.len() != self.dimension {
             return;
         }
-        let tags = DocTags {
-            source: self.strings.intern(&tags.source),
-            content_type: self.strings.intern(&tags.content_type),
-            entity_name: tags.entity_name.map(|n| self.strings.intern(&n)),
-        };
+        let tags = tags.interned(&mut self.strings);
         let unit = unit(vector);
         let (codes, scale) = quantise(&unit);
         let error = code_error(&unit, &codes, scale);
@@ -275,6 +317,7 @@ impl VectorIndex {
                 self.scales[slot as usize] = scale;
                 self.errors[slot as usize] = error;
                 self.relink(slot, tags.entity_name.clone());
+                self.remention(slot, tags.mentions.clone());
                 self.tags[slot as usize] = tags;
                 if let Some(ivf) = &mut self.ivf {
                     ivf.take_out(slot as usize);
@@ -289,6 +332,10 @@ impl VectorIndex {
                 if let Some(entity) = &tags.entity_name {
                     self.slots_of_entity(entity).push(slot as u32);
                 }
+                for m in &tags.mentions {
+                    self.slots_of_entity(m).push(slot as u32);
+                }
+                self.mentioning += usize::from(!tags.mentions.is_empty());
                 self.tags.push(tags);
                 self.vectors.extend_from_slice(&unit);
                 self.codes.extend_from_slice(&codes);
@@ -309,17 +356,26 @@ impl VectorIndex {
         };
         self.generation = next_generation();
         self.relink(slot, None);
+        self.remention(slot, Box::default());
         let slot = slot as usize;
         let last = self.keys.len() - 1;
         let d = self.dimension;
-        if slot != last
-            && let Some(entity) = &self.tags[last].entity_name
-            && let Some(n) = self.numbers.get(entity)
-            && let Some(at) = self.by_entity[n as usize]
-                .iter_mut()
-                .find(|s| **s as usize == last)
-        {
-            *at = slot as u32;
+        if slot != last {
+            // The last slot moves to `slot`: so do its places in the by-entity lists.
+            let last_tags = &self.tags[last];
+            for entity in last_tags
+                .entity_name
+                .iter()
+                .chain(last_tags.mentions.iter())
+            {
+                if let Some(n) = self.numbers.get(entity)
+                    && let Some(at) = self.by_entity[n as usize]
+                        .iter_mut()
+                        .find(|s| **s as usize == last)
+                {
+                    *at = slot as u32;
+                }
+            }
         }
         if let Some(ivf) = &mut self.ivf {
             ivf.take_out(slot);
@@ -354,22 +410,67 @@ impl VectorIndex {
 
     /// Moves `slot` from the by-entity list of its current entity to that of `entity`.
     fn relink(&mut self, slot: u32, entity: Option<Arc<str>>) {
-        let old = &self.tags[slot as usize].entity_name;
-        if *old == entity {
+        let old = self.tags[slot as usize].entity_name.clone();
+        if old == entity {
             return;
         }
-        if let Some(old) = old
-            && let Some(n) = self.numbers.get(old)
-        {
+        if let Some(old) = old {
+            self.unlink_slot(&old, slot);
+        }
+        if let Some(entity) = entity {
+            self.slots_of_entity(&entity).push(slot);
+        }
+    }
+
+    /// Sets the mentions of `slot`, moving it between the by-entity lists to match (the tags
+    /// themselves are the caller's to set).
+    fn remention(&mut self, slot: u32, mentions: Box<[Arc<str>]>) {
+        let old = std::mem::take(&mut self.tags[slot as usize].mentions);
+        if old == mentions {
+            self.tags[slot as usize].mentions = old;
+            return;
+        }
+        for m in old.iter() {
+            self.unlink_slot(m, slot);
+        }
+        for m in mentions.iter() {
+            self.slots_of_entity(m).push(slot);
+        }
+        self.mentioning -= usize::from(!old.is_empty());
+        self.mentioning += usize::from(!mentions.is_empty());
+        self.tags[slot as usize].mentions = mentions;
+    }
+
+    /// Drops the mention of the entity `name` from the document `key`, if it has it (the
+    /// entity was deleted).
+    pub fn unmention(&mut self, key: &str, name: &str) {
+        if let Some(&slot) = self.slots.get(key) {
+            let tags = &self.tags[slot as usize];
+            if tags.mentions.iter().any(|m| &**m == name) {
+                self.generation = next_generation();
+                let kept = tags
+                    .mentions
+                    .iter()
+                    .filter(|m| &***m != name)
+                    .cloned()
+                    .collect();
+                self.remention(slot, kept);
+            }
+        }
+    }
+
+    /// Takes one link of `slot` out of the by-entity list of `entity` (a document linked to
+    /// an entity twice, as its entity and a mention, is listed twice).
+    fn unlink_slot(&mut self, entity: &str, slot: u32) {
+        if let Some(n) = self.numbers.get(entity) {
             let of = &mut self.by_entity[n as usize];
-            of.retain(|s| *s != slot);
+            if let Some(at) = of.iter().position(|s| *s == slot) {
+                of.swap_remove(at);
+            }
             if of.is_empty() {
                 // Gives back a list that had spilled to the heap.
                 *of = EntitySlots::new();
             }
-        }
-        if let Some(entity) = entity {
-            self.slots_of_entity(&entity).push(slot);
         }
     }
 
@@ -417,6 +518,12 @@ impl VectorIndex {
                     }
                 }
             }
+        }
+        if self.mentioning > 0 {
+            // A document linked to several of the names counts once, at the first of them
+            // (the closest: a walk's names come in order of depth).
+            slots.sort_unstable();
+            slots.dedup_by_key(|&mut (slot, _)| slot);
         }
         (!slots.is_empty()).then_some(Linked {
             generation: self.generation,
@@ -544,6 +651,11 @@ impl VectorIndex {
         heap::vec(&self.keys)
             + keys
             + heap::vec(&self.tags)
+            + self
+                .tags
+                .iter()
+                .map(|t| t.mentions.len() * size_of::<Arc<str>>())
+                .sum::<usize>()
             + heap::map(&self.slots)
             + heap::vec(&self.by_entity)
             + self
@@ -1065,6 +1177,7 @@ mod tests {
             source: source.into(),
             content_type: "text/plain".into(),
             entity_name: None,
+            mentions: Box::default(),
         }
     }
 
@@ -1139,14 +1252,22 @@ mod tests {
             let i = rng.below(entities.len() + 1);
             entities.get(i).map(|&e| Arc::<str>::from(e))
         };
+        // Up to two mentions, any of the entities (the document's own entity too).
+        let mentions = |rng: &mut Rng| -> Box<[Arc<str>]> {
+            (0..rng.below(3))
+                .map(|_| Arc::from(entities[rng.below(entities.len())]))
+                .collect()
+        };
         for step in 0..3000 {
             let key = format!("d{}", rng.below(60));
-            match rng.below(4) {
+            match rng.below(5) {
                 0 => index.remove(&key),
                 1 => index.set_entity(&key, entity(&mut rng).as_deref()),
+                2 => index.unmention(&key, entities[rng.below(entities.len())]),
                 _ => {
                     let tags = DocTags {
                         entity_name: entity(&mut rng),
+                        mentions: mentions(&mut rng),
                         ..tags("s")
                     };
                     index.upsert(&key, &random(&mut rng, 8), tags);
@@ -1161,8 +1282,9 @@ mod tests {
                 .keys
                 .iter()
                 .filter_map(|key| {
-                    let of = index.tags(key)?.entity_name.as_deref()?;
-                    let i = names.iter().position(|n| *n == of)?;
+                    // Found once, at the first of the names it is linked to.
+                    let tags = index.tags(key)?;
+                    let i = names.iter().position(|n| tags.links(n))?;
                     Some((key.clone(), i, index.similarity(key, &q)?))
                 })
                 .collect();

@@ -119,7 +119,7 @@ impl KnowledgeBase {
     pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
         let embedder = self.embedder().clone();
         self.insert_pipelined(
-            &format!("INSERT INTO {DOCUMENT} $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, embedding = $input.embedding RETURN NONE"),
+            &format!("INSERT INTO {DOCUMENT} $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, mentions = $input.mentions, embedding = $input.embedding RETURN NONE"),
             docs,
             move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
             |written: Vec<DocEntry>| self.index_documents(written),
@@ -231,6 +231,28 @@ impl KnowledgeBase {
                 obj([("name", name.to_string().into_value())]),
             )
             .await?;
+        // The documents that mention it (chunks of ingested sources) are found in the
+        // keyword index, which holds every document's links: `mentions` has no index in
+        // SurrealDB.
+        let mentioning: Vec<RecordId> = self
+            .text()
+            .read()
+            .mentioning(name)
+            .iter()
+            .map(|key| RecordId::new(DOCUMENT, &**key))
+            .collect();
+        let unmentioned: Vec<String> = if mentioning.is_empty() {
+            Vec::new()
+        } else {
+            self.run(
+                "UPDATE $ids SET mentions -= $name RETURN VALUE meta::id(id)",
+                obj([
+                    ("ids", mentioning.into_value()),
+                    ("name", name.to_string().into_value()),
+                ]),
+            )
+            .await?
+        };
         if let Some(index) = self.graph_index() {
             index.write().remove_entity(name);
         }
@@ -243,6 +265,13 @@ impl KnowledgeBase {
                 text.set_entity(key, None);
                 if let Some(documents) = documents.as_deref_mut() {
                     documents.unlink(key);
+                }
+            }
+            for key in &unmentioned {
+                vectors.unmention(key, name);
+                text.unmention(key, name);
+                if let Some(documents) = documents.as_deref_mut() {
+                    documents.unmention(key, name);
                 }
             }
         }
@@ -361,17 +390,13 @@ async fn document_rows(
     let mut keyed = Vec::with_capacity(docs.len());
     for (d, v) in docs.into_iter().zip(vectors) {
         let key = keys::document(&d.source, &d.source_id);
-        let tags = DocTags {
-            source: d.source.as_str().into(),
-            content_type: d.content_type.as_str().into(),
-            entity_name: d.entity_name.as_deref().map(Into::into),
-        };
         let entity = match &d.entity_name {
             Some(n) => entity_record_id(n).into_value(),
             None => Value::None,
         };
         let text = Analysed::new(&d.title, &d.content);
         let document = d.clone().into_document();
+        let tags = DocTags::of(&document);
         rows.push(row([
             (
                 "id",
@@ -388,6 +413,14 @@ async fn document_rows(
                 d.entity_name.map_or(Value::Null, Value::String),
             ),
             ("entity", entity),
+            (
+                "mentions",
+                if d.mentions.is_empty() {
+                    Value::None
+                } else {
+                    d.mentions.into_value()
+                },
+            ),
             ("embedding", vector_bytes(&v)),
         ]));
         keyed.push(DocEntry {

@@ -461,6 +461,98 @@ async fn graph_documents_resolve_self_and_related_entities() {
     assert_eq!(limited.results.len(), 1);
 }
 
+/// A document linked to several entities (a chunk's mentions) is a document of each: graph
+/// documents find it from every one, once, at the closest; the `entity_name` filter matches
+/// any; deleting an entity drops its mention, in SurrealDB and in memory, and keeps the rest.
+#[tokio::test]
+async fn a_document_mentioning_several_entities_is_a_document_of_each() {
+    use kbq_store::{DocumentFilter, DocumentsQuery, SELF_RELATIONSHIP};
+    for index in [true, false] {
+        let kb = open(index).await;
+        import::import(&kb, SMALL.as_bytes(), &Silent)
+            .await
+            .unwrap();
+        let chunk = kbq_store::NewDocument {
+            title: "Notes".into(),
+            content: "Babbage showed the engine to Zed in London.".into(),
+            source: "notes".into(),
+            source_id: "n#0".into(),
+            content_type: "text/markdown".into(),
+            url: None,
+            entity_name: Some("Babbage".into()),
+            mentions: vec!["Zed".into(), "London".into()],
+        };
+        kb.upsert_documents(std::slice::from_ref(&chunk))
+            .await
+            .unwrap();
+        let query = |start: &str, depth: u32| DocumentsQuery {
+            start: start.into(),
+            entity_type: None,
+            relationship_types: None,
+            max_depth: depth,
+            limit: 20,
+            resolve_documents: true,
+        };
+        let titles = |found: &kbq_store::GraphDocuments| -> Vec<(String, String)> {
+            let mut out: Vec<(String, String)> = found
+                .results
+                .iter()
+                .map(|d| (d.document.title.clone(), d.relationship.clone()))
+                .collect();
+            out.sort();
+            out
+        };
+        // Its own document for each entity it names, at depth 0.
+        for start in ["Babbage", "Zed", "London"] {
+            let found = kb.graph_documents(&query(start, 0)).await.unwrap();
+            assert_eq!(
+                titles(&found),
+                [("Notes".to_string(), SELF_RELATIONSHIP.to_string())],
+                "index {index}, {start}"
+            );
+        }
+        // From Ada (Zed, London and Babbage one hop away): once, through the first reached.
+        let found = kb.graph_documents(&query("Ada", 1)).await.unwrap();
+        let notes: Vec<_> = found
+            .results
+            .iter()
+            .filter(|d| d.document.title == "Notes")
+            .collect();
+        assert_eq!(notes.len(), 1, "index {index}: {:?}", found.results);
+        let first_reached = found
+            .related_entities
+            .iter()
+            .find(|n| ["Babbage", "Zed", "London"].contains(n))
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            notes[0].related_entity.as_deref(),
+            Some(first_reached.as_str())
+        );
+        // The filter matches a mention.
+        let filter = DocumentFilter {
+            entity_name: Some("Zed".into()),
+            ..Default::default()
+        };
+        let hits = kb
+            .keyword_search_filtered("engine London", 5, &filter)
+            .await
+            .unwrap();
+        assert_eq!(hits.len(), 1, "index {index}");
+        assert_eq!(hits[0].document.mentions, ["Zed", "London"]);
+        // Deleting Zed drops its mention and keeps the others.
+        kb.delete_entity("Zed").await.unwrap();
+        let found = kb.graph_documents(&query("London", 0)).await.unwrap();
+        assert_eq!(found.results.len(), 1, "index {index}");
+        assert_eq!(found.results[0].document.mentions, ["London"]);
+        let hits = kb
+            .keyword_search_filtered("engine London", 5, &filter)
+            .await
+            .unwrap();
+        assert!(hits.is_empty(), "index {index}");
+    }
+}
+
 #[tokio::test]
 async fn graph_documents_of_a_hub_keep_the_best_of_all_its_documents() {
     use kbq_store::DocumentsQuery;
@@ -650,6 +742,7 @@ async fn keyword_search_ranks_by_bm25() {
         content_type: "text/plain".into(),
         url: None,
         entity_name: None,
+        mentions: Vec::new(),
     };
     kb.upsert_documents(std::slice::from_ref(&doc))
         .await

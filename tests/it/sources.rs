@@ -145,8 +145,38 @@ async fn a_markdown_source_becomes_chunks_entities_and_relationships() {
     assert_eq!(hit["source_id"], "hamilton#0", "{hits}");
     assert_eq!(hit["title"], "Engines", "{hits}");
     assert_eq!(hit["entity_name"], "Margaret Hamilton", "{hits}");
+    // It is a document of every entity it gave, the second as well as the first: graph
+    // documents (once, as the entity's own, though the other is one hop away) and the
+    // `entity_name` filter cite it from either.
+    for name in ["Margaret Hamilton", "Apollo Software"] {
+        let documents = graph_documents(&t, name, 1).await;
+        assert_eq!(documents["total"], 1, "{name}: {documents}");
+        let own = &documents["results"][0];
+        assert_eq!(own["source_id"], "hamilton#0", "{documents}");
+        assert_eq!(own["relationship"], "self", "{documents}");
+        let (status, hits) = t
+            .post(
+                "/v1/rag/keyword",
+                json!({"query": "led the team", "filters": {"entity_name": name}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{hits}");
+        assert_eq!(hits["total"], 1, "{name}: {hits}");
+    }
     t.stop().await;
     llm.stop().await;
+}
+
+/// `POST /data/v1/query/graph/documents` from `name`, `depth` hops: the answer.
+async fn graph_documents(t: &TestServer, name: &str, depth: u32) -> Value {
+    let (status, body) = t
+        .post(
+            "/data/v1/query/graph/documents",
+            json!({"entity_name": name, "max_depth": depth, "limit": 10}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 #[tokio::test]
@@ -884,7 +914,7 @@ async fn without_a_model_chunks_are_stored_and_linked_to_the_names_they_mention(
     let t = start(agent_config(Vec::new())).await;
     let job = ingest(
         &t,
-        json!({"source": "plain", "source_id": "p1", "content": "A letter from Babbage about his engine and its cards."}),
+        json!({"source": "plain", "source_id": "p1", "content": "A letter from Babbage about his engine and its cards, sent from London."}),
     )
     .await;
     assert_eq!(job["status"], "succeeded", "{job}");
@@ -902,6 +932,16 @@ async fn without_a_model_chunks_are_stored_and_linked_to_the_names_they_mention(
         hits["results"][0]["entity_name"], "Babbage",
         "linked to the entity it names: {hits}"
     );
+    // And to every other one it names.
+    let documents = graph_documents(&t, "London", 1).await;
+    let chunk: Vec<&Value> = documents["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["source_id"] == "p1#0")
+        .collect();
+    assert_eq!(chunk.len(), 1, "{documents}");
+    assert_eq!(chunk[0]["relationship"], "self", "{documents}");
     t.stop().await;
 }
 

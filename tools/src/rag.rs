@@ -319,6 +319,7 @@ mod tests {
             content_type: "text/plain".into(),
             url: url.map(str::to_string),
             entity_name: entity.map(str::to_string),
+            mentions: Vec::new(),
         })
     }
 

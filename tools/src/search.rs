@@ -204,6 +204,7 @@ mod tests {
                 content_type: "text/plain".into(),
                 url: None,
                 entity_name: entity.map(str::to_string),
+                mentions: Vec::new(),
             }),
             score,
         })

@@ -917,8 +917,14 @@ export interface components {
             reason: string;
         };
         Filters: {
+            /** @description Only documents of this content type (exact match). */
             content_type?: string | null;
+            /**
+             * @description Only documents linked to this entity (exact name): by their `entity_name`, or chunks
+             *     of an ingested source that gave it.
+             */
             entity_name?: string | null;
+            /** @description Only documents of this source (exact match). */
             source?: string | null;
         };
         GraphDocumentResult: {

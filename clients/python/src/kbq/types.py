@@ -323,8 +323,11 @@ class Failure:
 @dataclass(frozen=True)
 class Filters:
     content_type: Optional[str] = None
+    """Only documents of this content type (exact match)."""
     entity_name: Optional[str] = None
+    """Only documents linked to this entity (exact name): by their `entity_name`, or chunks of an ingested source that gave it."""
     source: Optional[str] = None
+    """Only documents of this source (exact match)."""
 
 
 @dataclass(frozen=True)
