@@ -509,11 +509,15 @@ impl IngestDeps {
     }
 
     async fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
         let value = serde_json::to_value(record)
             .map_err(|e| StoreError::Query(format!("job record: {e}")))?;
-        self.kb
+        let saved = self
+            .kb
             .put_job(&record.view.job_id, value, &self.node)
-            .await
+            .await;
+        tracing::debug!(job = %record.view.job_id, took_ms = started.elapsed().as_secs_f64() * 1e3, "job record saved");
+        saved
     }
 
     /// Renews this node's lease (one row, however many jobs it holds), and cancels the jobs
@@ -794,14 +798,23 @@ impl IngestDeps {
         if touched.is_empty() {
             return Ok(());
         }
+        let asked = std::time::Instant::now();
         let _held = self.describing.lock().await;
+        let held = std::time::Instant::now();
+        let result = self.describe_held(id, &touched).await;
+        tracing::debug!(job = ?id, entities = touched.len(), waited_ms = (held - asked).as_secs_f64() * 1e3, took_ms = held.elapsed().as_secs_f64() * 1e3, "descriptions remade");
+        result
+    }
+
+    /// [`Self::describe`], the lock held.
+    async fn describe_held(&self, id: Option<Uuid>, touched: &Touched) -> Result<(), StoreError> {
         // Descriptions added that say what the entity's description says, with none taken,
         // change nothing: the entity is not read again. (Its description is one of its
         // descriptions, so the distinct ones stay the same; or a summary, which a chunk
         // would have to repeat word for word.)
         // An entity no longer in the graph is left alone.
         let mut entities = HashMap::with_capacity(touched.len());
-        for (name, touch) in &touched {
+        for (name, touch) in touched {
             let Some(entity) = self.kb.entity(name).await? else {
                 continue;
             };
