@@ -759,9 +759,15 @@ impl IngestDeps {
         cancel: &CancellationToken,
     ) -> Result<(), JobFailure> {
         let id = prepared.id;
-        let (done, result) = tokio::sync::oneshot::channel();
+        let (done, mut result) = tokio::sync::oneshot::channel();
         self.pending.lock().push(Pending { prepared, done });
         let writing = tokio::select! {
+            // Written by the group another job led while this one waited: done, without
+            // taking the lock, which would make this job lead (and wait for) the next group.
+            written = &mut result => {
+                let touched = written.unwrap_or_else(|_| Err(lost_write()))?;
+                return Ok(self.describe(Some(id), touched).await?);
+            }
             writing = self.writes.lock() => Some(writing),
             _ = cancel.cancelled() => None,
         };
