@@ -761,35 +761,32 @@ impl IngestDeps {
         let id = prepared.id;
         let (done, mut result) = tokio::sync::oneshot::channel();
         self.pending.lock().push(Pending { prepared, done });
-        let writing = tokio::select! {
+        let written = tokio::select! {
             // Written by the group another job led while this one waited: done, without
             // taking the lock, which would make this job lead (and wait for) the next group.
-            written = &mut result => {
-                let touched = written.unwrap_or_else(|_| Err(lost_write()))?;
-                return Ok(self.describe(Some(id), touched).await?);
+            written = &mut result => written,
+            writing = self.writes.lock() => {
+                let group = std::mem::take(&mut *self.pending.lock());
+                if !group.is_empty() {
+                    self.write_group(group).await;
+                }
+                drop(writing);
+                result.await
             }
-            writing = self.writes.lock() => Some(writing),
-            _ = cancel.cancelled() => None,
-        };
-        let Some(writing) = writing else {
-            // Cancelled while waiting: withdrawn, unless a group has taken it already.
-            let withdrawn = {
-                let mut pending = self.pending.lock();
-                let at = pending.iter().position(|p| p.prepared.id == id);
-                at.map(|at| pending.swap_remove(at)).is_some()
-            };
-            if withdrawn {
-                return Err(JobFailure::Cancelled);
+            _ = cancel.cancelled() => {
+                // Cancelled while waiting: withdrawn, unless a group has taken it already.
+                let withdrawn = {
+                    let mut pending = self.pending.lock();
+                    let at = pending.iter().position(|p| p.prepared.id == id);
+                    at.map(|at| pending.swap_remove(at)).is_some()
+                };
+                if withdrawn {
+                    return Err(JobFailure::Cancelled);
+                }
+                result.await
             }
-            let touched = result.await.unwrap_or_else(|_| Err(lost_write()))?;
-            return Ok(self.describe(Some(id), touched).await?);
         };
-        let group = std::mem::take(&mut *self.pending.lock());
-        if !group.is_empty() {
-            self.write_group(group).await;
-        }
-        drop(writing);
-        let touched = result.await.unwrap_or_else(|_| Err(lost_write()))?;
+        let touched = written.unwrap_or_else(|_| Err(lost_write()))?;
         // After the write lock: a summary may wait for the model.
         Ok(self.describe(Some(id), touched).await?)
     }

@@ -247,9 +247,14 @@ impl Document {
         }
     }
 
+    /// Every entity the document is linked to: its `entity_name`, then its mentions.
+    pub fn entities(&self) -> impl Iterator<Item = &String> {
+        self.entity_name.iter().chain(&self.mentions)
+    }
+
     /// Whether the document is linked to the entity `name`: by `entity_name` or a mention.
     pub fn links(&self, name: &str) -> bool {
-        self.entity_name.as_deref() == Some(name) || self.mentions.iter().any(|m| m == name)
+        self.entities().any(|e| e == name)
     }
 }
 

@@ -251,11 +251,7 @@ impl KnowledgeBase {
         Ok(hits
             .into_iter()
             .filter_map(|h| {
-                let d = &h.document;
-                let i = d
-                    .entity_name
-                    .iter()
-                    .chain(&d.mentions)
+                let i = (h.document.entities())
                     .filter_map(|n| places.get(n.as_str()).copied())
                     .min()?;
                 Some((h, i))

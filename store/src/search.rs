@@ -254,13 +254,7 @@ impl KnowledgeBase {
         let wanted: HashSet<&str> = entity_names.iter().map(String::as_str).collect();
         let mut hits = self.documents_by_key(scored).await?;
         // A document relinked by another node since the index last heard of it.
-        hits.retain(|hit| {
-            let d = &hit.document;
-            d.entity_name
-                .iter()
-                .chain(&d.mentions)
-                .any(|n| wanted.contains(n.as_str()))
-        });
+        hits.retain(|hit| hit.document.entities().any(|n| wanted.contains(n.as_str())));
         Ok(hits)
     }
 }

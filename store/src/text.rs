@@ -277,7 +277,7 @@ impl TextIndex {
         self.key_prefixes.push(key_prefix(&key));
         self.keys.push(Some(key));
         self.alive.push(true);
-        for entity in tags.entity_name.iter().chain(tags.mentions.iter()) {
+        for entity in tags.entities() {
             self.by_entity.entry(entity.clone()).or_default().push(slot);
         }
         self.tags.push(tags);
@@ -444,7 +444,7 @@ impl TextIndex {
             self.title_total -= u64::from(t);
             self.content_total -= u64::from(c);
             let tags = std::mem::take(&mut self.tags[slot]);
-            for entity in tags.entity_name.iter().chain(tags.mentions.iter()) {
+            for entity in tags.entities() {
                 self.unlink(entity, slot as u32);
             }
         }
@@ -500,7 +500,7 @@ impl TextIndex {
         self.dead = 0;
         self.by_entity.clear();
         for (slot, tags) in self.tags.iter().enumerate() {
-            for entity in tags.entity_name.iter().chain(tags.mentions.iter()) {
+            for entity in tags.entities() {
                 self.by_entity
                     .entry(entity.clone())
                     .or_default()

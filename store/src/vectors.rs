@@ -60,9 +60,14 @@ impl DocTags {
         }
     }
 
+    /// Every entity the document is linked to: its entity, then its mentions.
+    pub fn entities(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.entity_name.iter().chain(self.mentions.iter())
+    }
+
     /// Whether the document is linked to `name`: by its entity or a mention.
     pub fn links(&self, name: &str) -> bool {
-        self.entity_name.as_deref() == Some(name) || self.mentions.iter().any(|m| &**m == name)
+        self.entities().any(|e| &**e == name)
     }
 
     /// The same tags with each string `intern`ed.
@@ -156,9 +161,6 @@ pub struct VectorIndex {
     /// graph-documents request finds its documents' vectors by entity, without a lookup per
     /// document key or entity name.
     by_entity: Vec<EntitySlots>,
-    /// Slots whose documents have mentions, so linked to more than one entity: while there
-    /// are none, [`linked`](Self::linked) finds each document once without looking.
-    mentioning: usize,
     /// Changes at every write, to a value no index has had before: a [`Linked`] taken at one
     /// generation is still exact while the index is at it.
     generation: u64,
@@ -195,7 +197,6 @@ impl VectorIndex {
             slots: FxHashMap::default(),
             numbers: EntityNumbers::default(),
             by_entity: Vec::new(),
-            mentioning: 0,
             generation: next_generation(),
             strings: Interner::default(),
             vectors: Vec::new(),
@@ -329,13 +330,9 @@ impl VectorIndex {
                 let key: VectorKey = Arc::from(key);
                 self.slots.insert(key.clone(), slot as u32);
                 self.keys.push(key);
-                if let Some(entity) = &tags.entity_name {
+                for entity in tags.entities() {
                     self.slots_of_entity(entity).push(slot as u32);
                 }
-                for m in &tags.mentions {
-                    self.slots_of_entity(m).push(slot as u32);
-                }
-                self.mentioning += usize::from(!tags.mentions.is_empty());
                 self.tags.push(tags);
                 self.vectors.extend_from_slice(&unit);
                 self.codes.extend_from_slice(&codes);
@@ -362,12 +359,7 @@ impl VectorIndex {
         let d = self.dimension;
         if slot != last {
             // The last slot moves to `slot`: so do its places in the by-entity lists.
-            let last_tags = &self.tags[last];
-            for entity in last_tags
-                .entity_name
-                .iter()
-                .chain(last_tags.mentions.iter())
-            {
+            for entity in self.tags[last].entities() {
                 if let Some(n) = self.numbers.get(entity)
                     && let Some(at) = self.by_entity[n as usize]
                         .iter_mut()
@@ -436,8 +428,6 @@ impl VectorIndex {
         for m in mentions.iter() {
             self.slots_of_entity(m).push(slot);
         }
-        self.mentioning -= usize::from(!old.is_empty());
-        self.mentioning += usize::from(!mentions.is_empty());
         self.tags[slot as usize].mentions = mentions;
     }
 
@@ -519,12 +509,10 @@ impl VectorIndex {
                 }
             }
         }
-        if self.mentioning > 0 {
-            // A document linked to several of the names counts once, at the first of them
-            // (the closest: a walk's names come in order of depth).
-            slots.sort_unstable();
-            slots.dedup_by_key(|&mut (slot, _)| slot);
-        }
+        // A document linked to several of the names counts once, at the first of them (the
+        // closest: a walk's names come in order of depth).
+        slots.sort_unstable();
+        slots.dedup_by_key(|&mut (slot, _)| slot);
         (!slots.is_empty()).then_some(Linked {
             generation: self.generation,
             slots,
