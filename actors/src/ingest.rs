@@ -966,10 +966,12 @@ impl IngestDeps {
             phases.mark("read graph");
 
             // Each job's supports, read on tasks of their own so that the jobs' reads run on
-            // several cores. The store is asked about another origin's supports only for facts
-            // that were there before the group, and aliases: a fact the group creates, or a
-            // description (of this source's chunk), has none, and stays for this version's
-            // sake whatever others say.
+            // several cores: all of the source's own, and another origin's only for a fact
+            // that was there before the group without the store's mark of a fact with
+            // supports. Such a fact with none at all is an import's. Any other fact of the new
+            // version stays for this version's sake whatever others say: the planner needs
+            // another origin's supports only to decide whether a fact the old version gave
+            // goes, and reads those among the source's own.
             let existed = |fact: &Fact| match fact {
                 Fact::Entity { name } => names.contains(name) && !missing.contains(name),
                 Fact::Relationship {
@@ -983,13 +985,22 @@ impl IngestDeps {
                 )),
                 _ => false,
             };
+            let were_there: Vec<Fact> = jobs
+                .iter()
+                .flat_map(|j| j.new_version.keys())
+                .filter(|fact| existed(fact))
+                .cloned()
+                .collect::<BTreeSet<Fact>>()
+                .into_iter()
+                .collect();
+            let unsourced: BTreeSet<Fact> = kb.unsourced(&were_there).await?.into_iter().collect();
             let reads: Vec<_> = jobs
                 .iter()
                 .map(|job| {
                     let known: Vec<Fact> = job
                         .new_version
                         .keys()
-                        .filter(|fact| existed(fact) || matches!(fact, Fact::Alias { .. }))
+                        .filter(|fact| unsourced.contains(*fact))
                         .cloned()
                         .collect();
                     let (kb, source) = (kb.clone(), job.prepared.source.clone());
@@ -1063,6 +1074,10 @@ impl IngestDeps {
             kb.add_supports(&imports, &BTreeMap::new()).await?;
             kb.add_supports(&add_supports, &texts).await?;
             kb.set_support_texts(&retext).await?;
+            // The facts that were there unmarked now have their supports recorded (an
+            // import's, or a source's read above).
+            let marked: Vec<Fact> = unsourced.into_iter().collect();
+            kb.mark_sourced(&marked).await?;
             phases.mark("write supports");
             let mut seen = BTreeSet::new();
             let mut new_entities = Vec::new();
@@ -1074,7 +1089,7 @@ impl IngestDeps {
                     }
                 }
             }
-            kb.upsert_entities(&new_entities).await?;
+            kb.upsert_sourced_entities(&new_entities).await?;
             phases.mark("write entities");
             let mut seen = BTreeSet::new();
             for job in &mut jobs {
@@ -1085,7 +1100,7 @@ impl IngestDeps {
                     }
                 }
             }
-            kb.upsert_relationships(&new_relationships).await?;
+            kb.upsert_sourced_relationships(&new_relationships).await?;
             phases.mark("write relationships");
             Ok::<(), StoreError>(())
         };

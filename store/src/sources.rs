@@ -23,7 +23,7 @@ use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
-use crate::model::table::{EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE, SUPPORT};
+use crate::model::table::{ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE, SUPPORT};
 use crate::model::{NewRelationship, keys};
 
 /// The supports a query reads at once.
@@ -617,6 +617,62 @@ impl KnowledgeBase {
         .await
     }
 
+    /// The entity and relationship facts among `facts` whose records are in the graph without
+    /// the mark [`mark_sourced`](Self::mark_sourced) gives: those that may have no support
+    /// at all (an import's, or written before supports were recorded), so that whoever
+    /// names one must read its supports. A fact the graph does not hold, or of another
+    /// kind, is left out. Exact reads of the facts' own records.
+    pub async fn unsourced(&self, facts: &[Fact]) -> Result<Vec<Fact>> {
+        let mut out = Vec::new();
+        for table in [ENTITY, RELATES] {
+            let by_key: BTreeMap<String, &Fact> = facts
+                .iter()
+                .filter_map(|f| {
+                    fact_record_key(f)
+                        .filter(|(t, _)| *t == table)
+                        .map(|(_, k)| (k, f))
+                })
+                .collect();
+            let keys: Vec<&String> = by_key.keys().collect();
+            for batch in keys.chunks(SUPPORT_BATCH) {
+                let ids: Vec<RecordId> = batch
+                    .iter()
+                    .map(|k| RecordId::new(table, k.as_str()))
+                    .collect();
+                let found: Vec<String> = self
+                    .run(
+                        "SELECT VALUE meta::id(id) FROM $ids WHERE sourced != true",
+                        obj([("ids", ids.into_value())]),
+                    )
+                    .await?;
+                out.extend(
+                    found
+                        .iter()
+                        .filter_map(|k| by_key.get(k).map(|f| (*f).clone())),
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// Marks the records of entity and relationship `facts` as having supports recorded
+    /// (see [`unsourced`](Self::unsourced)); a fact not in the graph is skipped.
+    pub async fn mark_sourced(&self, facts: &[Fact]) -> Result<()> {
+        let ids: Vec<RecordId> = facts
+            .iter()
+            .filter_map(fact_record_key)
+            .map(|(table, key)| RecordId::new(table, key))
+            .collect();
+        for batch in ids.chunks(SUPPORT_BATCH) {
+            self.exec(
+                "UPDATE $ids SET sourced = true RETURN NONE",
+                obj([("ids", batch.to_vec().into_value())]),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// The relationships among `relationships` that are not in the graph.
     pub async fn missing_relationships(
         &self,
@@ -782,6 +838,22 @@ fn has_ended(view: &Json) -> bool {
     view.get("status")
         .and_then(Json::as_str)
         .is_some_and(|s| !matches!(s, "queued" | "running"))
+}
+
+/// The table and key of an entity's or a relationship's record; none for another fact.
+fn fact_record_key(fact: &Fact) -> Option<(&'static str, String)> {
+    match fact {
+        Fact::Entity { name } => Some((ENTITY, keys::entity(name))),
+        Fact::Relationship {
+            source,
+            target,
+            relationship_type,
+        } => Some((
+            RELATES,
+            keys::relationship(source, target, relationship_type),
+        )),
+        _ => None,
+    }
 }
 
 fn fact_kind(fact: &Fact) -> &'static str {

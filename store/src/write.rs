@@ -68,6 +68,19 @@ impl KnowledgeBase {
         self.upsert_graph(
             &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE"),
             entities,
+            false,
+            || self.bump_generation(),
+        )
+        .await
+    }
+
+    /// [`upsert_entities`](Self::upsert_entities) for entities whose supports are recorded
+    /// (by an ingest): marked as [`mark_sourced`](Self::mark_sourced) does, in the same write.
+    pub async fn upsert_sourced_entities(&self, entities: &[NewEntity]) -> Result<()> {
+        self.upsert_graph(
+            &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties, sourced = true RETURN NONE"),
+            entities,
+            true,
             || self.bump_generation(),
         )
         .await
@@ -78,25 +91,48 @@ impl KnowledgeBase {
         self.upsert_graph(
             &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE"),
             rels,
+            false,
+            || {},
+        )
+        .await
+    }
+
+    /// [`upsert_relationships`](Self::upsert_relationships) for relationships whose supports
+    /// are recorded, marked as [`upsert_sourced_entities`](Self::upsert_sourced_entities) does.
+    pub async fn upsert_sourced_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
+        self.upsert_graph(
+            &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties, sourced = true RETURN NONE"),
+            rels,
+            true,
             || {},
         )
         .await
     }
 
     /// Writes graph records with `sql` (see [`insert_pipelined`](Self::insert_pipelined)),
-    /// putting each statement's records into the graph index once it has succeeded, then
-    /// calling `then`.
+    /// each row with `sourced: true` when `sourced`, putting each statement's records into
+    /// the graph index once it has succeeded, then calling `then`.
     async fn upsert_graph<R: GraphRecord>(
         &self,
         sql: &str,
         records: &[R],
+        sourced: bool,
         then: impl Fn(),
     ) -> Result<()> {
         self.insert_pipelined(
             sql,
             records,
             |chunk: Vec<R>| async move {
-                let rows = chunk.iter().map(R::row).collect();
+                let rows = chunk
+                    .iter()
+                    .map(|r| {
+                        let mut row = r.row();
+                        if sourced && let Value::Object(o) = &mut row {
+                            o.insert("sourced".to_string(), true.into_value());
+                        }
+                        row
+                    })
+                    .collect();
                 Ok((rows, chunk.into_iter().map(R::indexed).collect::<Vec<_>>()))
             },
             |written: Vec<R::Indexed>| {

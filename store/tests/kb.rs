@@ -1104,6 +1104,76 @@ async fn supports_of_reads_the_sources_own_and_one_of_another_origin() {
     assert!(of(&nobodys).is_empty());
 }
 
+/// Whoever names a fact the graph holds reads its supports only while the fact's record lacks
+/// the mark of a fact with supports: an import's, or one written before supports were kept.
+#[tokio::test]
+async fn a_fact_is_unsourced_until_written_by_an_ingest_or_marked() {
+    use kbq_ingest::provenance::Fact;
+    use kbq_store::{NewEntity, NewRelationship};
+
+    let kb = open(true).await;
+    let entity = |name: &str| NewEntity {
+        name: name.into(),
+        entity_type: "person".into(),
+        properties: Default::default(),
+    };
+    let rel = |s: &str, t: &str| NewRelationship {
+        source_name: s.into(),
+        target_name: t.into(),
+        relationship_type: "knows".into(),
+        properties: Default::default(),
+    };
+    kb.upsert_entities(&[entity("Ada"), entity("Babbage")])
+        .await
+        .unwrap();
+    kb.upsert_relationships(&[rel("Ada", "Babbage")])
+        .await
+        .unwrap();
+    kb.upsert_sourced_entities(&[entity("Cy")]).await.unwrap();
+    kb.upsert_sourced_relationships(&[rel("Cy", "Ada")])
+        .await
+        .unwrap();
+    let facts = [
+        Fact::entity("Ada"),
+        Fact::entity("Babbage"),
+        Fact::entity("Cy"),
+        Fact::entity("Nobody"),
+        Fact::relationship("Ada", "Babbage", "knows"),
+        Fact::relationship("Cy", "Ada", "knows"),
+        Fact::relationship("Ada", "Cy", "knows"),
+    ];
+    let sorted = |mut v: Vec<Fact>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(kb.unsourced(&facts).await.unwrap()),
+        sorted(vec![
+            Fact::entity("Ada"),
+            Fact::entity("Babbage"),
+            Fact::relationship("Ada", "Babbage", "knows"),
+        ])
+    );
+    kb.mark_sourced(&[
+        Fact::entity("Ada"),
+        Fact::relationship("Ada", "Babbage", "knows"),
+        Fact::entity("Nobody"),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        kb.unsourced(&facts).await.unwrap(),
+        vec![Fact::entity("Babbage")]
+    );
+    // Marking wrote no record of its own, and an import's update keeps the mark.
+    assert!(kb.entity("Nobody").await.unwrap().is_none());
+    kb.upsert_entities(&[entity("Ada")]).await.unwrap();
+    assert_eq!(
+        kb.unsourced(&facts).await.unwrap(),
+        vec![Fact::entity("Babbage")]
+    );
+}
+
 #[tokio::test]
 async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
     let kb = open(false).await;
