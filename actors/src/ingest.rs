@@ -1111,10 +1111,20 @@ impl IngestDeps {
             return;
         }
         let chunks: usize = jobs.iter().map(|j| j.prepared.chunks.len()).sum();
+        // Each job's retractions, then every source record in one write: a job has ended
+        // once its record is there.
+        let mut finished = Vec::with_capacity(jobs.len());
+        let mut records = Vec::new();
         for mut job in jobs {
-            let outcome = self
-                .finish_writing(&mut job)
-                .await
+            let retracted = self.finish_writing(&mut job).await.map(|record| {
+                records.push(record);
+            });
+            finished.push((job, retracted));
+        }
+        let recorded = self.kb.put_source_records(&records).await;
+        for (mut job, retracted) in finished {
+            let outcome = retracted
+                .and_then(|()| recorded.clone().map_err(JobFailure::from))
                 .map(|()| std::mem::take(&mut job.touched));
             job.prepared.phases.mark("retract and record");
             tracing::debug!(job = %job.prepared.id, chunks = job.prepared.chunks.len(), group = size, phases = %job.prepared.phases, "ingest job written");
@@ -1124,9 +1134,9 @@ impl IngestDeps {
         tracing::debug!(jobs = size, chunks, phases = %phases, "ingest group written");
     }
 
-    /// One job's writes after its group's: its counts, its retractions, the chunks past the
-    /// new version's end, and the source's record, last.
-    async fn finish_writing(&self, job: &mut Writing) -> Result<(), JobFailure> {
+    /// One job's writes after its group's: its counts, its retractions and the chunks past
+    /// the new version's end. Answers the source's record, for the caller to write last.
+    async fn finish_writing(&self, job: &mut Writing) -> Result<SourceRecord, JobFailure> {
         let kb = &self.kb;
         let p = &job.prepared;
         let (entities_added, relationships_added, merged) = (
@@ -1165,7 +1175,7 @@ impl IngestDeps {
                 hash.clear();
             }
         }
-        kb.put_source_record(&SourceRecord {
+        Ok(SourceRecord {
             source: p.source.source.clone(),
             source_id: p.source.source_id.clone(),
             title: p.title.clone(),
@@ -1176,8 +1186,6 @@ impl IngestDeps {
             extracted_by: self.model.clone(),
             updated_at: now_ms(),
         })
-        .await?;
-        Ok(())
     }
 
     /// Each chunk's extraction, `None` where it failed (and which failed); the model is asked

@@ -108,6 +108,7 @@ impl KnowledgeBase {
              DEFINE TABLE IF NOT EXISTS {INGEST_NODE} SCHEMALESS;"
         );
         self.exec_on(c, &schema, Object::new()).await?;
+        self.fold_descriptions(c).await?;
         // Vectors of two embedders must never mix in one index.
         let found: Vec<Json> = self
             .run_on(

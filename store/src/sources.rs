@@ -20,11 +20,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 
-use crate::db::{obj, relationship_record_id, row};
+use crate::db::{Connected, obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
-use crate::model::table::{ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE, SUPPORT};
+use crate::model::table::{
+    ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, META, RELATES, SOURCE, SUPPORT,
+};
 use crate::model::{NewRelationship, keys};
+
+/// The key of the meta record saying the store's description supports are folded (see
+/// [`KnowledgeBase::fold_descriptions`]).
+const FOLDED_KEY: &str = "descriptions_folded";
 
 /// The supports a query reads at once.
 const SUPPORT_BATCH: usize = 500;
@@ -120,6 +126,49 @@ struct SupportRow {
     fact: String,
     origin: String,
     chunk: i64,
+    /// Whether the row carries a description (see [`stored_fact`]).
+    #[serde(default)]
+    described: bool,
+}
+
+/// A support row to write.
+struct SupportDraft {
+    fact: String,
+    origin: String,
+    chunk: i64,
+    kind: &'static str,
+    entity: Option<String>,
+    alias: Option<String>,
+    text: Option<String>,
+}
+
+impl SupportDraft {
+    /// The row, with record key `id`, and whether it carries a description.
+    fn row(self, id: String) -> (Value, bool) {
+        let described = self.text.is_some();
+        let row = row([
+            ("id", RecordId::new(SUPPORT, id).into_value()),
+            ("fact", self.fact.into_value()),
+            ("origin", self.origin.into_value()),
+            ("chunk", self.chunk.into_value()),
+            ("kind", self.kind.to_string().into_value()),
+            ("entity", self.entity.into_value()),
+            ("alias", self.alias.into_value()),
+            ("text", self.text.into_value()),
+        ]);
+        (row, described)
+    }
+}
+
+/// The fact whose support row holds `fact`'s support: a description's is its chunk's
+/// support of the entity (the row's `text`); any other fact's is its own. A description
+/// was a row of its own in stores written before, which [`KnowledgeBase::fold_descriptions`]
+/// folds once.
+fn stored_fact(fact: &Fact) -> Fact {
+    match fact {
+        Fact::Description { entity, .. } => Fact::entity(entity.as_str()),
+        other => other.clone(),
+    }
 }
 
 /// The stored form of a support: its origin (`source` and `source_id` joined by a unit
@@ -148,22 +197,6 @@ fn support_of(origin: &str, chunk: i64) -> Option<Support> {
     }))
 }
 
-/// What the stored key of every description fact of `entity` starts with: the kind, then
-/// the entity, come first in a fact's JSON.
-fn description_prefix(entity: &str) -> String {
-    let key = fact_key(&Fact::Description {
-        entity: entity.to_string(),
-        chunk: ChunkRef {
-            source: SourceKey::new("", ""),
-            chunk: 0,
-        },
-    });
-    let end = key
-        .find(",\"chunk\":")
-        .expect("a description's key names its chunk");
-    key[..=end].to_string()
-}
-
 /// A fact's stored key: its JSON, which serde writes in one order.
 fn fact_key(fact: &Fact) -> String {
     serde_json::to_string(fact).expect("a fact serializes")
@@ -185,16 +218,25 @@ impl KnowledgeBase {
         Ok(rows.into_iter().next())
     }
 
-    /// Writes `record` as the current version of its source.
-    pub async fn put_source_record(&self, record: &SourceRecord) -> Result<()> {
-        let value = serde_json::to_value(record)
-            .map_err(|e| StoreError::Query(format!("source record: {e}")))?;
+    /// Writes each of `records` as the current version of its source, in one transaction.
+    pub async fn put_source_records(&self, records: &[SourceRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let rows = records
+            .iter()
+            .map(|record| {
+                let value = serde_json::to_value(record)
+                    .map_err(|e| StoreError::Query(format!("source record: {e}")))?;
+                Ok(row([
+                    ("id", source_record_id(&record.key()).into_value()),
+                    ("record", value.into_value()),
+                ]))
+            })
+            .collect::<Result<Vec<Value>>>()?;
         self.exec(
-            "UPSERT $id CONTENT $record RETURN NONE",
-            obj([
-                ("id", source_record_id(&record.key()).into_value()),
-                ("record", value.into_value()),
-            ]),
+            "FOR $r IN $records { UPSERT $r.id CONTENT $r.record RETURN NONE; }",
+            obj([("records", rows.into_value())]),
         )
         .await
     }
@@ -212,15 +254,29 @@ impl KnowledgeBase {
         let origin = source_origin(source);
         let own: Vec<SupportRow> = self
             .run(
-                &format!("SELECT fact, origin, chunk FROM {SUPPORT} WHERE origin = $origin"),
+                &format!("SELECT fact, origin, chunk, text != NONE AS described FROM {SUPPORT} WHERE origin = $origin"),
                 obj([("origin", origin.clone().into_value())]),
             )
             .await?;
         let mut by_fact: BTreeMap<String, Vec<Support>> = BTreeMap::new();
         for r in own {
-            if let Some(s) = support_of(&r.origin, r.chunk) {
-                by_fact.entry(r.fact).or_default().push(s);
+            let Some(support) = support_of(&r.origin, r.chunk) else {
+                continue;
+            };
+            if r.described
+                && let Support::Chunk(chunk) = &support
+                && let Ok(Fact::Entity { name }) = serde_json::from_str::<Fact>(&r.fact)
+            {
+                let description = Fact::Description {
+                    entity: name,
+                    chunk: chunk.clone(),
+                };
+                by_fact
+                    .entry(fact_key(&description))
+                    .or_default()
+                    .push(support.clone());
             }
+            by_fact.entry(r.fact).or_default().push(support);
         }
         for fact in also {
             by_fact.entry(fact_key(fact)).or_default();
@@ -264,34 +320,52 @@ impl KnowledgeBase {
             .collect()
     }
 
-    /// Records supports; one already recorded is left as it is. `texts` gives the words a
-    /// description support carries (by fact).
+    /// Records supports; one already recorded is left as it is, but for the words of a
+    /// description, which `texts` gives (by fact). A description's support is stored on
+    /// its chunk's support of the entity, which every description comes with.
     pub async fn add_supports(
         &self,
         supports: &[(Fact, Support)],
         texts: &BTreeMap<Fact, String>,
     ) -> Result<()> {
-        let rows: Vec<Value> = supports
-            .iter()
-            .map(|(fact, support)| {
-                let key = fact_key(fact);
-                let (origin, chunk) = origin_of(support);
-                let text = texts.get(fact).cloned();
-                row([
-                    ("id", support_record_id(&key, &origin, chunk).into_value()),
-                    ("fact", key.into_value()),
-                    ("origin", origin.into_value()),
-                    ("chunk", chunk.into_value()),
-                    ("kind", fact_kind(fact).to_string().into_value()),
-                    ("entity", fact_entity(fact).into_value()),
-                    ("alias", fact_alias(fact).into_value()),
-                    ("text", text.into_value()),
-                ])
-            })
-            .collect();
+        let mut rows: BTreeMap<String, SupportDraft> = BTreeMap::new();
+        for (fact, support) in supports {
+            let stored = stored_fact(fact);
+            let key = fact_key(&stored);
+            let (origin, chunk) = origin_of(support);
+            let draft = rows
+                .entry(keys::support(&key, &origin, chunk))
+                .or_insert_with(|| SupportDraft {
+                    kind: fact_kind(&stored),
+                    entity: fact_entity(&stored),
+                    alias: fact_alias(&stored),
+                    fact: key,
+                    origin,
+                    chunk,
+                    text: None,
+                });
+            if matches!(fact, Fact::Description { .. }) {
+                draft.text = Some(texts.get(fact).cloned().unwrap_or_default());
+            }
+        }
+        let (described, plain): (Vec<_>, Vec<_>) = rows
+            .into_iter()
+            .map(|(id, draft)| draft.row(id))
+            .partition(|(_, has_text)| *has_text);
+        let plain: Vec<Value> = plain.into_iter().map(|(row, _)| row).collect();
+        let described: Vec<Value> = described.into_iter().map(|(row, _)| row).collect();
         self.insert_pipelined(
             &format!("INSERT IGNORE INTO {SUPPORT} $rows RETURN NONE"),
-            &rows,
+            &plain,
+            |rows: Vec<Value>| async move { Ok((rows, ())) },
+            |()| {},
+        )
+        .await?;
+        self.insert_pipelined(
+            &format!(
+                "INSERT INTO {SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE"
+            ),
+            &described,
             |rows: Vec<Value>| async move { Ok((rows, ())) },
             |()| {},
         )
@@ -382,24 +456,15 @@ impl KnowledgeBase {
         }
         let c = self.connection().await?;
         let mut out = Vec::with_capacity(entities.len());
-        for batch in entities.chunks(OTHERS_BATCH / 2) {
-            // Two statements per entity, in one request: its description supports (a range
-            // of the fact index: a description's key starts with its entity's), and whether
-            // an import supports it.
+        for batch in entities.chunks(OTHERS_BATCH) {
+            // A statement per entity, in one request: every support of the entity, whose
+            // chunks' rows carry the descriptions (an entity's supports are its chunks' and
+            // at most one import's).
             let sql: String = (0..batch.len())
-                .map(|i| {
-                    format!(
-                        "SELECT origin, chunk, text FROM {SUPPORT} WHERE fact > $lo{i} AND fact < $hi{i};
-                         SELECT VALUE origin FROM {SUPPORT} WHERE fact = $e{i} AND origin = '{IMPORT_ORIGIN}' LIMIT 1;"
-                    )
-                })
+                .map(|i| format!("SELECT origin, chunk, text FROM {SUPPORT} WHERE fact = $e{i};"))
                 .collect();
             let mut vars = Object::new();
             for (i, entity) in batch.iter().enumerate() {
-                let lo = description_prefix(entity);
-                let hi = format!("{lo}\u{10ffff}");
-                vars.insert(format!("lo{i}"), lo.into_value());
-                vars.insert(format!("hi{i}"), hi.into_value());
                 vars.insert(
                     format!("e{i}"),
                     fact_key(&Fact::entity(entity.as_str())).into_value(),
@@ -408,21 +473,22 @@ impl KnowledgeBase {
             let mut answers = self.send(&c, &sql, vars).await?;
             for (i, entity) in batch.iter().enumerate() {
                 let rows: Vec<Json> = answers
-                    .take(2 * i)
+                    .take(i)
                     .map_err(|e| StoreError::Query(e.to_string()))?;
-                let mut texts: Vec<(Support, String)> = rows
+                let rows: Vec<TextRow> = rows
                     .into_iter()
                     .filter_map(|r| serde_json::from_value::<TextRow>(r).ok())
+                    .collect();
+                let imported = rows.iter().any(|r| r.origin == IMPORT_ORIGIN);
+                let mut texts: Vec<(Support, String)> = rows
+                    .into_iter()
                     .filter_map(|r| Some((support_of(&r.origin, r.chunk)?, r.text?)))
                     .collect();
                 texts.sort();
-                let imported: Vec<Json> = answers
-                    .take(2 * i + 1)
-                    .map_err(|e| StoreError::Query(e.to_string()))?;
                 out.push(Described {
                     entity: entity.clone(),
                     texts,
-                    imported: !imported.is_empty(),
+                    imported,
                 });
             }
         }
@@ -442,7 +508,8 @@ impl KnowledgeBase {
                 row([
                     (
                         "id",
-                        support_record_id(&fact_key(fact), &origin, chunk).into_value(),
+                        support_record_id(&fact_key(&stored_fact(fact)), &origin, chunk)
+                            .into_value(),
                     ),
                     ("text", text.clone().into_value()),
                 ])
@@ -477,14 +544,35 @@ impl KnowledgeBase {
     /// themselves. An entity that a relationship outside the plan still reaches is kept.
     pub async fn retract(&self, plan: &Plan) -> Result<Retracted> {
         let mut done = Retracted::default();
-        let dropped: Vec<RecordId> = plan
+        // A description's support goes by taking the words from its row (see
+        // `stored_fact`), every other support by deleting its row; a description removed
+        // had the one support of its own chunk.
+        let mut dropped: Vec<RecordId> = Vec::new();
+        let mut undescribed: Vec<RecordId> = Vec::new();
+        let removed_descriptions = plan.remove.iter().filter_map(|fact| match fact {
+            Fact::Description { chunk, .. } => Some((fact, Support::Chunk(chunk.clone()))),
+            _ => None,
+        });
+        let supports = plan
             .drop_supports
             .iter()
-            .map(|(fact, support)| {
-                let (origin, chunk) = origin_of(support);
-                support_record_id(&fact_key(fact), &origin, chunk)
-            })
-            .collect();
+            .map(|(fact, support)| (fact, support.clone()))
+            .chain(removed_descriptions);
+        for (fact, support) in supports {
+            let (origin, chunk) = origin_of(&support);
+            let id = support_record_id(&fact_key(&stored_fact(fact)), &origin, chunk);
+            match fact {
+                Fact::Description { .. } => undescribed.push(id),
+                _ => dropped.push(id),
+            }
+        }
+        for batch in undescribed.chunks(SUPPORT_BATCH) {
+            self.exec(
+                "UPDATE $ids SET text = NONE RETURN NONE",
+                obj([("ids", batch.to_vec().into_value())]),
+            )
+            .await?;
+        }
         for batch in dropped.chunks(SUPPORT_BATCH) {
             self.exec("DELETE $ids", obj([("ids", batch.to_vec().into_value())]))
                 .await?;
@@ -524,7 +612,12 @@ impl KnowledgeBase {
                 }
             }
         }
-        let gone: Vec<String> = plan.remove.iter().map(fact_key).collect();
+        let gone: Vec<String> = plan
+            .remove
+            .iter()
+            .filter(|fact| !matches!(fact, Fact::Description { .. }))
+            .map(fact_key)
+            .collect();
         for batch in gone.chunks(SUPPORT_BATCH) {
             self.exec(
                 &format!("DELETE {SUPPORT} WHERE fact IN $facts"),
@@ -671,6 +764,87 @@ impl KnowledgeBase {
             .await?;
         }
         Ok(())
+    }
+
+    /// Folds the description supports of a store written before descriptions were kept on
+    /// their chunk's support of the entity ([`stored_fact`]): each becomes the words of that
+    /// row, written whole before the old row goes, in one transaction per batch. Done once
+    /// per store (a meta record says so); running it twice, or on two nodes at once, changes
+    /// nothing more.
+    pub(crate) async fn fold_descriptions(&self, c: &Connected) -> Result<()> {
+        let done: Vec<Json> = self
+            .run_on(
+                c,
+                &format!("SELECT VALUE id FROM {META}:{FOLDED_KEY}"),
+                Object::new(),
+            )
+            .await?;
+        if !done.is_empty() {
+            return Ok(());
+        }
+        #[derive(Deserialize)]
+        struct Old {
+            key: String,
+            fact: String,
+            origin: String,
+            chunk: i64,
+            text: Option<String>,
+        }
+        loop {
+            let old: Vec<Old> = self
+                .run_on(
+                    c,
+                    &format!(
+                        "SELECT meta::id(id) AS key, fact, origin, chunk, text FROM {SUPPORT} WHERE kind = 'description' LIMIT {SUPPORT_BATCH}"
+                    ),
+                    Object::new(),
+                )
+                .await?;
+            if old.is_empty() {
+                break;
+            }
+            let mut rows: BTreeMap<String, SupportDraft> = BTreeMap::new();
+            let mut ids = Vec::with_capacity(old.len());
+            for o in old {
+                ids.push(RecordId::new(SUPPORT, o.key));
+                let Ok(Fact::Description { entity, .. }) = serde_json::from_str::<Fact>(&o.fact)
+                else {
+                    continue;
+                };
+                let stored = Fact::entity(entity.as_str());
+                let key = fact_key(&stored);
+                rows.insert(
+                    keys::support(&key, &o.origin, o.chunk),
+                    SupportDraft {
+                        kind: fact_kind(&stored),
+                        entity: Some(entity),
+                        alias: None,
+                        fact: key,
+                        origin: o.origin,
+                        chunk: o.chunk,
+                        text: Some(o.text.unwrap_or_default()),
+                    },
+                );
+            }
+            let rows: Vec<Value> = rows
+                .into_iter()
+                .map(|(id, draft)| draft.row(id).0)
+                .collect();
+            self.exec_on(
+                c,
+                &format!(
+                    "BEGIN; INSERT INTO {SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE; DELETE $ids; COMMIT;"
+                ),
+                obj([("rows", rows.into_value()), ("ids", ids.into_value())]),
+            )
+            .await?;
+        }
+        self.exec_on(
+            c,
+            &format!("UPSERT {META}:{FOLDED_KEY} CONTENT {{ at: time::now() }} RETURN NONE"),
+            Object::new(),
+        )
+        .await
     }
 
     /// The relationships among `relationships` that are not in the graph.
@@ -890,4 +1064,133 @@ fn source_record_id(source: &SourceKey) -> RecordId {
 /// model (or provider chain) asked, and the prompt's version.
 pub fn extraction_key(chunk_hash: &str, model: &str, prompt_version: u32) -> String {
     keys::extraction(chunk_hash, model, prompt_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{HashingEmbedder, StoreConfig};
+
+    /// A store written when each description support was a row of its own reads, once
+    /// folded, as one written now: the same descriptions, supports and plans.
+    #[tokio::test]
+    async fn description_rows_of_an_older_store_are_folded_once() {
+        let kb =
+            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+        let source = SourceKey::new("notes", "a");
+        let chunk = |i: u32| ChunkRef {
+            source: source.clone(),
+            chunk: i,
+        };
+        // As the older store wrote them: an entity support, and a description of its own.
+        let mut rows = Vec::new();
+        for (fact, position, text) in [
+            (Fact::entity("Ada"), 0, None),
+            (
+                Fact::Description {
+                    entity: "Ada".into(),
+                    chunk: chunk(0),
+                },
+                0,
+                Some("Ada wrote the first program"),
+            ),
+            (
+                Fact::Description {
+                    entity: "Babbage".into(),
+                    chunk: chunk(1),
+                },
+                1,
+                Some("Babbage designed the engine"),
+            ),
+        ] {
+            let key = fact_key(&fact);
+            let origin = source_origin(&source);
+            rows.push(row([
+                (
+                    "id",
+                    support_record_id(&key, &origin, position).into_value(),
+                ),
+                ("fact", key.into_value()),
+                ("origin", origin.into_value()),
+                ("chunk", position.into_value()),
+                ("kind", fact_kind(&fact).to_string().into_value()),
+                ("entity", fact_entity(&fact).into_value()),
+                ("alias", None::<String>.into_value()),
+                ("text", text.map(str::to_string).into_value()),
+            ]));
+        }
+        kb.exec(
+            &format!("INSERT INTO {SUPPORT} $rows RETURN NONE; DELETE {META}:{FOLDED_KEY};"),
+            obj([("rows", rows.into_value())]),
+        )
+        .await
+        .unwrap();
+        let c = kb.connection().await.unwrap();
+        kb.fold_descriptions(&c).await.unwrap();
+
+        let rows = || async {
+            kb.run::<String>(
+                &format!("SELECT VALUE meta::id(id) FROM {SUPPORT}"),
+                Object::new(),
+            )
+            .await
+            .unwrap()
+            .len()
+        };
+        assert_eq!(rows().await, 2, "one row per entity and chunk");
+        let described = kb
+            .descriptions_of(&["Ada".into(), "Babbage".into()])
+            .await
+            .unwrap();
+        let texts: Vec<Vec<&str>> = described
+            .iter()
+            .map(|d| d.texts.iter().map(|(_, t)| t.as_str()).collect())
+            .collect();
+        assert_eq!(
+            texts,
+            [
+                vec!["Ada wrote the first program"],
+                vec!["Babbage designed the engine"]
+            ]
+        );
+        let mut facts: Vec<Fact> = kb
+            .supports_of(&source, &[])
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(f, _)| f)
+            .collect();
+        facts.sort();
+        let mut want = vec![
+            Fact::entity("Ada"),
+            Fact::entity("Babbage"),
+            Fact::Description {
+                entity: "Ada".into(),
+                chunk: chunk(0),
+            },
+            Fact::Description {
+                entity: "Babbage".into(),
+                chunk: chunk(1),
+            },
+        ];
+        want.sort();
+        assert_eq!(facts, want);
+
+        // Marked done: later opens skip the scan.
+        let done: Vec<Json> = kb
+            .run(&format!("SELECT * FROM {META}:{FOLDED_KEY}"), Object::new())
+            .await
+            .unwrap();
+        assert_eq!(done.len(), 1);
+
+        // Deleting the source takes every row, words and all.
+        let plan = kbq_ingest::provenance::plan_delete(
+            &kb.supports_of(&source, &[]).await.unwrap(),
+            &source,
+        );
+        kb.retract(&plan).await.unwrap();
+        assert_eq!(rows().await, 0);
+    }
 }
