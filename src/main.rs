@@ -332,7 +332,14 @@ fn main() -> ExitCode {
 }
 
 fn init_logs(config: &Config, one_shot: bool) {
-    let level = if one_shot { "warn" } else { &config.log.level };
+    // surrealkv's tree warns, when dropped outside a runtime (as a command's store is, at
+    // its end), that it cannot close itself: what it holds is in its write-ahead log, which
+    // the next open replays, so a command does not print it.
+    let level = if one_shot {
+        "warn,surrealkv::lsm=error"
+    } else {
+        &config.log.level
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let colored = config.log.colored(
