@@ -515,14 +515,12 @@ impl KnowledgeBase {
                 ])
             })
             .collect();
-        for batch in rows.chunks(SUPPORT_BATCH) {
-            self.exec(
-                "FOR $r IN $rows { UPDATE $r.id SET text = $r.text RETURN NONE };",
-                obj([("rows", batch.to_vec().into_value())]),
-            )
-            .await?;
-        }
-        Ok(())
+        self.exec_in_batches(
+            "FOR $r IN $rows { UPDATE $r.id SET text = $r.text RETURN NONE };",
+            "rows",
+            &rows,
+        )
+        .await
     }
 
     /// The entity that `name` is an alias of (a name resolution merged into it), if any.
@@ -566,17 +564,13 @@ impl KnowledgeBase {
                 _ => dropped.push(id),
             }
         }
-        for batch in undescribed.chunks(SUPPORT_BATCH) {
-            self.exec(
-                "UPDATE $ids SET text = NONE RETURN NONE",
-                obj([("ids", batch.to_vec().into_value())]),
-            )
-            .await?;
-        }
-        for batch in dropped.chunks(SUPPORT_BATCH) {
-            self.exec("DELETE $ids", obj([("ids", batch.to_vec().into_value())]))
-                .await?;
-        }
+        self.exec_in_batches(
+            "UPDATE $ids SET text = NONE RETURN NONE",
+            "ids",
+            &undescribed,
+        )
+        .await?;
+        self.exec_in_batches("DELETE $ids", "ids", &dropped).await?;
         let removed: BTreeSet<&Fact> = plan.remove.iter().collect();
         for fact in &plan.remove {
             match fact {
@@ -618,13 +612,12 @@ impl KnowledgeBase {
             .filter(|fact| !matches!(fact, Fact::Description { .. }))
             .map(fact_key)
             .collect();
-        for batch in gone.chunks(SUPPORT_BATCH) {
-            self.exec(
-                &format!("DELETE {SUPPORT} WHERE fact IN $facts"),
-                obj([("facts", batch.to_vec().into_value())]),
-            )
-            .await?;
-        }
+        self.exec_in_batches(
+            &format!("DELETE {SUPPORT} WHERE fact IN $facts"),
+            "facts",
+            &gone,
+        )
+        .await?;
         Ok(done)
     }
 
@@ -756,12 +749,20 @@ impl KnowledgeBase {
             .filter_map(fact_record_key)
             .map(|(table, key)| RecordId::new(table, key))
             .collect();
-        for batch in ids.chunks(SUPPORT_BATCH) {
-            self.exec(
-                "UPDATE $ids SET sourced = true RETURN NONE",
-                obj([("ids", batch.to_vec().into_value())]),
-            )
-            .await?;
+        self.exec_in_batches("UPDATE $ids SET sourced = true RETURN NONE", "ids", &ids)
+            .await
+    }
+
+    /// Runs `sql` once per [`SUPPORT_BATCH`] of `items`, bound as `$var`.
+    async fn exec_in_batches<T: SurrealValue + Clone>(
+        &self,
+        sql: &str,
+        var: &str,
+        items: &[T],
+    ) -> Result<()> {
+        for batch in items.chunks(SUPPORT_BATCH) {
+            self.exec(sql, obj([(var, batch.to_vec().into_value())]))
+                .await?;
         }
         Ok(())
     }
