@@ -143,10 +143,26 @@ struct SupportDraft {
 }
 
 impl SupportDraft {
-    /// The row, with record key `id`, and whether it carries a description.
-    fn row(self, id: String) -> (Value, bool) {
-        let described = self.text.is_some();
-        let row = row([
+    /// The support of `stored` (a fact as [`stored_fact`] gives it) by `origin`'s `chunk`,
+    /// with no description, and its record key.
+    fn new(stored: &Fact, origin: String, chunk: i64) -> (String, Self) {
+        let fact = fact_key(stored);
+        let key = keys::support(&fact, &origin, chunk);
+        let draft = SupportDraft {
+            kind: fact_kind(stored),
+            entity: fact_entity(stored),
+            alias: fact_alias(stored),
+            fact,
+            origin,
+            chunk,
+            text: None,
+        };
+        (key, draft)
+    }
+
+    /// The row, with record key `id`.
+    fn row(self, id: String) -> Value {
+        row([
             ("id", RecordId::new(SUPPORT, id).into_value()),
             ("fact", self.fact.into_value()),
             ("origin", self.origin.into_value()),
@@ -155,8 +171,7 @@ impl SupportDraft {
             ("entity", self.entity.into_value()),
             ("alias", self.alias.into_value()),
             ("text", self.text.into_value()),
-        ]);
-        (row, described)
+        ])
     }
 }
 
@@ -330,30 +345,23 @@ impl KnowledgeBase {
     ) -> Result<()> {
         let mut rows: BTreeMap<String, SupportDraft> = BTreeMap::new();
         for (fact, support) in supports {
-            let stored = stored_fact(fact);
-            let key = fact_key(&stored);
             let (origin, chunk) = origin_of(support);
-            let draft = rows
-                .entry(keys::support(&key, &origin, chunk))
-                .or_insert_with(|| SupportDraft {
-                    kind: fact_kind(&stored),
-                    entity: fact_entity(&stored),
-                    alias: fact_alias(&stored),
-                    fact: key,
-                    origin,
-                    chunk,
-                    text: None,
-                });
+            let (key, new) = SupportDraft::new(&stored_fact(fact), origin, chunk);
+            let draft = rows.entry(key).or_insert(new);
             if matches!(fact, Fact::Description { .. }) {
                 draft.text = Some(texts.get(fact).cloned().unwrap_or_default());
             }
         }
         let (described, plain): (Vec<_>, Vec<_>) = rows
             .into_iter()
-            .map(|(id, draft)| draft.row(id))
-            .partition(|(_, has_text)| *has_text);
-        let plain: Vec<Value> = plain.into_iter().map(|(row, _)| row).collect();
-        let described: Vec<Value> = described.into_iter().map(|(row, _)| row).collect();
+            .partition(|(_, draft)| draft.text.is_some());
+        let rows_of = |drafts: Vec<(String, SupportDraft)>| -> Vec<Value> {
+            drafts
+                .into_iter()
+                .map(|(id, draft)| draft.row(id))
+                .collect()
+        };
+        let (described, plain) = (rows_of(described), rows_of(plain));
         self.insert_pipelined(
             &format!("INSERT IGNORE INTO {SUPPORT} $rows RETURN NONE"),
             &plain,
@@ -812,25 +820,11 @@ impl KnowledgeBase {
                 else {
                     continue;
                 };
-                let stored = Fact::entity(entity.as_str());
-                let key = fact_key(&stored);
-                rows.insert(
-                    keys::support(&key, &o.origin, o.chunk),
-                    SupportDraft {
-                        kind: fact_kind(&stored),
-                        entity: Some(entity),
-                        alias: None,
-                        fact: key,
-                        origin: o.origin,
-                        chunk: o.chunk,
-                        text: Some(o.text.unwrap_or_default()),
-                    },
-                );
+                let (key, mut draft) = SupportDraft::new(&Fact::entity(entity), o.origin, o.chunk);
+                draft.text = Some(o.text.unwrap_or_default());
+                rows.insert(key, draft);
             }
-            let rows: Vec<Value> = rows
-                .into_iter()
-                .map(|(id, draft)| draft.row(id).0)
-                .collect();
+            let rows: Vec<Value> = rows.into_iter().map(|(id, draft)| draft.row(id)).collect();
             self.exec_on(
                 c,
                 &format!(
