@@ -65,22 +65,21 @@ pub struct EntityDeletion {
 impl KnowledgeBase {
     /// Inserts or updates entities by name. Records must be valid (see `NewEntity::validate`).
     pub async fn upsert_entities(&self, entities: &[NewEntity]) -> Result<()> {
-        self.upsert_graph(
-            &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties RETURN NONE"),
-            entities,
-            false,
-            || self.bump_generation(),
-        )
-        .await
+        self.write_entities(entities, false).await
     }
 
     /// [`upsert_entities`](Self::upsert_entities) for entities whose supports are recorded
     /// (by an ingest): marked as [`mark_sourced`](Self::mark_sourced) does, in the same write.
     pub async fn upsert_sourced_entities(&self, entities: &[NewEntity]) -> Result<()> {
+        self.write_entities(entities, true).await
+    }
+
+    async fn write_entities(&self, entities: &[NewEntity], sourced: bool) -> Result<()> {
         self.upsert_graph(
-            &format!("INSERT INTO {ENTITY} $rows ON DUPLICATE KEY UPDATE entity_type = $input.entity_type, properties = $input.properties, sourced = true RETURN NONE"),
+            &format!("INSERT INTO {ENTITY}"),
+            "entity_type = $input.entity_type, properties = $input.properties",
             entities,
-            true,
+            sourced,
             || self.bump_generation(),
         )
         .await
@@ -88,39 +87,42 @@ impl KnowledgeBase {
 
     /// Inserts or updates relationships by (source, target, type). Both ends must exist.
     pub async fn upsert_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
-        self.upsert_graph(
-            &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties RETURN NONE"),
-            rels,
-            false,
-            || {},
-        )
-        .await
+        self.write_relationships(rels, false).await
     }
 
     /// [`upsert_relationships`](Self::upsert_relationships) for relationships whose supports
     /// are recorded, marked as [`upsert_sourced_entities`](Self::upsert_sourced_entities) does.
     pub async fn upsert_sourced_relationships(&self, rels: &[NewRelationship]) -> Result<()> {
+        self.write_relationships(rels, true).await
+    }
+
+    async fn write_relationships(&self, rels: &[NewRelationship], sourced: bool) -> Result<()> {
         self.upsert_graph(
-            &format!("INSERT RELATION INTO {RELATES} $rows ON DUPLICATE KEY UPDATE properties = $input.properties, sourced = true RETURN NONE"),
+            &format!("INSERT RELATION INTO {RELATES}"),
+            "properties = $input.properties",
             rels,
-            true,
+            sourced,
             || {},
         )
         .await
     }
 
-    /// Writes graph records with `sql` (see [`insert_pipelined`](Self::insert_pipelined)),
-    /// each row with `sourced: true` when `sourced`, putting each statement's records into
-    /// the graph index once it has succeeded, then calling `then`.
+    /// Writes graph records with `insert` (see [`insert_pipelined`](Self::insert_pipelined)),
+    /// a record already there getting `updates`; with `sourced`, every record is marked
+    /// `sourced: true` as well. Each statement's records go into the graph index once it has
+    /// succeeded, then `then` is called.
     async fn upsert_graph<R: GraphRecord>(
         &self,
-        sql: &str,
+        insert: &str,
+        updates: &str,
         records: &[R],
         sourced: bool,
         then: impl Fn(),
     ) -> Result<()> {
+        let mark = if sourced { ", sourced = true" } else { "" };
+        let sql = format!("{insert} $rows ON DUPLICATE KEY UPDATE {updates}{mark} RETURN NONE");
         self.insert_pipelined(
-            sql,
+            &sql,
             records,
             |chunk: Vec<R>| async move {
                 let rows = chunk
