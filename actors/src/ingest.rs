@@ -985,13 +985,12 @@ impl IngestDeps {
                 )),
                 _ => false,
             };
+            // A fact several jobs name is asked about once: `unsourced` keys them.
             let were_there: Vec<Fact> = jobs
                 .iter()
                 .flat_map(|j| j.new_version.keys())
                 .filter(|fact| existed(fact))
                 .cloned()
-                .collect::<BTreeSet<Fact>>()
-                .into_iter()
                 .collect();
             let unsourced: BTreeSet<Fact> = kb.unsourced(&were_there).await?.into_iter().collect();
             let reads: Vec<_> = jobs
