@@ -5,11 +5,13 @@
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde_json::Value as Json;
 use surrealdb::IndexedResults;
 use surrealdb::Surreal;
 use surrealdb::engine::any::Any;
 use surrealdb::engine::local::Db;
-use surrealdb::types::{Object, RecordId, Value};
+use surrealdb::types::{Object, QueryError, RecordId, Value};
 
 use crate::error::{Result, StoreError};
 use crate::model::keys;
@@ -29,6 +31,11 @@ pub(crate) struct Connected {
 /// A connection to SurrealDB: through the SDK's `any` engine (`mem://`, `ws://`, `wss://`),
 /// or to a surrealkv datastore this process opened itself, to size its block cache (see
 /// [`StoreConfig::block_cache_bytes`]).
+///
+/// A clone shares the connection (datastore or socket) but is a session of its own, which
+/// starts as a copy of the original's (namespace, database, sign-in): choosing another
+/// database on a clone ([`use_database`](Self::use_database)) leaves the original where it
+/// was. That is how a workspace's knowledge base shares its parent's connection.
 #[derive(Clone)]
 pub(crate) enum Database {
     Any(Surreal<Any>),
@@ -40,6 +47,15 @@ impl Database {
         match self {
             Database::Any(db) => db.query(sql).bind(vars).await,
             Database::SurrealKv(db) => db.query(sql).bind(vars).await,
+        }
+    }
+
+    /// Selects namespace `ns` and database `db` for this handle's session (and only for it).
+    /// SurrealDB defines the database when it does not exist yet.
+    pub(crate) async fn use_database(&self, ns: &str, db: &str) -> surrealdb::Result<()> {
+        match self {
+            Database::Any(d) => d.use_ns(ns).use_db(db).await.map(drop),
+            Database::SurrealKv(d) => d.use_ns(ns).use_db(db).await.map(drop),
         }
     }
 
@@ -99,6 +115,32 @@ pub(crate) fn vector_from(v: &Value) -> Option<Vec<f32>> {
             .collect(),
         _ => None,
     }
+}
+
+/// The error that failed `resp`, if a statement failed. When one statement of a transaction
+/// fails, SurrealDB reports the others as not executed or cancelled: the cause is the first
+/// error that is neither.
+pub(crate) fn failure(resp: &mut IndexedResults) -> Option<surrealdb::Error> {
+    let mut errors: Vec<(usize, surrealdb::Error)> = resp.take_errors().into_iter().collect();
+    errors.sort_unstable_by_key(|(statement, _)| *statement);
+    let collateral = |e: &surrealdb::Error| {
+        matches!(
+            e.query_details(),
+            Some(QueryError::NotExecuted | QueryError::Cancelled)
+        )
+    };
+    let cause = errors.iter().position(|(_, e)| !collateral(e)).unwrap_or(0);
+    errors.into_iter().nth(cause).map(|(_, e)| e)
+}
+
+/// Rows a statement returned, each read as `T`.
+pub(crate) fn rows_as<T: DeserializeOwned>(rows: Vec<Json>) -> Result<Vec<T>> {
+    rows.into_iter()
+        .map(|r| {
+            serde_json::from_value(r)
+                .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
+        })
+        .collect()
 }
 
 pub(crate) fn row<const N: usize>(fields: [(&str, Value); N]) -> Value {

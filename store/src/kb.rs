@@ -5,7 +5,8 @@
 //! the stored form of vectors are in `db`, below this file.
 //!
 //! The rest of `impl KnowledgeBase` lives beside the code it belongs with (schema, write,
-//! doc_index, graph_reads, search, related, memory and follow; the crate's Layout names each).
+//! doc_index, graph_reads, search, related, memory, follow and workspaces; the crate's Layout
+//! names each).
 //! Those files use this one; this one imports none of them, and reaches them only as methods
 //! on `self`.
 
@@ -20,7 +21,7 @@ use surrealdb::engine::local::Db;
 use surrealdb::opt::auth::Root;
 use surrealdb::types::Object;
 
-use crate::db::{Connected, Database, query_on};
+use crate::db::{Connected, Database, query_on, rows_as};
 use crate::documents::DocumentTable;
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
@@ -133,6 +134,10 @@ pub struct KnowledgeBase {
     /// the subscription it made, waiting for the follower (see
     /// [`follow_changes_from_start`](Self::follow_changes_from_start)).
     pub(crate) first_subscription: parking_lot::Mutex<FirstSubscription>,
+    /// The default workspace's knowledge base, for one made by
+    /// [`workspace_kb`](Self::workspace_kb): its connection is a session on the parent's, and
+    /// the registry of workspaces is the parent's. Always a knowledge base without a parent.
+    parent: Option<Arc<KnowledgeBase>>,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -152,13 +157,29 @@ impl KnowledgeBase {
     /// [`connect`](Self::connect) does, reporting its progress. A server binds its listener
     /// between the two, so that it answers probes while a large store loads.
     pub fn new(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
-        Self::unconnected(config, embedder, false)
+        Self::unconnected(config, embedder, false, None)
+    }
+
+    /// The knowledge base of another workspace on this one's server: the same configuration
+    /// but `database`, not connected yet. When first used it does not open a connection of its
+    /// own (a second surrealkv datastore over the same files could not be opened, and a
+    /// socket per workspace would not scale): it takes a new session on this knowledge base's
+    /// connection and selects `database` in it, then defines the schema and builds its own
+    /// in-memory indexes there, as any knowledge base does on connecting.
+    pub fn workspace_kb(self: &Arc<Self>, database: &str) -> Arc<KnowledgeBase> {
+        // A sibling's sibling shares the same connection and registry: the root's.
+        let parent = self.parent.clone().unwrap_or_else(|| self.clone());
+        let config = StoreConfig {
+            database: database.to_string(),
+            ..self.config.clone()
+        };
+        Self::unconnected(config, self.embedder.clone(), false, Some(parent))
     }
 
     /// As [`open`](Self::open), for [`reembed`](Self::reembed): a store whose documents
     /// another embedder wrote is accepted, and its old vectors are not loaded.
     pub async fn open_for_reembed(config: StoreConfig, embedder: Arc<dyn Embedder>) -> Arc<Self> {
-        let kb = Self::unconnected(config, embedder, true);
+        let kb = Self::unconnected(config, embedder, true, None);
         kb.try_connect().await;
         kb
     }
@@ -167,6 +188,7 @@ impl KnowledgeBase {
         config: StoreConfig,
         embedder: Arc<dyn Embedder>,
         adopt_embedder: bool,
+        parent: Option<Arc<KnowledgeBase>>,
     ) -> Arc<Self> {
         let numbers = EntityNumbers::default();
         Arc::new(KnowledgeBase {
@@ -186,6 +208,7 @@ impl KnowledgeBase {
             connecting: tokio::sync::Mutex::new(None),
             generation: std::sync::atomic::AtomicU64::new(0),
             first_subscription: parking_lot::Mutex::new(Default::default()),
+            parent,
         })
     }
 
@@ -204,6 +227,17 @@ impl KnowledgeBase {
 
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// The SurrealDB database this knowledge base lives in: its workspace's.
+    pub fn database(&self) -> &str {
+        &self.config.database
+    }
+
+    /// The knowledge base whose connection this one shares, when it was made by
+    /// [`workspace_kb`](Self::workspace_kb).
+    pub(crate) fn parent(&self) -> Option<&Arc<KnowledgeBase>> {
+        self.parent.as_ref()
     }
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
@@ -258,7 +292,13 @@ impl KnowledgeBase {
     /// longer, and cutting it short would abandon an embedded store half open (and, for
     /// surrealkv, locked).
     async fn establish(&self, progress: &dyn LoadProgress) -> Result<Connected> {
-        let db = tokio::time::timeout(self.config.connect_timeout, self.reach())
+        // The parent's connection is awaited whole, outside the limit: connecting it may build
+        // its indexes, which must not be cut short (above). Boxed: it is this same future.
+        let shared = match &self.parent {
+            Some(parent) => Some(Box::pin(parent.connection()).await?.db.clone()),
+            None => None,
+        };
+        let db = tokio::time::timeout(self.config.connect_timeout, self.reach(shared))
             .await
             .map_err(|_| {
                 StoreError::Unavailable(format!(
@@ -282,17 +322,27 @@ impl KnowledgeBase {
         Ok(c)
     }
 
-    /// Opens the connection, signs in and selects the namespace and database.
-    async fn reach(&self) -> Result<Database> {
+    /// Opens the connection and signs in, or takes `shared`, a new session on the parent's
+    /// connection (signed in as the parent is), then selects the namespace and database.
+    async fn reach(&self, shared: Option<Database>) -> Result<Database> {
+        let unavailable = |e: surrealdb::Error| StoreError::Unavailable(e.to_string());
+        let db = match shared {
+            Some(db) => db,
+            None => self.open_connection().await?,
+        };
+        db.use_database(&self.config.namespace, &self.config.database)
+            .await
+            .map_err(unavailable)?;
+        Ok(db)
+    }
+
+    /// Opens a connection of this knowledge base's own and signs in.
+    async fn open_connection(&self) -> Result<Database> {
         let unavailable = |e: surrealdb::Error| StoreError::Unavailable(e.to_string());
         if self.config.url.starts_with("surrealkv://") {
             // Boxed: building a datastore is a large future, and inline it would make every
             // future that may connect as large (too large for a test thread's stack).
             let db = Box::pin(open_surrealkv(&self.config)).await?;
-            db.use_ns(self.config.namespace.as_str())
-                .use_db(self.config.database.as_str())
-                .await
-                .map_err(unavailable)?;
             return Ok(Database::SurrealKv(db));
         }
         let db = surrealdb::engine::any::connect(self.config.url.as_str())
@@ -311,10 +361,6 @@ impl KnowledgeBase {
             .await
             .map_err(unavailable)?;
         }
-        db.use_ns(self.config.namespace.as_str())
-            .use_db(self.config.database.as_str())
-            .await
-            .map_err(unavailable)?;
         Ok(Database::Any(db))
     }
 
@@ -419,12 +465,7 @@ impl KnowledgeBase {
         let rows: Vec<Json> = resp
             .take(last)
             .map_err(|e| StoreError::Query(e.to_string()))?;
-        rows.into_iter()
-            .map(|r| {
-                serde_json::from_value(r)
-                    .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
-            })
-            .collect()
+        rows_as(rows)
     }
 
     pub(crate) async fn send(

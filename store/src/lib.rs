@@ -7,8 +7,8 @@
 //!   stored form of vectors; below every file that runs a query.
 //! - [`kb`]: [`KnowledgeBase`], the store's facade: reaching the database, loading the indexes
 //!   and the query methods (`impl KnowledgeBase` continues in schema, write, doc_index,
-//!   graph_reads, search, related, memory and follow, each of which uses `kb` and `db`; `kb`
-//!   uses none of them).
+//!   graph_reads, search, related, memory, follow and workspaces, each of which uses `kb` and
+//!   `db`; `kb` uses none of them).
 //! - [`schema`]: the schema, the embedder record that guards it, and `reembed`.
 //! - [`write`](mod@write): upserts through pipelined INSERTs, and deletes.
 //! - [`doc_index`]: the document indexes (vectors, keywords) and, for an embedded store, the
@@ -34,6 +34,8 @@
 //! - [`vectors`]: the in-process vector index of document embeddings, with its inverted file.
 //! - [`text`]: the in-process keyword (BM25) index of document titles and contents.
 //! - [`memory`]: agent memory, owned by an API key and recalled only by it.
+//! - [`workspaces`]: many isolated knowledge bases on one server, a database each: the
+//!   registry of workspaces and the hashes of the API keys minted for them.
 //! - [`sources`]: ingested sources, their chunks' documents, the supports of every fact they
 //!   gave, the model answers kept per chunk, and carrying out a retraction plan.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
@@ -66,6 +68,7 @@ pub mod search;
 pub mod sources;
 pub mod text;
 pub mod vectors;
+pub mod workspaces;
 pub mod write;
 
 pub use embed::{Embedder, HashingEmbedder, cosine};
@@ -82,4 +85,5 @@ pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSH
 pub use search::{DocumentFilter, DocumentHit};
 pub use text::TextIndex;
 pub use vectors::{DocTags, VectorIndex};
+pub use workspaces::{DEFAULT_WORKSPACE, StoredKey, WorkspaceRecord, check_workspace_name};
 pub use write::EntityDeletion;

@@ -2,7 +2,7 @@
 //! filters on the owner; no call can reach another owner's memories.
 
 use serde::{Deserialize, Serialize};
-use surrealdb::types::{SurrealValue, Value};
+use surrealdb::types::{Object, SurrealValue, Value};
 
 use crate::db::obj;
 use crate::error::{Result, StoreError};
@@ -219,6 +219,23 @@ impl KnowledgeBase {
             )
             .await?;
         Ok(rows.into_iter().map(Row::into_hit).collect())
+    }
+
+    /// Every memory in this knowledge base, whoever owns it: the size of a workspace's
+    /// memory, for a listing of workspaces. The only query here not filtered on an owner, and
+    /// it returns a number, never a memory.
+    pub async fn memory_count(&self) -> Result<u64> {
+        #[derive(Deserialize)]
+        struct Row {
+            memories: u64,
+        }
+        let rows: Vec<Row> = self
+            .run(
+                &format!("RETURN [{{ memories: count(SELECT VALUE id FROM {MEMORY}) }}]"),
+                Object::new(),
+            )
+            .await?;
+        Ok(rows.into_iter().next().map_or(0, |r| r.memories))
     }
 
     pub async fn memory_stats(&self, owner: &str) -> Result<MemoryStats> {

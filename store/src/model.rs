@@ -20,6 +20,10 @@ pub mod table {
     pub const EXTRACTION: &str = "extraction";
     pub const INGEST_JOB: &str = "ingest_job";
     pub const INGEST_NODE: &str = "ingest_node";
+    /// The registry of workspaces, in the default workspace's database only.
+    pub const WORKSPACE: &str = "kbq_workspace";
+    /// The API keys minted for workspaces (their hashes), beside the registry.
+    pub const API_KEY: &str = "kbq_api_key";
 }
 
 /// Longest entity name, relationship type or entity type accepted, in characters (Unicode

@@ -10,8 +10,8 @@ use crate::db::{Connected, obj, row, vector_bytes};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
 use crate::model::table::{
-    self, DOCUMENT, ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES, SOURCE,
-    SUPPORT,
+    self, API_KEY, DOCUMENT, ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES,
+    SOURCE, SUPPORT, WORKSPACE,
 };
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;
@@ -73,8 +73,13 @@ impl KnowledgeBase {
     }
 
     /// Defines the tables, fields and indexes (idempotently), then checks that the store's
-    /// vectors are this embedder's, recording it in a new store.
+    /// vectors are this embedder's, recording it in a new store. The registry of workspaces
+    /// is defined only in the default workspace's database, where it lives.
     pub(crate) async fn define_schema(&self, c: &Connected) -> Result<()> {
+        let registry = match self.parent() {
+            None => registry_schema(),
+            Some(_) => String::new(),
+        };
         let schema = format!(
             "DEFINE TABLE IF NOT EXISTS {ENTITY} SCHEMALESS;
              DEFINE FIELD IF NOT EXISTS name ON {ENTITY} TYPE string;
@@ -105,7 +110,8 @@ impl KnowledgeBase {
              DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS ingest_job_open ON {INGEST_JOB} FIELDS finished;
              DEFINE INDEX IF NOT EXISTS ingest_job_cancel ON {INGEST_JOB} FIELDS cancel;
-             DEFINE TABLE IF NOT EXISTS {INGEST_NODE} SCHEMALESS;"
+             DEFINE TABLE IF NOT EXISTS {INGEST_NODE} SCHEMALESS;
+             {registry}"
         );
         self.exec_on(c, &schema, Object::new()).await?;
         self.fold_descriptions(c).await?;
@@ -151,4 +157,25 @@ impl KnowledgeBase {
         )
         .await
     }
+}
+
+/// The registry of workspaces and their API keys (see [`crate::workspaces`]). A workspace's
+/// record key is its name. `keys_written` is bumped by every key written for the workspace,
+/// so that the write conflicts with a concurrent delete of the workspace. A key is found by
+/// its hash on every authenticated request: hence the unique index.
+fn registry_schema() -> String {
+    format!(
+        "DEFINE TABLE IF NOT EXISTS {WORKSPACE} SCHEMAFULL;
+         DEFINE FIELD IF NOT EXISTS database ON {WORKSPACE} TYPE string;
+         DEFINE FIELD IF NOT EXISTS created_at ON {WORKSPACE} TYPE string;
+         DEFINE FIELD IF NOT EXISTS keys_written ON {WORKSPACE} TYPE int DEFAULT 0;
+         DEFINE TABLE IF NOT EXISTS {API_KEY} SCHEMAFULL;
+         DEFINE FIELD IF NOT EXISTS name ON {API_KEY} TYPE string;
+         DEFINE FIELD IF NOT EXISTS scopes ON {API_KEY} TYPE array<string>;
+         DEFINE FIELD IF NOT EXISTS workspace ON {API_KEY} TYPE string;
+         DEFINE FIELD IF NOT EXISTS sha256 ON {API_KEY} TYPE string;
+         DEFINE FIELD IF NOT EXISTS created_at ON {API_KEY} TYPE string;
+         DEFINE INDEX IF NOT EXISTS api_key_sha256 ON {API_KEY} FIELDS sha256 UNIQUE;
+         DEFINE INDEX IF NOT EXISTS api_key_workspace ON {API_KEY} FIELDS workspace;"
+    )
 }

@@ -1,0 +1,395 @@
+//! Workspaces: many isolated knowledge bases on one server. A workspace is a SurrealDB database
+//! of its own in kbq's namespace, served by a [`KnowledgeBase`] that
+//! [`workspace_kb`](KnowledgeBase::workspace_kb) makes on the default workspace's connection.
+//! The workspace [`DEFAULT_WORKSPACE`] is the configured database, what kbq served before there
+//! were workspaces, and always exists; the others are listed in a registry in its database,
+//! beside the API keys minted for each (only their SHA-256 hashes).
+//!
+//! A workspace's database is named `ws_` and a fresh random uuid, never after the workspace: a
+//! workspace deleted and created again under the same name starts empty, and a late write meant
+//! for the old one cannot appear in it. Being made here and hex only, that name is the one
+//! value ever written into a statement (REMOVE DATABASE takes no parameter); every other value,
+//! names above all, is bound.
+//!
+//! The registry is always the default workspace's: every method here reads and writes it
+//! through that knowledge base, whichever workspace's it is called on.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use surrealdb::IndexedResults;
+use surrealdb::types::{Datetime, Object, QueryError, RecordId, SurrealValue, Uuid};
+
+use crate::db::{failure, obj, rows_as};
+use crate::error::{Result, StoreError};
+use crate::kb::KnowledgeBase;
+use crate::model::table::{API_KEY, WORKSPACE};
+
+/// The workspace that always exists: the configured database. It is not in the registry.
+pub const DEFAULT_WORKSPACE: &str = "default";
+
+/// Longest workspace name, in characters: a DNS label's length, so that a name can serve as a
+/// host name or a path segment unchanged.
+pub const MAX_WORKSPACE_NAME_CHARS: usize = 63;
+
+/// How every workspace database's name starts; 32 hex digits (a uuid) follow.
+const DATABASE_PREFIX: &str = "ws_";
+
+/// Most runs of one registry write that keeps losing transaction conflicts: each loss means
+/// another write committed, so a few suffice unless the registry is written in a tight loop.
+const WRITE_ATTEMPTS: usize = 4;
+
+/// A workspace in the registry.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceRecord {
+    pub name: String,
+    /// The SurrealDB database that holds the workspace's knowledge base.
+    pub database: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+}
+
+/// A minted API key as stored: its hash, never the key itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredKey {
+    /// Names the key in listings and revocation; not a secret.
+    pub id: String,
+    pub name: String,
+    pub scopes: Vec<String>,
+    /// The workspace the key opens: a registered one or [`DEFAULT_WORKSPACE`].
+    pub workspace: String,
+    /// SHA-256 of the key, 64 lowercase hex digits.
+    pub sha256: String,
+    /// RFC 3339, UTC; [`put_key`](KnowledgeBase::put_key) stamps a key given none.
+    pub created_at: String,
+}
+
+/// A workspace as a query returns it.
+const WORKSPACE_FIELDS: &str = "meta::id(id) AS name, database, created_at";
+/// A key as a query returns it.
+const KEY_FIELDS: &str = "meta::id(id) AS id, name, scopes, workspace, sha256, created_at";
+
+/// Checks the rule for workspace names: 1 to [`MAX_WORKSPACE_NAME_CHARS`] characters of
+/// `a-z`, `0-9` and `-`, starting with a letter. The edge checks names with it before they
+/// reach the store, and [`KnowledgeBase::create_workspace`] again.
+pub fn check_workspace_name(name: &str) -> Result<()> {
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-';
+    let valid = name.len() <= MAX_WORKSPACE_NAME_CHARS
+        && name.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
+        && name.bytes().all(allowed);
+    match valid {
+        true => Ok(()),
+        false => Err(StoreError::invalid(
+            "name",
+            format!(
+                "must be 1 to {MAX_WORKSPACE_NAME_CHARS} characters of a-z, 0-9 and -, starting with a letter"
+            ),
+        )),
+    }
+}
+
+impl KnowledgeBase {
+    /// Registers the workspace `name` with a new, empty database; `None` when the name is
+    /// taken. The registry record's key is the name, so of two creates of one name at once
+    /// exactly one succeeds (the other meets the record, or a conflict and then the record).
+    pub async fn create_workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>> {
+        check_workspace_name(name)?;
+        if name == DEFAULT_WORKSPACE {
+            return Err(StoreError::invalid("name", "`default` always exists"));
+        }
+        let record = WorkspaceRecord {
+            name: name.to_string(),
+            database: format!("{DATABASE_PREFIX}{}", Uuid::new_v4().simple()),
+            created_at: now(),
+        };
+        let (_, failed) = self
+            .write_registry(
+                "CREATE $ws CONTENT { database: $database, created_at: $created_at } RETURN NONE",
+                obj([
+                    ("ws", workspace_id(name).into_value()),
+                    ("database", record.database.clone().into_value()),
+                    ("created_at", record.created_at.clone().into_value()),
+                ]),
+            )
+            .await?;
+        match failed {
+            None => Ok(Some(record)),
+            Some(e) if e.is_already_exists() => Ok(None),
+            Some(e) => Err(StoreError::Query(e.to_string())),
+        }
+    }
+
+    /// Every registered workspace, by name. [`DEFAULT_WORKSPACE`] is not among them.
+    pub async fn workspaces(&self) -> Result<Vec<WorkspaceRecord>> {
+        self.registry()
+            .run(
+                &format!("SELECT {WORKSPACE_FIELDS} FROM {WORKSPACE} ORDER BY name"),
+                Object::new(),
+            )
+            .await
+    }
+
+    /// The registered workspace `name`, if there is one ([`DEFAULT_WORKSPACE`] is not).
+    pub async fn workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>> {
+        let rows: Vec<WorkspaceRecord> = self
+            .registry()
+            .run(
+                &format!("SELECT {WORKSPACE_FIELDS} FROM $ws"),
+                obj([("ws", workspace_id(name).into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Deletes the workspace `name`: its registry record and every key of it in one
+    /// transaction (a key written at once for it conflicts with this, see
+    /// [`put_key`](Self::put_key)), then its database with all it holds. `None` when there is
+    /// no such workspace. Should removing the database fail, the workspace is gone from the
+    /// registry all the same: the error is returned, and logged with the database left behind
+    /// for an operator to remove.
+    pub async fn delete_workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>> {
+        #[derive(Deserialize)]
+        struct Deleted {
+            database: String,
+            created_at: String,
+        }
+        if name == DEFAULT_WORKSPACE {
+            return Err(StoreError::invalid("name", "`default` cannot be deleted"));
+        }
+        let (mut resp, failed) = self
+            .write_registry(
+                &format!(
+                    "BEGIN;
+                     DELETE {API_KEY} WHERE workspace = $name RETURN NONE;
+                     DELETE $ws RETURN BEFORE;
+                     COMMIT;"
+                ),
+                obj([
+                    ("name", name.to_string().into_value()),
+                    ("ws", workspace_id(name).into_value()),
+                ]),
+            )
+            .await?;
+        if let Some(e) = failed {
+            return Err(StoreError::Query(e.to_string()));
+        }
+        // BEGIN counts as a statement: the workspace's DELETE is the third.
+        let rows: Vec<Json> = resp.take(2).map_err(|e| StoreError::Query(e.to_string()))?;
+        let Some(deleted) = rows_as::<Deleted>(rows)?.into_iter().next() else {
+            return Ok(None);
+        };
+        // The name goes into the statement: only one of the shape made here may.
+        if !is_workspace_database(&deleted.database) {
+            return Err(StoreError::Query(format!(
+                "workspace {name} named database {:?}, which kbq did not make: left in place",
+                deleted.database
+            )));
+        }
+        self.registry()
+            .exec(
+                &format!("REMOVE DATABASE IF EXISTS `{}`", deleted.database),
+                Object::new(),
+            )
+            .await
+            .inspect_err(|e| {
+                tracing::error!(
+                    workspace = name,
+                    database = %deleted.database,
+                    error = %e,
+                    "a deleted workspace's database was not removed"
+                );
+            })?;
+        Ok(Some(WorkspaceRecord {
+            name: name.to_string(),
+            database: deleted.database,
+            created_at: deleted.created_at,
+        }))
+    }
+
+    /// Stores a minted key. Its workspace must be registered (or be [`DEFAULT_WORKSPACE`]):
+    /// that is checked in the transaction that writes the key, which also bumps the
+    /// workspace's record, so that it conflicts with a concurrent
+    /// [`delete_workspace`](Self::delete_workspace) and no key outlives its workspace. A key
+    /// with the id of a stored one is refused; so is one with a stored key's hash, by the
+    /// unique index, as a failed query: keys are minted at random, so that is a bug.
+    pub async fn put_key(&self, key: &StoredKey) -> Result<()> {
+        if !is_lower_hex(&key.sha256, 64) {
+            return Err(StoreError::invalid(
+                "sha256",
+                "must be 64 lowercase hex digits",
+            ));
+        }
+        // An empty `created_at` is the store's clock now.
+        let created_at = match key.created_at.is_empty() {
+            true => now(),
+            false => key.created_at.clone(),
+        };
+        let (_, failed) = self
+            .write_registry(
+                "BEGIN;
+                 IF $workspace != $default {
+                     IF !record::exists($ws) { THROW 'no such workspace' };
+                     UPDATE $ws SET keys_written += 1 RETURN NONE;
+                 };
+                 CREATE $key CONTENT {
+                     name: $name, scopes: $scopes, workspace: $workspace, sha256: $sha256,
+                     created_at: $created_at
+                 } RETURN NONE;
+                 COMMIT;",
+                obj([
+                    ("default", DEFAULT_WORKSPACE.into_value()),
+                    ("ws", workspace_id(&key.workspace).into_value()),
+                    ("key", key_id(&key.id).into_value()),
+                    ("name", key.name.clone().into_value()),
+                    ("scopes", key.scopes.clone().into_value()),
+                    ("workspace", key.workspace.clone().into_value()),
+                    ("sha256", key.sha256.clone().into_value()),
+                    ("created_at", created_at.into_value()),
+                ]),
+            )
+            .await?;
+        match failed {
+            None => Ok(()),
+            // The only THROW in the statement.
+            Some(e) if e.is_thrown() => Err(StoreError::invalid("workspace", "no such workspace")),
+            Some(e) if e.is_already_exists() => Err(StoreError::invalid(
+                "id",
+                "a key with this id exists already",
+            )),
+            Some(e) => Err(StoreError::Query(e.to_string())),
+        }
+    }
+
+    /// The keys of `workspace`, oldest first (then by id).
+    pub async fn keys_of(&self, workspace: &str) -> Result<Vec<StoredKey>> {
+        self.registry()
+            .run(
+                &format!(
+                    "SELECT {KEY_FIELDS} FROM {API_KEY} WHERE workspace = $workspace ORDER BY created_at, id"
+                ),
+                obj([("workspace", workspace.to_string().into_value())]),
+            )
+            .await
+    }
+
+    /// The key whose SHA-256 is `sha256_hex`: what authenticating a request reads, one lookup
+    /// in the unique index on the hash.
+    pub async fn key_by_hash(&self, sha256_hex: &str) -> Result<Option<StoredKey>> {
+        let rows: Vec<StoredKey> = self
+            .registry()
+            .run(
+                &format!("SELECT {KEY_FIELDS} FROM {API_KEY} WHERE sha256 = $sha256 LIMIT 1"),
+                obj([("sha256", sha256_hex.to_string().into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Deletes the key `id` if it belongs to `workspace`, so that a workspace's keys can be
+    /// revoked only through it. True when a key was deleted.
+    pub async fn revoke_key(&self, workspace: &str, id: &str) -> Result<bool> {
+        let deleted: Vec<Json> = self
+            .registry()
+            .run(
+                "DELETE $key WHERE workspace = $workspace RETURN BEFORE",
+                obj([
+                    ("key", key_id(id).into_value()),
+                    ("workspace", workspace.to_string().into_value()),
+                ]),
+            )
+            .await?;
+        Ok(!deleted.is_empty())
+    }
+
+    /// The knowledge base that holds the registry: the default workspace's.
+    fn registry(&self) -> &KnowledgeBase {
+        self.parent().map_or(self, |parent| parent)
+    }
+
+    /// Runs `sql`, a write to the registry, and again when it lost a transaction conflict to
+    /// a concurrent write (a key written for a workspace being deleted, two creates of one
+    /// name): run again, it meets what the other left, and answers as if it had come after
+    /// it. Returns the response and the error that failed it, if one did.
+    async fn write_registry(
+        &self,
+        sql: &str,
+        vars: Object,
+    ) -> Result<(IndexedResults, Option<surrealdb::Error>)> {
+        let registry = self.registry();
+        let c = registry.connection().await?;
+        let mut attempt = 1;
+        loop {
+            let mut resp = registry.send(&c, sql, vars.clone()).await?;
+            match failure(&mut resp) {
+                Some(e) if is_conflict(&e) && attempt < WRITE_ATTEMPTS => attempt += 1,
+                failed => return Ok((resp, failed)),
+            }
+        }
+    }
+}
+
+/// Whether `e` is a transaction conflict: the transaction did nothing, and may be retried.
+fn is_conflict(e: &surrealdb::Error) -> bool {
+    matches!(e.query_details(), Some(QueryError::TransactionConflict))
+}
+
+fn workspace_id(name: &str) -> RecordId {
+    RecordId::new(WORKSPACE, name)
+}
+
+fn key_id(id: &str) -> RecordId {
+    RecordId::new(API_KEY, id)
+}
+
+/// Whether `database` has the shape [`KnowledgeBase::create_workspace`] gives a workspace's
+/// database: the prefix and 32 lowercase hex digits.
+fn is_workspace_database(database: &str) -> bool {
+    database
+        .strip_prefix(DATABASE_PREFIX)
+        .is_some_and(|uuid| is_lower_hex(uuid, 32))
+}
+
+/// Whether `text` is `digits` lowercase hex digits.
+fn is_lower_hex(text: &str, digits: usize) -> bool {
+    text.len() == digits
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Now, in RFC 3339 with milliseconds, UTC.
+fn now() -> String {
+    Datetime::now()
+        .into_inner()
+        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rule() {
+        for good in ["a", "team-1", "x0", &"a".repeat(63)] {
+            assert!(check_workspace_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "1a", "-a", "A", "a_b", "a b", "ä", &"a".repeat(64)] {
+            assert!(check_workspace_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_generated_databases_may_be_removed() {
+        let made = format!("{DATABASE_PREFIX}{}", Uuid::new_v4().simple());
+        assert!(is_workspace_database(&made));
+        for other in [
+            "kb",
+            "ws_",
+            "ws_x`; REMOVE NAMESPACE kbq; `",
+            &made.to_uppercase(),
+        ] {
+            assert!(!is_workspace_database(other), "{other}");
+        }
+    }
+}
