@@ -152,6 +152,8 @@ async fn overhead(turns: u64) -> String {
     let llm = ScriptedLlm::start().await;
     let server = start(&llm).await;
     let agent = server.agent.clone();
+    let workspace = kbq_tools::Workspace::new("default", server.kb.clone());
+    let agent = (&agent, &workspace);
     let http = reqwest::Client::new();
     let answer = || Step::Answer("The answer.".into());
     let tool_step = || Step::ToolCalls(vec![("MemoryStatsTool".into(), json!({}))]);
@@ -159,10 +161,10 @@ async fn overhead(turns: u64) -> String {
     // The bodies kbq sends for an answer-only turn and for a turn with one tool call: the
     // baseline replays exactly these.
     llm.push(answer());
-    run_turn(&agent).await;
+    run_turn(agent).await;
     llm.push(tool_step());
     llm.push(answer());
-    run_turn(&agent).await;
+    run_turn(agent).await;
     let bodies = llm.requests();
     let (plain_body, tool_first, tool_second) =
         (bodies[0].clone(), bodies[1].clone(), bodies[2].clone());
@@ -178,7 +180,7 @@ async fn overhead(turns: u64) -> String {
         let base = t.elapsed();
         llm.push(answer());
         let t = Instant::now();
-        run_turn(&agent).await;
+        run_turn(agent).await;
         let kbq = t.elapsed();
         if i >= warmup {
             plain.0.push(base);
@@ -197,7 +199,7 @@ async fn overhead(turns: u64) -> String {
         llm.push(tool_step());
         llm.push(answer());
         let t = Instant::now();
-        let reply = run_turn(&agent).await;
+        let reply = run_turn(agent).await;
         let kbq = t.elapsed();
         assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
         if i >= warmup {
@@ -240,9 +242,13 @@ async fn overhead(turns: u64) -> String {
     out
 }
 
-async fn run_turn(agent: &Agent) -> AgentReply {
+async fn run_turn((agent, workspace): (&Agent, &kbq_tools::Workspace)) -> AgentReply {
     let reply = agent
-        .chat(request("How many memories are there?"), "bench".into())
+        .chat(
+            workspace,
+            request("How many memories are there?"),
+            "bench".into(),
+        )
         .await
         .expect("turn runs");
     assert!(reply.success, "{reply:?}");

@@ -1,19 +1,30 @@
 //! API keys: `Authorization: Bearer KEY` or `X-API-Key: KEY` on every API route. kbq keeps
 //! only SHA-256 hashes and compares them in constant time.
+//!
+//! Every key belongs to one workspace (`crate::workspaces`). Configured keys belong to
+//! `default`; keys minted at run time (`POST /admin/v1/workspaces/{name}/keys`) live in the
+//! store, by hash, and are read from it when first presented, then kept for
+//! [`MINTED_KEY_WINDOW`]. The key middleware resolves the request's workspace once and puts
+//! it into the request's extensions with the key.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, web};
+use dashmap::DashMap;
+use kbq_store::KnowledgeBase;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{ApiError, ErrorCode};
+use crate::offload::Offload;
+use crate::workspaces::{self, Workspace, Workspaces};
 
 /// A configured API key (`[[auth.keys]]`): a name (for logs), the SHA-256 of the key, in hex,
 /// and what it may do (every scope when omitted). The configuration holds a list of these and
@@ -28,12 +39,23 @@ pub struct KeyEntry {
 }
 
 /// The key a request was made with, in the request's extensions: its configured name (for
-/// logs) and a stable id derived from its hash, which owns the key's memory.
+/// logs), a stable id derived from its hash, which owns the key's memory, its scopes, and the
+/// workspace it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyIdentity {
     pub name: Arc<str>,
     pub id: Arc<str>,
     pub scopes: Scopes,
+    pub workspace: Arc<str>,
+}
+
+impl KeyIdentity {
+    /// An operator's key: an `admin` key of `default`. It may act in any workspace
+    /// (`X-KBQ-Workspace`) and use the admin API. An `admin` key minted for another workspace
+    /// holds every scope in that workspace only.
+    pub fn is_operator(&self) -> bool {
+        self.scopes.allows(Scope::Admin) && &*self.workspace == workspaces::DEFAULT
+    }
 }
 
 /// One thing a key may be allowed to do (docs/api.md, "Authentication").
@@ -98,6 +120,15 @@ impl Scopes {
     pub fn allows(self, scope: Scope) -> bool {
         self.0 & (scope.bit() | Scope::Admin.bit()) != 0
     }
+
+    /// The scopes' names, in the order of [`Scope`].
+    pub fn names(self) -> Vec<&'static str> {
+        [Scope::Read, Scope::Write, Scope::Agent, Scope::Admin]
+            .into_iter()
+            .filter(|s| self.0 & s.bit() != 0)
+            .map(Scope::as_str)
+            .collect()
+    }
 }
 
 struct Key {
@@ -124,13 +155,29 @@ impl Key {
             name: self.name.clone(),
             id: self.id.clone(),
             scopes: self.scopes,
+            workspace: workspaces::DEFAULT.into(),
         }
     }
 }
 
-/// The keys kbq accepts.
+/// How long a minted key read from the store is trusted before it is read again: a key
+/// revoked through another node stops working here within this window (at once on the node
+/// that revoked it). A key the store does not know is remembered as unknown for as long.
+pub const MINTED_KEY_WINDOW: Duration = Duration::from_secs(1);
+
+/// The most unknown keys remembered at once: presenting random keys costs a store read
+/// each, but no memory beyond this.
+const UNKNOWN_KEYS_KEPT: usize = 10_000;
+
+/// The keys kbq accepts: the configured ones, and those minted at run time, which live in
+/// the store.
 pub struct Keys {
     keys: Vec<Key>,
+    /// The store of minted keys (the registry's knowledge base), and the runtime its reads run
+    /// on; `None`: configured keys only.
+    store: Option<(Arc<KnowledgeBase>, Offload)>,
+    /// Minted keys read from the store, by hash: the key (or `None`, unknown) and when.
+    minted: DashMap<[u8; 32], (Option<KeyIdentity>, Instant)>,
 }
 
 /// A key kbq made on first start because none was configured.
@@ -139,6 +186,19 @@ pub struct GeneratedKey {
     pub path: std::path::PathBuf,
     /// True when it was made now (and so should be printed once), false when read back.
     pub new: bool,
+}
+
+/// Plaintext development keys (`KBQ_API_KEYS`), comma-separated.
+pub fn plaintext_keys() -> Vec<String> {
+    std::env::var("KBQ_API_KEYS")
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn hash(key: &str) -> [u8; 32] {
@@ -173,7 +233,62 @@ impl Keys {
         for (i, k) in plaintext.iter().enumerate() {
             keys.push(Key::new(format!("env-{i}").into(), hash(k), Scopes::ALL));
         }
-        Keys { keys }
+        Keys {
+            keys,
+            store: None,
+            minted: DashMap::new(),
+        }
+    }
+
+    /// Also accepts the keys minted into `store` (the registry's knowledge base), read on
+    /// `offload`'s runtime.
+    pub fn with_minted(mut self, store: Arc<KnowledgeBase>, offload: Offload) -> Keys {
+        self.store = Some((store, offload));
+        self
+    }
+
+    /// The key `presented`: a configured one, else a minted one (read from the store when not
+    /// read within [`MINTED_KEY_WINDOW`]). `None` when neither knows it.
+    pub async fn resolve(&self, presented: &str) -> Result<Option<KeyIdentity>, ApiError> {
+        if let Some(found) = self.verify(presented) {
+            return Ok(Some(found));
+        }
+        let Some((store, offload)) = &self.store else {
+            return Ok(None);
+        };
+        let h = hash(presented);
+        if let Some(kept) = self.minted.get(&h)
+            && kept.1.elapsed() < MINTED_KEY_WINDOW
+        {
+            return Ok(kept.0.clone());
+        }
+        let (store, hex) = (store.clone(), hex::encode(h));
+        let stored = offload
+            .run(async move { store.key_by_hash(&hex).await })
+            .await??;
+        let found = stored.map(|k| {
+            let scopes = Scopes::from_names(Some(&k.scopes));
+            KeyIdentity {
+                name: k.name.into(),
+                id: k.id.into(),
+                scopes,
+                workspace: k.workspace.into(),
+            }
+        });
+        if found.is_some() || self.minted.len() < UNKNOWN_KEYS_KEPT {
+            self.minted.insert(h, (found.clone(), Instant::now()));
+        }
+        if self.minted.len() >= UNKNOWN_KEYS_KEPT {
+            self.minted
+                .retain(|_, (k, at)| k.is_some() || at.elapsed() < MINTED_KEY_WINDOW);
+        }
+        Ok(found)
+    }
+
+    /// Forgets the minted keys read so far, so that the next use of each reads the store: after
+    /// this node revoked a key or deleted a workspace.
+    pub fn forget_minted(&self) {
+        self.minted.clear();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -250,14 +365,18 @@ fn presented_key(req: &ServiceRequest) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Middleware: 401 `INVALID_API_KEY` unless the request carries a known key.
+/// Middleware: 401 `INVALID_API_KEY` unless the request carries a known key; then the
+/// request's workspace (see `workspace_of`), or the error that says why there is none.
 pub async fn require_key(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let keys = req.app_data::<web::Data<Keys>>().cloned();
     let identity = match (keys, presented_key(&req)) {
-        (Some(keys), Some(k)) if !k.is_empty() => keys.verify(k),
+        (Some(keys), Some(k)) if !k.is_empty() => match keys.resolve(k).await {
+            Ok(found) => found,
+            Err(e) => return Ok(req.error_response(e).map_into_right_body()),
+        },
         _ => None,
     };
     let Some(identity) = identity else {
@@ -271,8 +390,55 @@ pub async fn require_key(
             .map_into_right_body());
     };
     tracing::Span::current().record("key", &*identity.name);
+    let workspace = match workspace_of(&req, &identity).await {
+        Ok(w) => w,
+        Err(e) => return Ok(req.error_response(e).map_into_right_body()),
+    };
     req.extensions_mut().insert(identity);
+    if let Some(workspace) = workspace {
+        req.extensions_mut().insert(workspace);
+    }
     Ok(next.call(req).await?.map_into_left_body())
+}
+
+/// The workspace a request works in: its key's, or the one an operator's key names in
+/// `X-KBQ-Workspace`. `400` for a header that is no workspace name, `403` for another key
+/// naming a workspace not its own, `404 workspace_not_found` for one that does not exist.
+/// `None` when the app has no workspaces (a test's app of a single route).
+async fn workspace_of(
+    req: &ServiceRequest,
+    identity: &KeyIdentity,
+) -> Result<Option<Workspace>, ApiError> {
+    let Some(workspaces) = req.app_data::<web::Data<Workspaces>>().cloned() else {
+        return Ok(None);
+    };
+    let workspaces = workspaces.into_inner();
+    let named = match req.headers().get(workspaces::HEADER) {
+        None => None,
+        Some(v) => {
+            let name = v.to_str().map(str::trim).unwrap_or_default();
+            if !workspaces::valid_name(name) {
+                return Err(ApiError::invalid(
+                    "X-KBQ-Workspace",
+                    format!("must name a workspace: {}", workspaces::NAME_RULE),
+                ));
+            }
+            Some(name)
+        }
+    };
+    let name = match named {
+        Some(name) if name != &*identity.workspace => {
+            if !identity.is_operator() {
+                return Err(ApiError::new(
+                    ErrorCode::WorkspaceForbidden,
+                    "this API key may act only in its own workspace: only an admin key of `default` may name another in X-KBQ-Workspace",
+                ));
+            }
+            name
+        }
+        _ => &*identity.workspace,
+    };
+    workspaces.get(name).await.map(Some)
 }
 
 /// Middleware (after [`require_key`]): 403 `insufficient_scope` unless the key holds `scope`.

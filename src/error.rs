@@ -34,17 +34,26 @@ pub enum ErrorCode {
     Upstream,
     /// 408: the request's body did not arrive within `server.body_timeout_ms`.
     RequestTimeout,
+    /// 404: the workspace named (by `X-KBQ-Workspace` or in an admin path) does not exist.
+    WorkspaceNotFound,
+    /// 403: a key named a workspace other than its own.
+    WorkspaceForbidden,
+    /// 409: what the request would create exists already.
+    Conflict,
 }
 
 impl ErrorCode {
     /// All codes, for docs and tests.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidApiKey,
         ErrorCode::InsufficientScope,
+        ErrorCode::WorkspaceForbidden,
         ErrorCode::NotFound,
+        ErrorCode::WorkspaceNotFound,
         ErrorCode::MethodNotAllowed,
         ErrorCode::RequestTimeout,
+        ErrorCode::Conflict,
         ErrorCode::VersionSunset,
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
@@ -69,6 +78,9 @@ impl ErrorCode {
             ErrorCode::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::Upstream => StatusCode::BAD_GATEWAY,
             ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::WorkspaceNotFound => StatusCode::NOT_FOUND,
+            ErrorCode::WorkspaceForbidden => StatusCode::FORBIDDEN,
+            ErrorCode::Conflict => StatusCode::CONFLICT,
         }
     }
 
@@ -100,6 +112,13 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => {
                 "the request's body did not arrive within `server.body_timeout_ms`; the connection is closed"
             }
+            ErrorCode::WorkspaceNotFound => {
+                "the workspace named in `X-KBQ-Workspace` or in the path does not exist"
+            }
+            ErrorCode::WorkspaceForbidden => {
+                "the key named a workspace other than its own; only an admin key of `default` may"
+            }
+            ErrorCode::Conflict => "what the request would create exists already",
         }
     }
 
@@ -119,6 +138,9 @@ impl ErrorCode {
             ErrorCode::ServiceUnavailable => "service_unavailable",
             ErrorCode::Upstream => "upstream_error",
             ErrorCode::RequestTimeout => "request_timeout",
+            ErrorCode::WorkspaceNotFound => "workspace_not_found",
+            ErrorCode::WorkspaceForbidden => "workspace_forbidden",
+            ErrorCode::Conflict => "conflict",
         }
     }
 
@@ -137,6 +159,7 @@ impl ErrorCode {
             405 => ErrorCode::MethodNotAllowed,
             408 => ErrorCode::RequestTimeout,
             410 => ErrorCode::VersionSunset,
+            409 => ErrorCode::Conflict,
             413 => ErrorCode::PayloadTooLarge,
             415 => ErrorCode::UnsupportedMediaType,
             429 => ErrorCode::RateLimitExceeded,
@@ -356,7 +379,10 @@ mod tests {
             Internal => Some(ServiceUnavailable),
             ServiceUnavailable => Some(Upstream),
             Upstream => Some(RequestTimeout),
-            RequestTimeout => None,
+            RequestTimeout => Some(WorkspaceNotFound),
+            WorkspaceNotFound => Some(WorkspaceForbidden),
+            WorkspaceForbidden => Some(Conflict),
+            Conflict => None,
         }
     }
 

@@ -12,7 +12,10 @@
 //! - [`models`]: the model names of the OpenAI-compatible routes and the providers behind each.
 //! - [`error`]: the public error-code table and the one error body.
 //! - [`limits`]: per-key rate limits (governor), a budget for graph and one for agent routes.
-//! - [`auth`]: API keys (hashed, compared in constant time) and the key middleware.
+//! - [`auth`]: API keys (hashed, compared in constant time; configured or minted into the
+//!   store) and the key middleware, which also resolves the request's workspace.
+//! - [`workspaces`]: the workspace a request works in, and the workspaces a node has open.
+//! - [`workspaces_cli`]: `kbq workspaces`, the admin API's operations against a store.
 //! - [`versions`]: path versions, deprecation headers, sunset (410), and the clock.
 //! - [`middleware`]: request ids, tracing spans, and error-body normalisation.
 //! - [`offload`]: runs handlers' knowledge-base calls on the main runtime, off the HTTP threads.
@@ -50,3 +53,5 @@ pub mod routes;
 pub mod server;
 pub mod startup;
 pub mod versions;
+pub mod workspaces;
+pub mod workspaces_cli;

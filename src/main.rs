@@ -153,6 +153,15 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Manage workspaces and their keys in a store, as the admin API does
+    /// (docs/workspaces.md); each prints its result as JSON.
+    Workspaces {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        #[command(subcommand)]
+        command: kbq::workspaces_cli::WorkspacesCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -297,7 +306,8 @@ fn main() -> ExitCode {
         }
         Command::Import { store, .. }
         | Command::Ingest { store, .. }
-        | Command::Reindex { store } => {
+        | Command::Reindex { store }
+        | Command::Workspaces { store, .. } => {
             config.store.url = store.clone().unwrap_or(config.store.url);
         }
         Command::Mcp { store, no_demo } => {
@@ -316,7 +326,10 @@ fn main() -> ExitCode {
     // the storage engine's start-up lines are not its result.
     let one_shot = matches!(
         command,
-        Command::Import { .. } | Command::Ingest { .. } | Command::Reindex { .. }
+        Command::Import { .. }
+            | Command::Ingest { .. }
+            | Command::Reindex { .. }
+            | Command::Workspaces { .. }
     );
     init_logs(&config, one_shot);
     match command {
@@ -325,6 +338,9 @@ fn main() -> ExitCode {
         Command::Ingest { paths, .. } => runtime.block_on(kbq::ingest_files::run(config, paths)),
         Command::Reindex { .. } => runtime.block_on(reindex(config)),
         Command::Mcp { .. } => runtime.block_on(mcp(config)),
+        Command::Workspaces { command, .. } => {
+            runtime.block_on(kbq::workspaces_cli::run(config, command))
+        }
         Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
             unreachable!("handled above")
         }
@@ -357,41 +373,18 @@ fn init_logs(config: &Config, one_shot: bool) {
 }
 
 async fn mcp(config: Config) -> ExitCode {
-    let caller = match std::env::var("KBQ_API_KEY") {
-        Ok(key) => {
-            let keys = kbq::auth::Keys::new(&config.auth.keys, &plaintext_keys());
-            match keys.verify(&key) {
-                Some(k) => kbq::mcp::Caller::from(&k),
-                None => {
-                    eprintln!(
-                        "kbq: KBQ_API_KEY is not one of this configuration's keys ([[auth.keys]] or KBQ_API_KEYS)"
-                    );
-                    return ExitCode::from(2);
-                }
-            }
-        }
-        Err(_) => kbq::mcp::Caller::local(),
-    };
-    match kbq::server::mcp_stdio(config, caller).await {
+    let key = std::env::var("KBQ_API_KEY").ok();
+    match kbq::server::mcp_stdio(config, key).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<kbq::server::UnknownKey>().is_some() => {
+            eprintln!("kbq: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "kbq mcp failed");
             ExitCode::FAILURE
         }
     }
-}
-
-/// Plaintext development keys (`KBQ_API_KEYS`), comma-separated.
-fn plaintext_keys() -> Vec<String> {
-    std::env::var("KBQ_API_KEYS")
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 async fn serve(config: Config) -> ExitCode {
@@ -401,7 +394,7 @@ async fn serve(config: Config) -> ExitCode {
              the server's plaintext keys are KBQ_API_KEYS"
         );
     }
-    let plaintext_keys = plaintext_keys();
+    let plaintext_keys = kbq::auth::plaintext_keys();
     let server = match server::start(
         config,
         Options {

@@ -12,11 +12,11 @@
 
 use utoipa::Number;
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::schema::{Array, ArrayItems, Object, Schema};
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
+use utoipa::openapi::schema::{Array, ArrayItems, Object, ObjectBuilder, Schema};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    ContentBuilder, OpenApi as Document, Ref, RefOr, Response, ResponseBuilder, Type,
+    ContentBuilder, OpenApi as Document, Ref, RefOr, Required, Response, ResponseBuilder, Type,
 };
 use utoipa::{Modify, OpenApi};
 
@@ -36,9 +36,11 @@ pub const API_KEY: &str = "api_key";
         title = "kbq",
         version = env!("CARGO_PKG_VERSION"),
         description = "Knowledge base query service and agent runtime. Every route under \
-            `/data/v1` and `/v1` needs an API key, sent as `Authorization: Bearer KEY` or \
+            `/data/v1`, `/v1` and `/admin/v1` needs an API key, sent as `Authorization: Bearer KEY` or \
             `X-API-Key: KEY`; a security requirement's list names the scope the route needs \
-            (`admin` holds every scope). The probes and this document need no key. Every error \
+            (`admin` holds every scope). Every key belongs to one workspace, whose knowledge \
+            it works in; an `admin` key of `default` may name another in `X-KBQ-Workspace`. \
+            The probes and this document need no key. Every error \
             has the `ErrorBody` shape. docs/api.md has the rules that a schema cannot say."
     ),
     paths(
@@ -66,6 +68,13 @@ pub const API_KEY: &str = "api_key";
         routes::completions::completions,
         routes::openai::models,
         routes::openai::embeddings,
+        routes::admin::create,
+        routes::admin::list,
+        routes::admin::show,
+        routes::admin::delete,
+        routes::admin::mint,
+        routes::admin::keys,
+        routes::admin::revoke,
         routes::probes::livez,
         routes::probes::readyz,
         crate::metrics::metrics,
@@ -87,6 +96,7 @@ pub const API_KEY: &str = "api_key";
         (name = "ingest", description = "Upserts and deletes under `/data/v1/ingest` (scope `write`)"),
         (name = "agent", description = "The tool-using agent under `/v1/agent`"),
         (name = "openai", description = "OpenAI-compatible shapes under `/v1` (scope `read`; `agent` for chat completions)"),
+        (name = "admin", description = "Workspaces and their keys under `/admin/v1`: an `admin` key of the `default` workspace"),
         (name = "probes", description = "Liveness and readiness for load balancers; no key"),
         (name = "docs", description = "This document; no key. The Swagger UI at `/docs/` reads it."),
     )
@@ -242,6 +252,7 @@ impl Modify for Rules {
         state::<kbq_store::NewRelationship>(doc);
         state::<kbq_store::NewDocument>(doc);
         state::<routes::sources::SourceRequest>(doc);
+        state::<routes::admin::NewKey>(doc);
         for path in [
             "/data/v1/ingest/entities",
             "/data/v1/ingest/relationships",
@@ -253,13 +264,16 @@ impl Modify for Rules {
             items(body, ingest::BATCH);
         }
         import_records(doc);
-        // Path parameters: names by the name rule, document ids by their shape.
+        // Path parameters: names by the name rule, document ids by their shape; workspaces
+        // by theirs, and keys by their ids'.
         let name = kbq_store::model::NAME_PATTERN;
         path_parameter(doc, "entity_name", name);
         path_parameter(doc, "name", name);
         path_parameter(doc, "id", kbq_store::write::DOCUMENT_ID_PATTERN);
         path_parameter(doc, "source", name);
         path_parameter(doc, "source_id", name);
+        path_parameter(doc, "workspace", crate::workspaces::NAME_PATTERN);
+        path_parameter(doc, "key_id", routes::admin::KEY_ID_PATTERN);
     }
 }
 
@@ -522,7 +536,10 @@ fn error_response(code: ErrorCode) -> Response {
         | ErrorCode::PayloadTooLarge
         | ErrorCode::UnsupportedMediaType
         | ErrorCode::Internal
-        | ErrorCode::Upstream => {}
+        | ErrorCode::Upstream
+        | ErrorCode::WorkspaceNotFound
+        | ErrorCode::WorkspaceForbidden
+        | ErrorCode::Conflict => {}
     }
     res.build()
 }
@@ -581,11 +598,76 @@ fn add_layer_errors(path: &str, op: &mut Operation) {
     }
     if keyed {
         codes.extend([ErrorCode::RateLimitExceeded, ErrorCode::Internal]);
+        // The key's workspace, or the one an operator's key names (crate::workspaces).
+        codes.extend([
+            ErrorCode::InvalidRequest,
+            ErrorCode::WorkspaceForbidden,
+            ErrorCode::WorkspaceNotFound,
+            ErrorCode::ServiceUnavailable,
+        ]);
+        workspace_header(op);
     }
     for code in codes {
-        op.responses
-            .responses
-            .entry(code.status().as_u16().to_string())
-            .or_insert_with(|| RefOr::Ref(Ref::from_response_name(code.as_str())));
+        add_error(op, code);
     }
+}
+
+/// Adds `code` to the operation's responses. A status that already answers with another code
+/// (404 for an entity and for a workspace, 403 for a scope and for a workspace) says both.
+fn add_error(op: &mut Operation, code: ErrorCode) {
+    use std::collections::btree_map::Entry;
+    let answers = |c: ErrorCode| c.answers(c.meaning());
+    match op
+        .responses
+        .responses
+        .entry(code.status().as_u16().to_string())
+    {
+        Entry::Vacant(v) => {
+            v.insert(RefOr::Ref(Ref::from_response_name(code.as_str())));
+        }
+        Entry::Occupied(mut o) => {
+            let mut response = match o.get() {
+                RefOr::Ref(r) => {
+                    let name = r.ref_location.rsplit('/').next().unwrap_or_default();
+                    if name == code.as_str() {
+                        return;
+                    }
+                    let Some(other) = ErrorCode::ALL.into_iter().find(|c| c.as_str() == name)
+                    else {
+                        return;
+                    };
+                    error_response(other)
+                }
+                RefOr::T(response) => response.clone(),
+            };
+            let tag = format!("`{}`", code.as_str());
+            if !response.description.contains(&tag) {
+                response.description = format!("{}; or {}", response.description, answers(code));
+            }
+            o.insert(RefOr::T(response));
+        }
+    }
+}
+
+/// The optional `X-KBQ-Workspace` header of a keyed operation.
+fn workspace_header(op: &mut Operation) {
+    let parameter = ParameterBuilder::new()
+        .name("X-KBQ-Workspace")
+        .parameter_in(ParameterIn::Header)
+        .required(Required::False)
+        .description(Some(format!(
+            "The workspace to act in, for an `admin` key of `default` only; any other key may \
+             name only its own. Without it, the key's own workspace. {}.",
+            crate::workspaces::NAME_RULE
+        )))
+        .schema(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(crate::workspaces::NAME_PATTERN))
+                .max_length(Some(crate::workspaces::MAX_NAME_CHARS)),
+        ))
+        .build();
+    op.parameters
+        .get_or_insert_with(Vec::new)
+        .push(RefOr::T(parameter));
 }

@@ -21,6 +21,7 @@ use crate::routes::rag::RagService;
 use crate::routes::sources::SourcesService;
 use crate::startup::{Readiness, Stage};
 use crate::versions::{Clock, SystemClock, Versions};
+use crate::workspaces::Workspaces;
 use crate::{demo, middleware, routes, startup, versions};
 
 /// What the caller of [`start`] chooses beyond the config.
@@ -148,7 +149,13 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         }
     }
 
-    let keys = web::Data::new(keys);
+    let workspaces = web::Data::new(Workspaces::new(
+        kb.clone(),
+        runtime.ingest.clone(),
+        runtime.ingestors.clone(),
+        Offload::current(),
+    ));
+    let keys = web::Data::new(keys.with_minted(kb.clone(), Offload::current()));
     let versions = web::Data::new(Versions::new(&config.versions, options.clock.clone()));
     let graph = web::Data::new(runtime.graph.clone());
     let agent = web::Data::new(runtime.agent.clone());
@@ -170,14 +177,16 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let kb_data = web::Data::from(kb.clone());
     // RAG search and ingestion call the knowledge base on this runtime (crate::offload).
     let offload = Offload::current();
-    let rag = rag_service(&config, &kb, &runtime, offload.clone());
-    let ingest = web::Data::new(IngestService::new(kb.clone(), offload.clone()));
-    let sources = web::Data::new(SourcesService::new(runtime.ingest.clone(), offload));
+    let rag = rag_service(&config, offload.clone());
+    let ingest = web::Data::new(IngestService::new(offload.clone()));
+    let sources = web::Data::new(SourcesService::new(runtime.ingest.clone(), offload.clone()));
+    let admin = web::Data::new(routes::admin::AdminService {
+        offload: offload.clone(),
+    });
     let metrics = web::Data::new(crate::metrics::Metrics::default());
     let pools = web::Data::new(runtime.pools.clone());
     let document = web::Data::new(ApiDocument::new(api_document(&config, &kb, &models)?));
     let mcp = web::Data::from(crate::mcp::http::service(mcp_server(
-        &kb,
         &runtime,
         rag.clone(),
         document.json(),
@@ -195,6 +204,8 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     let app = move |probes_only: bool| {
         App::new()
             .app_data(keys.clone())
+            .app_data(workspaces.clone())
+            .app_data(admin.clone())
             .app_data(versions.clone())
             .app_data(graph.clone())
             .app_data(agent.clone())
@@ -323,17 +334,10 @@ const FIRST_SYNC: std::time::Duration = std::time::Duration::from_secs(120);
 /// How long start-up waits between attempts to reach a store that does not answer.
 const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// RAG search over `kb` with the runtime's entity extractor, on `offload`, within
-/// `graph.call_timeout_ms`: for the RAG routes and the MCP tools.
-fn rag_service(
-    config: &Config,
-    kb: &Arc<KnowledgeBase>,
-    runtime: &Runtime,
-    offload: Offload,
-) -> web::Data<RagService> {
+/// RAG search on `offload`, within `graph.call_timeout_ms`: for the RAG routes and the MCP
+/// tools.
+fn rag_service(config: &Config, offload: Offload) -> web::Data<RagService> {
     web::Data::new(RagService::new(
-        kb.clone(),
-        runtime.agent.extractor().clone(),
         offload,
         std::time::Duration::from_millis(config.graph.call_timeout_ms),
     ))
@@ -343,7 +347,6 @@ fn rag_service(
 /// catalogue from the served OpenAPI `document`, and `local` as the caller when no HTTP
 /// request names one.
 fn mcp_server(
-    kb: &Arc<KnowledgeBase>,
     runtime: &Runtime,
     rag: web::Data<RagService>,
     document: &str,
@@ -353,12 +356,10 @@ fn mcp_server(
     let document: serde_json::Value =
         serde_json::from_str(document).context("reading back the OpenAPI document")?;
     let deps = Arc::new(crate::mcp::McpDeps {
-        kb: kb.clone(),
-        extractor: runtime.agent.extractor().clone(),
         tools: runtime.agent.tools().clone(),
         graph: runtime.graph.clone(),
         rag,
-        ingest: crate::mcp::sources::Ingestion::new(runtime.ingest.clone(), Offload::current()),
+        ingest: crate::mcp::sources::Ingestion::new(Offload::current()),
         metrics,
     });
     let catalogue = Arc::new(crate::mcp::catalogue(&document));
@@ -387,8 +388,10 @@ fn api_document(
 /// `kbq mcp`: the MCP tools of `/mcp` over standard input and output, for a host that starts
 /// kbq as a local process (docs/mcp.md). The store is opened, indexed and, when empty and
 /// asked, given the demo as `serve` does; then the same handler as `/mcp` answers until the
-/// host closes standard input. Calls are made as `caller`.
-pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Result<()> {
+/// host closes standard input. Calls are made with `key` (`KBQ_API_KEY`: a configured key or
+/// one minted into the store), in its workspace; without one, as the local user in `default`.
+/// A key that is neither fails with [`UnknownKey`].
+pub async fn mcp_stdio(config: Config, key: Option<String>) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
 
     let kb = KnowledgeBase::new(config.store_config(), config.embedder());
@@ -405,11 +408,33 @@ pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Re
     )
     .await;
     let models = crate::models::Models::new(&runtime.agent.providers(), &config.chat.aliases);
+    let workspaces = Arc::new(Workspaces::new(
+        kb.clone(),
+        runtime.ingest.clone(),
+        runtime.ingestors.clone(),
+        Offload::current(),
+    ));
+    let caller = match key {
+        None => crate::mcp::Caller::local(workspaces.default_workspace().clone()),
+        Some(key) => {
+            let keys = Keys::new(&config.auth.keys, &crate::auth::plaintext_keys())
+                .with_minted(kb.clone(), Offload::current());
+            let found = keys
+                .resolve(&key)
+                .await
+                .map_err(|e| anyhow::anyhow!(e.message))?;
+            let identity = found.ok_or(UnknownKey)?;
+            let workspace = workspaces
+                .get(&identity.workspace)
+                .await
+                .map_err(|e| anyhow::anyhow!(e.message))?;
+            crate::mcp::Caller::new(&identity, workspace)
+        }
+    };
     let owner = caller.owner.clone();
     let server = mcp_server(
-        &kb,
         &runtime,
-        rag_service(&config, &kb, &runtime, Offload::current()),
+        rag_service(&config, Offload::current()),
         &api_document(&config, &kb, &models)?,
         None,
         Some(caller),
@@ -427,6 +452,13 @@ pub async fn mcp_stdio(config: Config, caller: crate::mcp::Caller) -> anyhow::Re
     ended.context("the MCP session failed")?;
     Ok(())
 }
+
+/// `kbq mcp`'s `KBQ_API_KEY` is no key this configuration or the store knows.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "KBQ_API_KEY is not one of this configuration's keys ([[auth.keys]] or KBQ_API_KEYS), nor a key minted into the store"
+)]
+pub struct UnknownKey;
 
 /// Connects the knowledge base (retrying until it answers) and builds its indexes, starts
 /// following other nodes' writes into `follower` (given for a shared server that follows

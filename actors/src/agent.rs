@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use kbq_tools::EntityExtractor;
+use kbq_tools::Workspace;
 use ractor::actor::ActorRuntime;
 use ractor::concurrency::JoinHandle;
 use ractor::{ActorCell, ActorRef, SpawnErr};
@@ -68,11 +68,6 @@ impl Agent {
         &self.deps.tools
     }
 
-    /// Finds known entity names in text (shared with the RAG endpoints).
-    pub fn extractor(&self) -> &Arc<EntityExtractor> {
-        &self.deps.extractor
-    }
-
     /// The configured providers' names, in priority order.
     pub fn providers(&self) -> Vec<String> {
         self.deps
@@ -97,13 +92,18 @@ impl Agent {
             .await
     }
 
-    /// Answers one chat turn for the key `owner`. Dropping the future stops the session.
+    /// Answers one chat turn in `workspace` for the key `owner`. Dropping the future stops
+    /// the session.
     pub async fn chat(
         &self,
+        workspace: &Workspace,
         request: AgentRequest,
         owner: String,
     ) -> Result<AgentReply, AgentError> {
-        self.start(request, owner, None).await?.reply().await
+        self.start(workspace, request, owner, None)
+            .await?
+            .reply()
+            .await
     }
 
     /// Starts one chat turn for the key `owner` whose session reports what it does as it
@@ -111,15 +111,17 @@ impl Agent {
     /// [`chat`](Self::chat) is; dropping the turn stops the session.
     pub async fn chat_streamed(
         &self,
+        workspace: &Workspace,
         request: AgentRequest,
         owner: String,
     ) -> Result<(ChatTurn, UnboundedReceiver<SessionEvent>), AgentError> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        Ok((self.start(request, owner, Some(tx)).await?, rx))
+        Ok((self.start(workspace, request, owner, Some(tx)).await?, rx))
     }
 
     async fn start(
         &self,
+        workspace: &Workspace,
         request: AgentRequest,
         owner: String,
         events: Option<Events>,
@@ -136,6 +138,7 @@ impl Agent {
             .ok_or_else(|| AgentError::SessionLost("sessions are not running".into()))?;
         let (tx, rx) = ractor::concurrency::oneshot();
         let args = SessionArguments {
+            workspace: workspace.clone(),
             request,
             owner,
             deps: self.deps.clone(),

@@ -36,6 +36,10 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// Further OpenAI request fields passed through unchanged (`top_p`, `stop`, `seed`, ...).
     pub options: serde_json::Map<String, Value>,
+    /// The workspace the request was made in. A provider in this process (the built-in one)
+    /// retrieves from it; `None` for a request that reads no knowledge (ingestion's). Sent
+    /// nowhere.
+    pub workspace: Option<kbq_tools::Workspace>,
 }
 
 /// The model's answer: an assistant message (content and/or tool_calls).

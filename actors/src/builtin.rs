@@ -17,13 +17,11 @@
 //! the knowledge base itself, calling the retrieval tools through their worker pools (so
 //! within the pools' bounds and timeouts, and counted, like any model's tool calls).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kbq_store::KnowledgeBase;
 use std::borrow::Cow;
 
-use kbq_tools::{EntityExtractor, ToolContext, ToolResult};
+use kbq_tools::{ToolContext, ToolResult, Workspace};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -32,8 +30,6 @@ use crate::tools::ToolPool;
 
 pub struct BuiltinBackend {
     name: String,
-    kb: Arc<KnowledgeBase>,
-    extractor: Arc<EntityExtractor>,
     /// The tools' pools, for answers the provider gives itself.
     tools: ToolPool,
     calls: AtomicU64,
@@ -79,16 +75,9 @@ fn generic_arguments(tool: &Value, text: &str) -> Value {
 }
 
 impl BuiltinBackend {
-    pub fn new(
-        name: &str,
-        kb: Arc<KnowledgeBase>,
-        extractor: Arc<EntityExtractor>,
-        tools: ToolPool,
-    ) -> Self {
+    pub fn new(name: &str, tools: ToolPool) -> Self {
         BuiltinBackend {
             name: name.into(),
-            kb,
-            extractor,
             tools,
             calls: AtomicU64::new(0),
         }
@@ -101,14 +90,14 @@ impl BuiltinBackend {
     /// Answers from the knowledge base itself, for a request that offers no tools to call:
     /// runs the planned retrieval tools through their pools and describes what they found.
     /// Memory belongs to API keys, so it is only reachable through the agent.
-    async fn answer_directly(&self, text: &str) -> Result<String, ProviderError> {
-        let ctx = ToolContext {
-            kb: self.kb.clone(),
-            extractor: self.extractor.clone(),
-            owner: String::new(),
-        };
+    async fn answer_directly(
+        &self,
+        workspace: &Workspace,
+        text: &str,
+    ) -> Result<String, ProviderError> {
+        let ctx = ToolContext::new(workspace, String::new());
         let mut parts = Vec::new();
-        for (name, args) in self.plan(text).await? {
+        for (name, args) in self.plan(workspace, text).await? {
             if name.starts_with("Memory") {
                 parts.push(
                     "Memory is kept per API key and only the agent (POST /v1/agent/chat) reaches it."
@@ -122,7 +111,11 @@ impl BuiltinBackend {
         Ok(parts.join("\n\n"))
     }
 
-    async fn plan(&self, text: &str) -> Result<Vec<(&'static str, Value)>, ProviderError> {
+    async fn plan(
+        &self,
+        workspace: &Workspace,
+        text: &str,
+    ) -> Result<Vec<(&'static str, Value)>, ProviderError> {
         let lower = text.trim().to_lowercase();
         let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
         if lower.contains("memor")
@@ -164,7 +157,7 @@ impl BuiltinBackend {
                 }
             }
         }
-        let entities = self
+        let entities = workspace
             .extractor
             .extract(text)
             .await
@@ -535,6 +528,11 @@ impl Backend for BuiltinBackend {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        // The built-in provider answers from a knowledge base: only a request made in a
+        // workspace has one (every chat and completion does).
+        let workspace = request.workspace.as_ref().ok_or_else(|| {
+            ProviderError::Permanent("the built-in provider answers only from a workspace".into())
+        })?;
         // The question is the last user message; a conversation without one (instructions
         // alone, or an assistant's turn) is answered from its last instructions, or from its
         // first message, as a language model answers whatever it is given.
@@ -566,7 +564,7 @@ impl Backend for BuiltinBackend {
             };
             let planned = || async {
                 Ok::<_, ProviderError>(
-                    self.plan(&text)
+                    self.plan(workspace, &text)
                         .await?
                         .into_iter()
                         .filter(|(name, _)| offered(name).is_some())
@@ -593,7 +591,7 @@ impl Backend for BuiltinBackend {
                 calls
             };
             if calls.is_empty() {
-                json!({"role": "assistant", "content": self.answer_directly(&text).await?})
+                json!({"role": "assistant", "content": self.answer_directly(workspace, &text).await?})
             } else {
                 finish = "tool_calls";
                 let calls: Vec<Value> = calls

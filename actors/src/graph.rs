@@ -22,25 +22,33 @@ use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::pool::{PoolError, PoolHandle, PoolStats, answer};
 
-/// What the graph workers do. Each variant answers through its reply port.
-#[derive(Debug)]
+/// What the graph workers do. Each variant names the knowledge base it reads (the request's
+/// workspace, which the edge resolved from its key) and answers through its reply port: a
+/// worker holds no knowledge base of its own, so no request can read another's.
 pub enum GraphRequest {
     /// Walk the graph from an entity; the answer comes as JSON (see [`TraversalJson`]).
     Traverse(
+        Arc<KnowledgeBase>,
         TraversalQuery,
         RpcReplyPort<Result<TraversalJson, StoreError>>,
     ),
     /// Find entities whose names contain a string.
     Search {
+        kb: Arc<KnowledgeBase>,
         query: String,
         entity_type: Option<String>,
         limit: usize,
         reply: RpcReplyPort<Result<Vec<EntityRef>, StoreError>>,
     },
     /// Fetch one entity by exact name.
-    Entity(String, RpcReplyPort<Result<Option<EntityRef>, StoreError>>),
+    Entity(
+        Arc<KnowledgeBase>,
+        String,
+        RpcReplyPort<Result<Option<EntityRef>, StoreError>>,
+    ),
     /// Walk, then resolve the entities reached to documents.
     Documents(
+        Arc<KnowledgeBase>,
         DocumentsQuery,
         RpcReplyPort<Result<GraphDocuments, StoreError>>,
     ),
@@ -119,22 +127,37 @@ impl GraphLane {
     }
 }
 
-/// One worker of the pool. Stateless apart from its handle on the knowledge base.
+impl std::fmt::Debug for GraphRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GraphRequest::Traverse(_, q, _) => f.debug_tuple("Traverse").field(q).finish(),
+            GraphRequest::Search { query, .. } => f.debug_tuple("Search").field(query).finish(),
+            GraphRequest::Entity(_, name, _) => f.debug_tuple("Entity").field(name).finish(),
+            GraphRequest::Documents(_, q, _) => f.debug_tuple("Documents").field(q).finish(),
+            #[cfg(feature = "fault-injection")]
+            GraphRequest::Panic => f.write_str("Panic"),
+            #[cfg(feature = "fault-injection")]
+            GraphRequest::Hold(..) => f.write_str("Hold"),
+        }
+    }
+}
+
+/// One worker of the pool. Stateless: each request brings the knowledge base it reads.
 pub struct GraphWorker;
 
 impl Worker for GraphWorker {
     type Key = ();
     type Message = GraphRequest;
-    type Arguments = Arc<KnowledgeBase>;
-    type State = Arc<KnowledgeBase>;
+    type Arguments = ();
+    type State = ();
 
     async fn pre_start(
         &self,
         _wid: WorkerId,
         _factory: &ActorRef<FactoryMessage<(), GraphRequest>>,
-        kb: Arc<KnowledgeBase>,
+        _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(kb)
+        Ok(())
     }
 
     async fn handle(
@@ -142,21 +165,23 @@ impl Worker for GraphWorker {
         _wid: WorkerId,
         _factory: &ActorRef<FactoryMessage<(), GraphRequest>>,
         Job { key, msg, .. }: Job<(), GraphRequest>,
-        kb: &mut Self::State,
+        _: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        serve(kb, msg).await;
+        serve(msg).await;
         Ok(key)
     }
 }
 
-/// Answers one graph request from `kb` through its reply port: what a [`GraphWorker`] of a
-/// lane and a [`LocalGraphActor`](crate::local::LocalGraphActor) beside an HTTP worker both do.
-pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
+/// Answers one graph request from its knowledge base through its reply port: what a
+/// [`GraphWorker`] of a lane and a [`LocalGraphActor`](crate::local::LocalGraphActor) beside
+/// an HTTP worker both do.
+pub(crate) async fn serve(msg: GraphRequest) {
     // A caller that gave up (it timed out, or its client went away) has closed its port:
     // its request is not started, or stops where it is, and the worker moves on.
     match msg {
-        GraphRequest::Traverse(q, reply) => answer(reply, kb.traverse_json(&q)).await,
+        GraphRequest::Traverse(kb, q, reply) => answer(reply, kb.traverse_json(&q)).await,
         GraphRequest::Search {
+            kb,
             query,
             entity_type,
             limit,
@@ -168,8 +193,8 @@ pub(crate) async fn serve(kb: &KnowledgeBase, msg: GraphRequest) {
             )
             .await
         }
-        GraphRequest::Entity(name, reply) => answer(reply, kb.entity(&name)).await,
-        GraphRequest::Documents(q, reply) => answer(reply, kb.graph_documents(&q)).await,
+        GraphRequest::Entity(kb, name, reply) => answer(reply, kb.entity(&name)).await,
+        GraphRequest::Documents(kb, q, reply) => answer(reply, kb.graph_documents(&q)).await,
         #[cfg(feature = "fault-injection")]
         GraphRequest::Panic => panic!("graph worker panicked on request (fault injection)"),
         #[cfg(feature = "fault-injection")]
@@ -262,21 +287,30 @@ impl GraphPool {
         self.hold_in(GraphLane::Lookup, release).await
     }
 
-    /// The walk from `query.start`, as the JSON an answer writes out.
-    pub async fn traverse(&self, query: TraversalQuery) -> Result<TraversalJson, GraphError> {
+    /// The walk from `query.start` in `kb`, as the JSON an answer writes out.
+    pub async fn traverse(
+        &self,
+        kb: &Arc<KnowledgeBase>,
+        query: TraversalQuery,
+    ) -> Result<TraversalJson, GraphError> {
+        let kb = kb.clone();
         self.local_or_lane(GraphLane::Lookup, |reply| {
-            GraphRequest::Traverse(query, reply)
+            GraphRequest::Traverse(kb, query, reply)
         })
         .await
     }
 
+    /// Entities of `kb` whose names match `query`.
     pub async fn search(
         &self,
+        kb: &Arc<KnowledgeBase>,
         query: String,
         entity_type: Option<String>,
         limit: usize,
     ) -> Result<Vec<EntityRef>, GraphError> {
+        let kb = kb.clone();
         self.call(GraphLane::Search, |reply| GraphRequest::Search {
+            kb,
             query,
             entity_type,
             limit,
@@ -285,14 +319,28 @@ impl GraphPool {
         .await
     }
 
-    pub async fn entity(&self, name: String) -> Result<Option<EntityRef>, GraphError> {
-        self.local_or_lane(GraphLane::Lookup, |reply| GraphRequest::Entity(name, reply))
-            .await
+    /// The entity of `kb` named `name`.
+    pub async fn entity(
+        &self,
+        kb: &Arc<KnowledgeBase>,
+        name: String,
+    ) -> Result<Option<EntityRef>, GraphError> {
+        let kb = kb.clone();
+        self.local_or_lane(GraphLane::Lookup, |reply| {
+            GraphRequest::Entity(kb, name, reply)
+        })
+        .await
     }
 
-    pub async fn documents(&self, query: DocumentsQuery) -> Result<GraphDocuments, GraphError> {
+    /// The walk of `query` in `kb`, resolved to documents.
+    pub async fn documents(
+        &self,
+        kb: &Arc<KnowledgeBase>,
+        query: DocumentsQuery,
+    ) -> Result<GraphDocuments, GraphError> {
+        let kb = kb.clone();
         self.local_or_lane(GraphLane::Documents, |reply| {
-            GraphRequest::Documents(query, reply)
+            GraphRequest::Documents(kb, query, reply)
         })
         .await
     }

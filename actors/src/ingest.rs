@@ -38,6 +38,7 @@ use uuid::Uuid;
 use crate::agent::Agent;
 use crate::backend::ChatRequest;
 use crate::pool::Slot;
+use parking_lot::RwLock;
 
 /// How ingestion runs: `[ingest]` in the configuration.
 #[derive(Debug, Clone)]
@@ -238,7 +239,8 @@ pub struct IngestDeps {
     /// One lock per source, so that two jobs (or a job and a delete) of one source never
     /// interleave their writes.
     sources: parking_lot::Mutex<HashMap<SourceKey, Arc<tokio::sync::Mutex<()>>>>,
-    calls: tokio::sync::Semaphore,
+    /// Shared by every workspace's ingestor: the bound is the node's.
+    calls: Arc<tokio::sync::Semaphore>,
     /// Held by a group of jobs while it resolves and writes, and by a source's deletion.
     writes: tokio::sync::Mutex<()>,
     /// Held while entities' descriptions are remade, so that the last to run reads every
@@ -259,13 +261,56 @@ pub struct Ingestor {
     actor: Slot<ActorRef<IngestMessage>>,
 }
 
-impl Ingestor {
+/// Starts the ingestors of workspaces other than `default`, each with an IngestActor of its
+/// own that the root supervises, and stops them when their workspace goes.
+#[derive(Clone)]
+pub struct Ingestors {
+    shared: IngestShared,
+    root: ActorRef<crate::root::RootMessage>,
+}
+
+impl Ingestors {
+    pub(crate) fn new(shared: IngestShared, root: ActorRef<crate::root::RootMessage>) -> Self {
+        Ingestors { shared, root }
+    }
+
+    /// The ingestor of `kb`, its actor running: it resumes the unfinished jobs of `kb` as
+    /// the default workspace's does at start-up.
+    pub async fn start(&self, kb: Arc<KnowledgeBase>) -> Result<Ingestor, IngestError> {
+        let ingestor = Ingestor::new(kb, &self.shared, Arc::new(RwLock::new(None)));
+        let started = ractor::call!(
+            self.root,
+            crate::root::RootMessage::StartIngest,
+            (ingestor.deps(), ingestor.slot())
+        );
+        started.map_err(|_| IngestError::NotRunning)?;
+        Ok(ingestor)
+    }
+
+    /// Stops `ingestor`'s actor for good: its workspace was deleted. Its jobs stop with it.
+    pub fn stop(&self, ingestor: &Ingestor) {
+        let _ = self
+            .root
+            .cast(crate::root::RootMessage::StopIngest(ingestor.slot()));
+    }
+}
+
+/// What every workspace's ingestor shares: the agent whose providers answer extraction, the
+/// settings, the model, the runtime jobs run on, and the node's bound on model calls.
+#[derive(Clone)]
+pub(crate) struct IngestShared {
+    pub(crate) agent: Agent,
+    pub(crate) config: IngestConfig,
+    pub(crate) model: Option<String>,
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
+    pub(crate) calls: Arc<tokio::sync::Semaphore>,
+}
+
+impl IngestShared {
     pub(crate) fn new(
-        kb: Arc<KnowledgeBase>,
         agent: Agent,
         config: IngestConfig,
         model: Option<String>,
-        actor: Slot<ActorRef<IngestMessage>>,
         runtime: Option<tokio::runtime::Handle>,
     ) -> Self {
         // The entity types asked for are part of the prompt: answers kept for other types
@@ -274,7 +319,34 @@ impl Ingestor {
             true => m,
             false => format!("{m};types={}", config.entity_types.join(",")),
         });
-        let calls = tokio::sync::Semaphore::new(config.max_calls_in_flight.max(1));
+        let calls = Arc::new(tokio::sync::Semaphore::new(
+            config.max_calls_in_flight.max(1),
+        ));
+        IngestShared {
+            agent,
+            config,
+            model,
+            runtime,
+            calls,
+        }
+    }
+}
+
+impl Ingestor {
+    /// The ingestor of `kb` (one workspace's knowledge base), whose actor the root starts
+    /// into `actor`.
+    pub(crate) fn new(
+        kb: Arc<KnowledgeBase>,
+        shared: &IngestShared,
+        actor: Slot<ActorRef<IngestMessage>>,
+    ) -> Self {
+        let IngestShared {
+            agent,
+            config,
+            model,
+            runtime,
+            calls,
+        } = shared.clone();
         Ingestor {
             deps: Arc::new(IngestDeps {
                 kb,
@@ -1900,6 +1972,7 @@ fn structured_request(system: String, user: String, name: &str, schema: Value) -
         temperature: Some(0.0),
         max_tokens: None,
         options,
+        workspace: None,
     }
 }
 

@@ -62,24 +62,24 @@ pub struct LocalGraphActor;
 
 impl Actor for LocalGraphActor {
     type Msg = GraphRequest;
-    type State = Arc<KnowledgeBase>;
-    type Arguments = Arc<KnowledgeBase>;
+    type State = ();
+    type Arguments = ();
 
     async fn pre_start(
         &self,
         _myself: ActorRef<GraphRequest>,
-        kb: Arc<KnowledgeBase>,
+        _: (),
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(kb)
+        Ok(())
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<GraphRequest>,
         msg: GraphRequest,
-        kb: &mut Self::State,
+        _: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        serve(kb, msg).await;
+        serve(msg).await;
         Ok(())
     }
 }
@@ -87,7 +87,6 @@ impl Actor for LocalGraphActor {
 /// What [`GraphPool`](crate::GraphPool) needs to find or start the calling thread's
 /// [`LocalGraphActor`] of a lane.
 pub(crate) struct LocalActors {
-    kb: Arc<KnowledgeBase>,
     /// The actors' parent, the [`EdgeSupervisor`](crate::edge_supervisor::EdgeSupervisor).
     parent: Slot<ActorRef<EdgeSupervisorMessage>>,
     /// Which lanes are answered on the HTTP workers' threads, by [`GraphLane::index`].
@@ -96,7 +95,8 @@ pub(crate) struct LocalActors {
 
 impl LocalActors {
     /// The lanes `kb` answers from memory, on the HTTP workers' threads; `None` when it
-    /// answers none of them so.
+    /// answers none of them so. Every workspace's knowledge base has the same store
+    /// configuration as `kb`, and so answers the same lanes from memory.
     pub(crate) fn new(
         kb: Arc<KnowledgeBase>,
         parent: Slot<ActorRef<EdgeSupervisorMessage>>,
@@ -108,7 +108,7 @@ impl LocalActors {
         });
         lanes
             .contains(&true)
-            .then_some(LocalActors { kb, parent, lanes })
+            .then_some(LocalActors { parent, lanes })
     }
 }
 
@@ -132,13 +132,9 @@ impl ActorsHere for LocalActors {
             }
             let parent = self.parent.read().clone()?;
             // Spawned on the current runtime: the HTTP worker's own, a single thread.
-            let (started, _) = ActorRuntime::spawn_linked_instant(
-                None,
-                LocalGraphActor,
-                self.kb.clone(),
-                parent.get_cell(),
-            )
-            .ok()?;
+            let (started, _) =
+                ActorRuntime::spawn_linked_instant(None, LocalGraphActor, (), parent.get_cell())
+                    .ok()?;
             *actor = Some(started.clone());
             Some(started)
         })

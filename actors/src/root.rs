@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kbq_store::KnowledgeBase;
 use kbq_tools::Toolbox;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
@@ -30,7 +29,6 @@ pub(crate) struct ProviderSpec {
 
 /// What the root needs to build (and rebuild) its children.
 pub struct RootArguments {
-    pub(crate) kb: Arc<KnowledgeBase>,
     /// The root fills each pool's slot with a factory of the pool's least workers.
     /// One graph pool per lane, in the order of [`GraphLane::ALL`].
     pub(crate) graph: [PoolHandle<GraphRequest>; 3],
@@ -45,22 +43,41 @@ pub struct RootArguments {
     pub(crate) health_board: HealthBoard,
     pub(crate) health_slot: Slot<ActorRef<HealthMessage>>,
     pub(crate) edge_slot: Slot<ActorRef<EdgeSupervisorMessage>>,
-    /// What ingestion jobs share, and where the edge finds the ingestion actor.
-    pub(crate) ingest: Arc<IngestDeps>,
-    pub(crate) ingest_slot: Slot<ActorRef<IngestMessage>>,
+    /// The default workspace's ingestion: what its jobs share, and where the edge finds its
+    /// actor.
+    pub(crate) ingest: Ingest,
 }
 
-/// The arguments, kept to rebuild any child, and how many restarts there were.
+/// A workspace's ingestion: what its jobs share, and the slot of its IngestActor.
+pub(crate) type Ingest = (Arc<IngestDeps>, Slot<ActorRef<IngestMessage>>);
+
+/// The arguments, kept to rebuild any child, the ingestion of every workspace open (the
+/// default one first), and how many restarts there were.
 pub struct RootState {
     args: RootArguments,
+    ingests: Vec<Ingest>,
     restarts: u64,
 }
 
 /// Messages to the root.
-#[derive(Debug)]
 pub enum RootMessage {
     /// How many times a child has been restarted.
     Restarts(ractor::RpcReplyPort<u64>),
+    /// Start (and from now on restart) a workspace's IngestActor into its slot; replies once
+    /// it runs.
+    StartIngest(Ingest, ractor::RpcReplyPort<()>),
+    /// Stop the IngestActor of the slot, and do not restart it: its workspace was deleted.
+    StopIngest(Slot<ActorRef<IngestMessage>>),
+}
+
+impl std::fmt::Debug for RootMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RootMessage::Restarts(_) => "Restarts",
+            RootMessage::StartIngest(..) => "StartIngest",
+            RootMessage::StopIngest(_) => "StopIngest",
+        })
+    }
 }
 
 /// How long to wait before restarting a child that stopped, so a child that fails at start
@@ -75,7 +92,7 @@ enum Child {
     Provider(usize),
     Health,
     Edge,
-    Ingest,
+    Ingest(Ingest),
 }
 
 fn id_of<T: Clone + Into<ActorCell>>(slot: &Slot<T>) -> Option<ActorId> {
@@ -101,8 +118,12 @@ impl RootState {
         if id_of(&a.edge_slot) == Some(id) {
             return Some(Child::Edge);
         }
-        if id_of(&a.ingest_slot) == Some(id) {
-            return Some(Child::Ingest);
+        if let Some(ingest) = self
+            .ingests
+            .iter()
+            .find(|(_, slot)| id_of(slot) == Some(id))
+        {
+            return Some(Child::Ingest(ingest.clone()));
         }
         if let Some((name, _)) = a.tools.iter().find(|(_, t)| id_of(t.slot()) == Some(id)) {
             return Some(Child::Tool(name.clone()));
@@ -122,7 +143,7 @@ async fn spawn_child(
     match child {
         Child::Graph(lane) => {
             let pool = &args.graph[lane.index()];
-            let spawn = spawn_pool(|| GraphWorker, args.kb.clone(), pool.least(), root);
+            let spawn = spawn_pool(|| GraphWorker, (), pool.least(), root);
             // A factory's actors run where it is spawned: lookups and name searches on the
             // lookup runtime.
             let f = match &args.lookup_runtime {
@@ -173,9 +194,9 @@ async fn spawn_child(
             let (s, _) = Actor::spawn_linked(None, EdgeSupervisor, (), root).await?;
             *args.edge_slot.write() = Some(s);
         }
-        Child::Ingest => {
-            let (i, _) = Actor::spawn_linked(None, IngestActor, args.ingest.clone(), root).await?;
-            *args.ingest_slot.write() = Some(i);
+        Child::Ingest((deps, slot)) => {
+            let (i, _) = Actor::spawn_linked(None, IngestActor, deps.clone(), root).await?;
+            *slot.write() = Some(i);
         }
     }
     Ok(())
@@ -209,20 +230,36 @@ impl Actor for RootSupervisor {
         for name in names {
             spawn_child(&Child::Tool(name), &args, root.clone()).await?;
         }
-        spawn_child(&Child::Ingest, &args, root.clone()).await?;
+        spawn_child(&Child::Ingest(args.ingest.clone()), &args, root.clone()).await?;
         spawn_child(&Child::Edge, &args, root).await?;
-        Ok(RootState { args, restarts: 0 })
+        Ok(RootState {
+            ingests: vec![args.ingest.clone()],
+            args,
+            restarts: 0,
+        })
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         message: RootMessage,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             RootMessage::Restarts(reply) => {
                 let _ = reply.send(state.restarts);
+            }
+            RootMessage::StartIngest(ingest, reply) => {
+                state.ingests.push(ingest.clone());
+                spawn_child(&Child::Ingest(ingest), &state.args, myself.get_cell()).await?;
+                let _ = reply.send(());
+            }
+            RootMessage::StopIngest(slot) => {
+                let id = id_of(&slot);
+                state.ingests.retain(|(_, s)| !Arc::ptr_eq(s, &slot));
+                if let (Some(actor), Some(_)) = (slot.write().take(), id) {
+                    actor.stop(None);
+                }
             }
         }
         Ok(())

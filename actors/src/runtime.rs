@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kbq_store::KnowledgeBase;
-use kbq_tools::{EntityExtractor, Toolbox};
+use kbq_tools::Toolbox;
 use parking_lot::RwLock;
 use ractor::{Actor, ActorRef, SpawnErr};
 
@@ -24,7 +24,7 @@ use crate::capacity::{ElasticPool, Pools};
 use crate::config::{ProviderConfig, ProviderKind, RuntimeConfig};
 use crate::graph::{ActorsHere, GraphLane, GraphPool};
 use crate::health::HealthBoard;
-use crate::ingest::Ingestor;
+use crate::ingest::{IngestShared, Ingestor, Ingestors};
 use crate::local::LocalActors;
 use crate::pool::PoolHandle;
 use crate::root::{ProviderSpec, RootArguments, RootMessage, RootSupervisor};
@@ -36,7 +36,10 @@ use crate::tools::{ToolJob, ToolPool};
 pub struct Runtime {
     pub graph: GraphPool,
     pub agent: Agent,
+    /// The default workspace's ingestor.
     pub ingest: Ingestor,
+    /// Starts and stops the ingestors of other workspaces.
+    pub ingestors: Ingestors,
     pub pools: Pools,
     root: ActorRef<RootMessage>,
     root_handle: tokio::task::JoinHandle<()>,
@@ -83,7 +86,6 @@ impl Drop for LaneRuntime {
 impl Runtime {
     /// Starts the root supervisor and its children.
     pub async fn start(kb: Arc<KnowledgeBase>, config: RuntimeConfig) -> Result<Runtime, SpawnErr> {
-        let extractor = Arc::new(EntityExtractor::new(kb.clone()));
         let toolbox = Toolbox::default();
         // Every pool's least and most workers; the capacity controller sizes it in between.
         let bounds = |min: usize, max: usize| (min.max(1), max.max(min.max(1)));
@@ -136,12 +138,7 @@ impl Runtime {
             .iter()
             .map(|p| {
                 let backend: Arc<dyn Backend> = match &p.kind {
-                    ProviderKind::Builtin => Arc::new(BuiltinBackend::new(
-                        &p.name,
-                        kb.clone(),
-                        extractor.clone(),
-                        tools.clone(),
-                    )),
+                    ProviderKind::Builtin => Arc::new(BuiltinBackend::new(&p.name, tools.clone())),
                     ProviderKind::OpenAi {
                         base_url,
                         model,
@@ -204,8 +201,6 @@ impl Runtime {
         };
         let edge_slot = Arc::new(RwLock::new(None));
         let deps = SessionDeps {
-            kb: kb.clone(),
-            extractor,
             definitions: Arc::new(toolbox.openai_definitions()),
             toolbox: toolbox.clone(),
             tools,
@@ -213,16 +208,14 @@ impl Runtime {
             limits: config.session,
         };
         let agent = Agent::new(deps, edge_slot.clone(), tokio::runtime::Handle::current());
-        let ingest = Ingestor::new(
-            kb.clone(),
+        let shared = IngestShared::new(
             agent.clone(),
             config.ingest.clone(),
             extraction_model(&provider_configs, config.ingest.providers.as_deref()),
-            Arc::new(RwLock::new(None)),
             ingest_runtime.handle(),
         );
+        let ingest = Ingestor::new(kb.clone(), &shared, Arc::new(RwLock::new(None)));
         let args = RootArguments {
-            kb: kb.clone(),
             graph: graph.clone(),
             lookup_runtime: lane.handle(),
             capacity_slot: Arc::new(RwLock::new(None)),
@@ -233,8 +226,7 @@ impl Runtime {
             health_board: board,
             health_slot: Arc::new(RwLock::new(None)),
             edge_slot: edge_slot.clone(),
-            ingest: ingest.deps(),
-            ingest_slot: ingest.slot(),
+            ingest: (ingest.deps(), ingest.slot()),
         };
         let (root, root_handle) = Actor::spawn(None, RootSupervisor, args).await?;
         // Lookups and graph documents answered from memory on the HTTP workers' own actors
@@ -246,6 +238,7 @@ impl Runtime {
             pools: Pools::new(pools),
             agent,
             ingest,
+            ingestors: Ingestors::new(shared, root.clone()),
             root,
             root_handle,
             _lane: lane,

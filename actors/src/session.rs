@@ -7,8 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kbq_store::KnowledgeBase;
-use kbq_tools::{EntityExtractor, ToolContext, ToolResult, Toolbox};
+use kbq_tools::{ToolContext, ToolResult, Toolbox, Workspace};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
@@ -25,8 +24,6 @@ pub const DEFAULT_SYSTEM_PROMPT: &str = "You are kbq's knowledge base assistant.
 
 /// What every session shares.
 pub struct SessionDeps {
-    pub kb: Arc<KnowledgeBase>,
-    pub extractor: Arc<EntityExtractor>,
     pub toolbox: Toolbox,
     /// The toolbox's OpenAI tool definitions, made once and offered at every step.
     pub definitions: Arc<Vec<Value>>,
@@ -35,8 +32,10 @@ pub struct SessionDeps {
     pub limits: SessionLimits,
 }
 
-/// One session's work: the turn, the key it runs for, and where its answer goes.
+/// One session's work: the turn, the workspace and key it runs for, and where its answer
+/// goes.
 pub struct SessionArguments {
+    pub(crate) workspace: Workspace,
     pub(crate) request: AgentRequest,
     pub(crate) owner: String,
     pub(crate) deps: Arc<SessionDeps>,
@@ -85,8 +84,14 @@ impl Actor for ChatSessionActor {
         match message {
             SessionMessage::Run => {
                 if let Some(args) = state.args.take() {
-                    let result =
-                        run(&args.deps, args.request, args.owner, args.events.as_ref()).await;
+                    let result = run(
+                        &args.deps,
+                        &args.workspace,
+                        args.request,
+                        args.owner,
+                        args.events.as_ref(),
+                    )
+                    .await;
                     let _ = args.reply.send(result);
                 }
                 myself.stop(None);
@@ -99,6 +104,7 @@ impl Actor for ChatSessionActor {
 /// The tool-selection loop of one turn.
 async fn run(
     deps: &SessionDeps,
+    workspace: &Workspace,
     request: AgentRequest,
     owner: String,
     events: Option<&Events>,
@@ -112,11 +118,7 @@ async fn run(
     };
     let started = Instant::now();
     let limits = deps.limits;
-    let ctx = ToolContext {
-        kb: deps.kb.clone(),
-        extractor: deps.extractor.clone(),
-        owner,
-    };
+    let ctx = ToolContext::new(workspace, owner);
     let mut messages = vec![
         json!({"role": "system", "content": request.system_prompt.as_deref().unwrap_or(DEFAULT_SYSTEM_PROMPT)}),
     ];
@@ -165,6 +167,7 @@ async fn run(
             tool_results: results.clone(),
             temperature: Some(request.temperature),
             max_tokens: Some(request.max_tokens),
+            workspace: Some(workspace.clone()),
             ..ChatRequest::default()
         };
         let asked = tokio::time::timeout(

@@ -63,7 +63,16 @@ pub async fn handle(
         .body(Full::new(body))
         .map_err(|_| invalid("a header"))?;
     // The key `require_key` found: the caller of every tool call in this request.
-    let caller = req.extensions().get::<KeyIdentity>().map(Caller::from);
+    let caller = {
+        let extensions = req.extensions();
+        match (
+            extensions.get::<KeyIdentity>(),
+            extensions.get::<crate::workspaces::Workspace>(),
+        ) {
+            (Some(key), Some(workspace)) => Some(Caller::new(key, workspace.clone())),
+            _ => None,
+        }
+    };
     let owner = caller.as_ref().map(|c| c.owner.clone()).unwrap_or_default();
     let session = req
         .headers()

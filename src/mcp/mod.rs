@@ -24,8 +24,7 @@ use std::time::Instant;
 
 use actix_web::web;
 use kbq_actors::{GraphPool, ToolPool};
-use kbq_store::KnowledgeBase;
-use kbq_tools::{EntityExtractor, ToolContext, ToolError, Toolbox};
+use kbq_tools::{ToolContext, ToolError, Toolbox};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
@@ -41,6 +40,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::routes::graph::{DocumentsRequest, SearchRequest, documents_answer, search_answer};
 use crate::routes::rag::{RagRequest, RagService};
+use crate::workspaces::Workspace;
 
 /// The protocol versions served: the current stable one (2026-07-28) and the one before it.
 pub const PROTOCOL_VERSIONS: &[ProtocolVersion] =
@@ -52,36 +52,38 @@ pub const ENTITY_LOOKUP: &str = "EntityLookupTool";
 pub const GRAPH_DOCUMENTS: &str = "GraphDocumentsTool";
 pub const KEYWORD_SEARCH: &str = "KeywordSearchTool";
 
-/// Who calls: the key's id (the owner of its memories) and its scopes.
-#[derive(Debug, Clone)]
+/// Who calls: the key's id (the owner of its memories), its scopes, and the workspace the
+/// call works in.
+#[derive(Clone)]
 pub struct Caller {
     pub owner: String,
     pub scopes: Scopes,
-}
-
-impl From<&crate::auth::KeyIdentity> for Caller {
-    fn from(k: &crate::auth::KeyIdentity) -> Self {
-        Caller {
-            owner: k.id.to_string(),
-            scopes: k.scopes,
-        }
-    }
+    pub workspace: Workspace,
 }
 
 impl Caller {
-    /// The local user of `kbq mcp` without a key: every scope, memories of its own.
-    pub fn local() -> Caller {
+    /// The caller of an HTTP request: its key, in the workspace the key middleware resolved.
+    pub fn new(key: &crate::auth::KeyIdentity, workspace: Workspace) -> Caller {
+        Caller {
+            owner: key.id.to_string(),
+            scopes: key.scopes,
+            workspace,
+        }
+    }
+
+    /// The local user of `kbq mcp` without a key: every scope, memories of its own, in
+    /// `workspace`.
+    pub fn local(workspace: Workspace) -> Caller {
         Caller {
             owner: "local".into(),
             scopes: Scopes::ALL,
+            workspace,
         }
     }
 }
 
-/// What the tools are answered with.
+/// What the tools are answered with, beside the caller's workspace.
 pub struct McpDeps {
-    pub kb: Arc<KnowledgeBase>,
-    pub extractor: Arc<EntityExtractor>,
     pub tools: ToolPool,
     pub graph: GraphPool,
     pub rag: web::Data<RagService>,
@@ -305,7 +307,7 @@ impl KbqMcp {
         match name {
             ENTITY_SEARCH => {
                 let req: SearchRequest = arguments(&args)?;
-                search_answer(&d.graph, req, |r| {
+                search_answer(&d.graph, &caller.workspace.kb, req, |r| {
                     serde_json::to_value(&r).unwrap_or(Value::Null)
                 })
                 .await
@@ -321,14 +323,14 @@ impl KbqMcp {
                 crate::extract::name("name", &req.name).map_err(invalid_arguments)?;
                 let found = d
                     .graph
-                    .entity(req.name)
+                    .entity(&caller.workspace.kb, req.name)
                     .await
                     .map_err(|e| failed(e.into()))?;
                 Ok(json!({"entity": found.as_deref()}))
             }
             GRAPH_DOCUMENTS => {
                 let req: DocumentsRequest = arguments(&args)?;
-                documents_answer(&d.graph, req, |r| {
+                documents_answer(&d.graph, &caller.workspace.kb, req, |r| {
                     serde_json::to_value(&r).unwrap_or(Value::Null)
                 })
                 .await
@@ -337,20 +339,22 @@ impl KbqMcp {
             KEYWORD_SEARCH => {
                 let req: RagRequest = arguments(&args)?;
                 d.rag
-                    .answer(kbq_tools::rag::Method::Keyword, req)
+                    .answer(
+                        &caller.workspace.knowledge,
+                        kbq_tools::rag::Method::Keyword,
+                        req,
+                    )
                     .await
                     .map(|a| serde_json::to_value(&a).unwrap_or(Value::Null))
                     .map_err(answered)
             }
             sources::ADD_SOURCE | sources::INGEST_JOB | sources::DELETE_SOURCE => {
-                d.ingest.run(name, &caller.owner, args).await
+                d.ingest
+                    .run(&caller.workspace.ingestor, name, &caller.owner, args)
+                    .await
             }
             _ => {
-                let ctx = ToolContext {
-                    kb: d.kb.clone(),
-                    extractor: d.extractor.clone(),
-                    owner: caller.owner.clone(),
-                };
+                let ctx = ToolContext::new(&caller.workspace, caller.owner.clone());
                 d.tools
                     .call(name, &ctx, args)
                     .await

@@ -22,21 +22,27 @@ pub const DELETE_SOURCE: &str = "DeleteSourceTool";
 /// reads: a job is the key's that wrote.
 pub const TOOLS: [&str; 3] = [ADD_SOURCE, INGEST_JOB, DELETE_SOURCE];
 
-/// The ingestion handle, and the runtime its store work runs on (crate::offload): a tool
-/// call over HTTP runs on an HTTP worker's thread.
+/// The runtime ingestion's store work runs on (crate::offload): a tool call over HTTP runs on
+/// an HTTP worker's thread. The ingestion itself is the caller's workspace's.
 pub struct Ingestion {
-    ingestor: Ingestor,
     offload: Offload,
 }
 
 impl Ingestion {
-    pub fn new(ingestor: Ingestor, offload: Offload) -> Self {
-        Ingestion { ingestor, offload }
+    pub fn new(offload: Offload) -> Self {
+        Ingestion { offload }
     }
 
-    /// Runs the ingestion tool `name` as `owner`: its answer, or the tool error.
-    pub(super) async fn run(&self, name: &str, owner: &str, args: Value) -> Result<Value, Value> {
-        let ingestor = self.ingestor.clone();
+    /// Runs the ingestion tool `name` with `ingestor` as `owner`: its answer, or the tool
+    /// error.
+    pub(super) async fn run(
+        &self,
+        ingestor: &Ingestor,
+        name: &str,
+        owner: &str,
+        args: Value,
+    ) -> Result<Value, Value> {
+        let ingestor = ingestor.clone();
         let owner = owner.to_string();
         let answer = match name {
             ADD_SOURCE => {

@@ -1,12 +1,14 @@
 //! The four graph endpoints under `/data/v1/query/graph`, answered by the graph workers.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use actix_web::http::header::ContentType;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kbq_actors::GraphPool;
 use kbq_store::{
-    Direction, DocumentsQuery, Entity, GraphDocuments, Relationship, TraversalJson, TraversalQuery,
+    Direction, DocumentsQuery, Entity, GraphDocuments, KnowledgeBase, Relationship, TraversalJson,
+    TraversalQuery,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -16,6 +18,7 @@ use crate::extract::{
     RELATIONSHIP_TYPES, Range, Rules, ValidJson, name, name_in_path, relationship_types,
 };
 use crate::routes::sources::SourcesService;
+use crate::workspaces::Workspace;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/query/graph").route(web::post().to(traverse)))
@@ -118,6 +121,7 @@ pub struct TraversalResponse<'a> {
 async fn traverse(
     graph: web::Data<GraphPool>,
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     ValidJson(req): ValidJson<TraversalRequest>,
 ) -> Result<HttpResponse, ApiError> {
     name("entity_name", &req.entity_name)?;
@@ -128,14 +132,14 @@ async fn traverse(
         limit: TraversalRequest::LIMIT.check(req.limit)? as usize,
         start: req.entity_name,
     };
-    let mut walk = graph.traverse(query.clone()).await?;
+    let mut walk = graph.traverse(&ws.kb, query.clone()).await?;
     if walk.total_entities == 0
-        && let Some(target) = sources.alias_target(&query.start).await?
+        && let Some(target) = sources.alias_target(&ws.kb, &query.start).await?
     {
         // A name a source's resolution merged into another entity walks from that entity.
         let mut from_target = query.clone();
         from_target.start = target;
-        walk = graph.traverse(from_target).await?;
+        walk = graph.traverse(&ws.kb, from_target).await?;
     }
     Ok(HttpResponse::Ok()
         .insert_header(ContentType::json())
@@ -209,15 +213,17 @@ pub struct SearchResponse<'a> {
 )]
 async fn search(
     graph: web::Data<GraphPool>,
+    ws: web::ReqData<Workspace>,
     ValidJson(req): ValidJson<SearchRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    search_answer(&graph, req, |r| HttpResponse::Ok().json(r)).await
+    search_answer(&graph, &ws.kb, req, |r| HttpResponse::Ok().json(r)).await
 }
 
 /// Checks a search and runs it; `respond` makes the answer of the response (the HTTP route
 /// writes it, the MCP tool keeps it as JSON).
 pub async fn search_answer<R>(
     graph: &GraphPool,
+    kb: &Arc<KnowledgeBase>,
     req: SearchRequest,
     respond: impl FnOnce(SearchResponse<'_>) -> R,
 ) -> Result<R, ApiError> {
@@ -225,7 +231,7 @@ pub async fn search_answer<R>(
     let entity_type = entity_type(req.entity_type)?;
     let limit = SearchRequest::LIMIT.check(req.limit)? as usize;
     let hits = graph
-        .search(req.query.clone(), entity_type.clone(), limit)
+        .search(kb, req.query.clone(), entity_type.clone(), limit)
         .await?;
     Ok(respond(SearchResponse {
         query: &req.query,
@@ -257,15 +263,16 @@ pub async fn search_answer<R>(
 async fn entity(
     graph: web::Data<GraphPool>,
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let name = name_in_path(&req, "/query/graph/entity/", "entity_name")?;
-    let mut found = graph.entity(name.clone()).await?;
+    let mut found = graph.entity(&ws.kb, name.clone()).await?;
     if found.is_none()
-        && let Some(target) = sources.alias_target(&name).await?
+        && let Some(target) = sources.alias_target(&ws.kb, &name).await?
     {
         // A name a source's resolution merged into another entity finds that entity.
-        found = graph.entity(target).await?;
+        found = graph.entity(&ws.kb, target).await?;
     }
     Ok(HttpResponse::Ok().json(found))
 }
@@ -322,6 +329,7 @@ pub struct MergesResponse {
 )]
 async fn merges(
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     ValidJson(req): ValidJson<MergesRequest>,
 ) -> Result<HttpResponse, ApiError> {
     for (field, value) in [("entity_name", &req.entity_name), ("after", &req.after)] {
@@ -330,7 +338,9 @@ async fn merges(
         }
     }
     let limit = MergesRequest::LIMIT.check(req.limit)? as usize;
-    let (merges, more) = sources.merges(req.entity_name, req.after, limit).await?;
+    let (merges, more) = sources
+        .merges(&ws.kb, req.entity_name, req.after, limit)
+        .await?;
     let next_after = match more {
         true => merges.last().map(|m| m.alias.clone()),
         false => None,
@@ -404,11 +414,12 @@ pub struct DocumentsResponse<'a> {
 )]
 async fn documents(
     graph: web::Data<GraphPool>,
+    ws: web::ReqData<Workspace>,
     ValidJson(req): ValidJson<DocumentsRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let query = documents_query(req)?;
     let (start, entity_type) = (query.start.clone(), query.entity_type.clone());
-    let found = graph.documents(query).await?;
+    let found = graph.documents(&ws.kb, query).await?;
     let body = documents_body(&documents_response(&start, entity_type.as_deref(), &found));
     Ok(HttpResponse::Ok()
         .insert_header(ContentType::json())
@@ -467,11 +478,12 @@ fn documents_body(r: &DocumentsResponse) -> Vec<u8> {
 /// Checks a graph-documents request and runs it; `respond` as for [`search_answer`].
 pub async fn documents_answer<R>(
     graph: &GraphPool,
+    kb: &Arc<KnowledgeBase>,
     req: DocumentsRequest,
     respond: impl FnOnce(DocumentsResponse<'_>) -> R,
 ) -> Result<R, ApiError> {
     let query = documents_query(req)?;
-    let found = graph.documents(query.clone()).await?;
+    let found = graph.documents(kb, query.clone()).await?;
     Ok(respond(documents_response(
         &query.start,
         query.entity_type.as_deref(),

@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{self, Items, Rules, name_in_path};
 use crate::offload::Offload;
+use crate::workspaces::Workspace;
 
 /// How many records one JSON array holds.
 pub const BATCH: Items = Items {
@@ -118,31 +119,36 @@ fn at(place: &str, e: StoreError) -> ApiError {
     }
 }
 
-/// What the ingest handlers need, in one piece: the knowledge base and the runtime its
-/// writes run on.
+/// What the ingest handlers need beside the request's workspace (whose knowledge base they
+/// write): the runtime its writes run on.
 pub struct IngestService {
-    kb: Arc<KnowledgeBase>,
     offload: Offload,
 }
 
 impl IngestService {
-    pub fn new(kb: Arc<KnowledgeBase>, offload: Offload) -> Self {
-        IngestService { kb, offload }
+    pub fn new(offload: Offload) -> Self {
+        IngestService { offload }
     }
 
-    /// Runs one knowledge-base call on the main runtime and waits for its answer.
-    async fn store<T, F>(&self, work: impl FnOnce(Arc<KnowledgeBase>) -> F) -> Result<T, ApiError>
+    /// Runs one call on `workspace`'s knowledge base on the main runtime and waits for its
+    /// answer.
+    async fn store<T, F>(
+        &self,
+        workspace: &Workspace,
+        work: impl FnOnce(Arc<KnowledgeBase>) -> F,
+    ) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        Ok(self.offload.run(work(self.kb.clone())).await??)
+        Ok(self.offload.run(work(workspace.kb.clone())).await??)
     }
 
     /// Parses a JSON array of `T` (see [`batch`]) and writes its valid records through the
     /// import's code path.
     async fn write_batch<T: DeserializeOwned>(
         &self,
+        workspace: &Workspace,
         body: &[u8],
         what: &str,
         wrap: impl Fn(T) -> Record,
@@ -150,7 +156,9 @@ impl IngestService {
         let records = batch(body, what, wrap)?;
         let received = records.len();
         let report = self
-            .store(move |kb| async move { import::import_records(&kb, records, &Silent).await })
+            .store(workspace, move |kb| async move {
+                import::import_records(&kb, records, &Silent).await
+            })
             .await?;
         let mut failures: Vec<Failure> = report
             .failures
@@ -190,9 +198,10 @@ macro_rules! upsert {
         )]
         async fn $name(
             ingest: web::Data<IngestService>,
+            ws: web::ReqData<Workspace>,
             body: web::Bytes,
         ) -> Result<HttpResponse, ApiError> {
-            ingest.write_batch::<$record>(&body, $what, $wrap).await
+            ingest.write_batch::<$record>(&ws, &body, $what, $wrap).await
         }
     };
 }
@@ -290,11 +299,14 @@ impl From<ImportReport> for NdjsonReport {
 )]
 async fn ndjson(
     ingest: web::Data<IngestService>,
+    ws: web::ReqData<Workspace>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let records = lines(&body)?;
     let report = ingest
-        .store(move |kb| async move { import::import_records(&kb, records, &Silent).await })
+        .store(&ws, move |kb| async move {
+            import::import_records(&kb, records, &Silent).await
+        })
         .await?;
     Ok(HttpResponse::Ok().json(NdjsonReport::from(report)))
 }
@@ -346,11 +358,12 @@ fn lines(body: &[u8]) -> Result<Vec<(usize, Record)>, ApiError> {
 )]
 async fn delete_entity(
     ingest: web::Data<IngestService>,
+    ws: web::ReqData<Workspace>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let name = name_in_path(&req, "/ingest/entities/", "name")?;
     let done = ingest
-        .store(move |kb| async move { kb.delete_entity(&name).await })
+        .store(&ws, move |kb| async move { kb.delete_entity(&name).await })
         .await?;
     Ok(HttpResponse::Ok().json(done))
 }
@@ -377,11 +390,12 @@ pub struct DocumentDeletion {
 )]
 async fn delete_document(
     ingest: web::Data<IngestService>,
+    ws: web::ReqData<Workspace>,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
     let deleted = ingest
-        .store(move |kb| async move { kb.delete_document(&id).await })
+        .store(&ws, move |kb| async move { kb.delete_document(&id).await })
         .await?;
     Ok(HttpResponse::Ok().json(DocumentDeletion { deleted }))
 }

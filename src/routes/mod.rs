@@ -1,5 +1,6 @@
 //! Mounts every route. One file per resource group, each with its own `configure`.
 
+pub mod admin;
 pub mod agent;
 pub mod completions;
 pub mod docs;
@@ -18,8 +19,8 @@ use crate::error::{ApiError, ErrorCode};
 use crate::limits::{self, Route};
 
 /// All routes, in the order they are tried: the probes and the providers' health, the graph
-/// API under `/data/v1`, RAG search under `/v1/rag`, the agent API under `/v1`, then metrics
-/// and the API's description at the root. The OpenAPI document (`crate::openapi`) describes
+/// API under `/data/v1`, RAG search under `/v1/rag`, the agent API under `/v1`, the admin API
+/// under `/admin/v1`, then metrics and the API's description at the root. The OpenAPI document (`crate::openapi`) describes
 /// each one; tests/it/openapi.rs checks that against this.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     // The last `wrap` runs first: the key is checked, then the key's budget is spent.
@@ -64,6 +65,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .configure(agent::configure)
                 .configure(completions::configure)
                 .configure(openai::configure),
+        )
+        // The admin API: an operator's key (an `admin` key of `default`).
+        .service(
+            web::scope("/admin/v1")
+                .wrap(from_fn(admin::require_operator))
+                .wrap(from_fn(|req, next| require_scope(Scope::Admin, req, next)))
+                .wrap(from_fn(require_key))
+                .configure(admin::configure),
         )
         // Metrics for Prometheus: no key, like the probes; not versioned. After the API's
         // scopes, with the API's description, so that API requests are not first tried

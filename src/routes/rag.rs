@@ -3,13 +3,12 @@
 //! Retrieval only, no model: each answers from the knowledge base through `kbq_tools::rag`
 //! within `graph.call_timeout_ms`. Paths, payloads and scores are documented in docs/api.md.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
-use kbq_store::{DocumentFilter, KnowledgeBase};
-use kbq_tools::EntityExtractor;
+use kbq_store::DocumentFilter;
+use kbq_tools::Workspace;
 use kbq_tools::rag::{self, Method, RagAnswer, RagQuery};
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -148,41 +147,34 @@ fn query(req: RagRequest, graph_depth: u32) -> Result<RagQuery, ApiError> {
     })
 }
 
-/// What the RAG handlers need, in one piece: the knowledge base, the entity extractor that
-/// hybrid search names entities with, the runtime the search runs on, and its time limit.
+/// What the RAG handlers need beside the request's workspace (whose knowledge base and entity
+/// extractor they search): the runtime the search runs on, and its time limit.
 pub struct RagService {
-    kb: Arc<KnowledgeBase>,
-    extractor: Arc<EntityExtractor>,
     offload: Offload,
     /// How long one search may take (`graph.call_timeout_ms`).
     timeout: Duration,
 }
 
 impl RagService {
-    pub fn new(
-        kb: Arc<KnowledgeBase>,
-        extractor: Arc<EntityExtractor>,
-        offload: Offload,
-        timeout: Duration,
-    ) -> Self {
-        RagService {
-            kb,
-            extractor,
-            offload,
-            timeout,
-        }
+    pub fn new(offload: Offload, timeout: Duration) -> Self {
+        RagService { offload, timeout }
     }
 
-    /// Checks the request, then searches by `method` on the main runtime within the limit:
-    /// the answer of the HTTP routes and of the MCP tools alike.
+    /// Checks the request, then searches `workspace` by `method` on the main runtime within
+    /// the limit: the answer of the HTTP routes and of the MCP tools alike.
     pub async fn answer(
         &self,
+        workspace: &Workspace,
         method: Method,
         body: impl SearchBody,
     ) -> Result<RagAnswer, ApiError> {
         let (req, graph_depth) = body.into_parts()?;
         let q = query(req, graph_depth)?;
-        let (kb, extractor, limit) = (self.kb.clone(), self.extractor.clone(), self.timeout);
+        let (kb, extractor, limit) = (
+            workspace.kb.clone(),
+            workspace.extractor.clone(),
+            self.timeout,
+        );
         self.offload
             .run(async move {
                 tokio::time::timeout(limit, rag::search(&kb, &extractor, method, &q)).await
@@ -196,10 +188,11 @@ impl RagService {
 
     async fn search(
         &self,
+        workspace: &Workspace,
         method: Method,
         body: impl SearchBody,
     ) -> Result<HttpResponse, ApiError> {
-        let answer = self.answer(method, body).await?;
+        let answer = self.answer(workspace, method, body).await?;
         Ok(HttpResponse::Ok()
             .insert_header(ContentType::json())
             .body(answer.to_json()))
@@ -226,9 +219,10 @@ macro_rules! search {
         )]
         async fn $name(
             rag: web::Data<RagService>,
+            ws: web::ReqData<crate::workspaces::Workspace>,
             ValidJson(req): ValidJson<$body>,
         ) -> Result<HttpResponse, ApiError> {
-            rag.search($method, req).await
+            rag.search(&ws.knowledge, $method, req).await
         }
     };
 }

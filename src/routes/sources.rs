@@ -3,12 +3,15 @@
 //! followed as server-sent events, or cancelled; a source is retracted. The pipeline is
 //! kbq-actors' (`kbq_actors::ingest`), docs/ingest.md tells what it does.
 
+use std::sync::Arc;
+
 use actix_multipart::Multipart;
 use actix_web::http::header;
 use actix_web::{HttpMessage, HttpRequest, HttpResponse, web};
 use futures::StreamExt;
 use kbq_actors::ingest::{IngestError, Ingestor, JobView, SourceDeletion, SourceInput};
 use kbq_ingest::provenance::SourceKey;
+use kbq_store::KnowledgeBase;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -16,6 +19,7 @@ use crate::auth::KeyIdentity;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{self, Rules};
 use crate::offload::Offload;
+use crate::workspaces::Workspace;
 
 /// Room for a multipart or JSON envelope around the largest source.
 const ENVELOPE_BYTES: usize = 64 << 10;
@@ -33,7 +37,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/jobs/{job_id}/events").route(web::get().to(events)));
 }
 
-/// The ingestion handle and the runtime its store work runs on.
+/// The default workspace's ingestion handle (its settings, and its jobs for metrics), and
+/// the runtime the store work runs on. A request's own ingestion is its workspace's
+/// ([`Workspace::ingestor`]).
 pub struct SourcesService {
     ingestor: Ingestor,
     offload: Offload,
@@ -44,7 +50,7 @@ impl SourcesService {
         SourcesService { ingestor, offload }
     }
 
-    /// The ingestion runtime's handle.
+    /// The default workspace's ingestion handle.
     pub fn ingestor(&self) -> &Ingestor {
         &self.ingestor
     }
@@ -53,14 +59,15 @@ impl SourcesService {
         self.ingestor.config().max_source_bytes
     }
 
-    /// A page of the merges recorded ([`kbq_store::KnowledgeBase::merges`]).
+    /// A page of the merges recorded in `kb` ([`kbq_store::KnowledgeBase::merges`]).
     pub async fn merges(
         &self,
+        kb: &Arc<KnowledgeBase>,
         entity: Option<String>,
         after: Option<String>,
         limit: usize,
     ) -> Result<(Vec<kbq_store::sources::Merge>, bool), ApiError> {
-        let kb = self.ingestor.knowledge_base().clone();
+        let kb = kb.clone();
         Ok(self
             .offload
             .run(async move { kb.merges(entity.as_deref(), after.as_deref(), limit).await })
@@ -69,8 +76,12 @@ impl SourcesService {
 
     /// The entity `name` is an alias of, when a source's resolution merged it into one: what
     /// an entity lookup or a traversal by a name that is no entity tries next.
-    pub async fn alias_target(&self, name: &str) -> Result<Option<String>, ApiError> {
-        let kb = self.ingestor.knowledge_base().clone();
+    pub async fn alias_target(
+        &self,
+        kb: &Arc<KnowledgeBase>,
+        name: &str,
+    ) -> Result<Option<String>, ApiError> {
+        let kb = kb.clone();
         let name = name.to_string();
         Ok(self
             .offload
@@ -167,6 +178,7 @@ pub struct JobEvent {
 )]
 async fn submit(
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
@@ -192,7 +204,7 @@ async fn submit(
             .map_err(|e| ApiError::invalid("body", format!("the body could not be read: {e}")))?;
         extract::parse::<SourceRequest>(&body)?.into_input()?
     };
-    let ingestor = sources.ingestor.clone();
+    let ingestor = ws.ingestor.clone();
     let view = sources
         .offload
         .run(async move { ingestor.submit(input, &owner).await })
@@ -322,11 +334,12 @@ async fn upload(mut multipart: Multipart, max: usize) -> Result<SourceInput, Api
 )]
 async fn job(
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     req: HttpRequest,
     job_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let owner = owner(&req)?;
-    let ingestor = sources.ingestor.clone();
+    let ingestor = ws.ingestor.clone();
     let job_id = job_id.into_inner();
     let view = sources
         .offload
@@ -353,14 +366,15 @@ async fn job(
 )]
 async fn events(
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     req: HttpRequest,
     job_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let owner = owner(&req)?;
     let job_id = job_id.into_inner();
-    let Some(mut watch) = sources.ingestor.watch(&job_id, &owner) else {
+    let Some(mut watch) = ws.ingestor.watch(&job_id, &owner) else {
         // Not running here: a job that ended (or another node's) is one event and the end.
-        let ingestor = sources.ingestor.clone();
+        let ingestor = ws.ingestor.clone();
         let view = sources
             .offload
             .run(async move { ingestor.job(&job_id, &owner).await })
@@ -430,11 +444,12 @@ fn event(name: &str, view: &JobView) -> String {
 )]
 async fn cancel(
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     req: HttpRequest,
     job_id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let owner = owner(&req)?;
-    let ingestor = sources.ingestor.clone();
+    let ingestor = ws.ingestor.clone();
     let job_id = job_id.into_inner();
     let view = sources
         .offload
@@ -491,12 +506,13 @@ pub struct SourceRetraction {
 )]
 async fn retract(
     sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
     let (source, source_id) = path.into_inner();
     extract::name("source", &source)?;
     extract::name("source_id", &source_id)?;
-    let ingestor = sources.ingestor.clone();
+    let ingestor = ws.ingestor.clone();
     let key = SourceKey::new(source, source_id);
     let done: Option<SourceDeletion> = sources
         .offload

@@ -57,6 +57,8 @@ fn valid_request(
     let url = path
         .replace("{entity_name}", "Ada")
         .replace("{name}", "No%20Such%20Entity")
+        .replace("{workspace}", "no-such-workspace")
+        .replace("{key_id}", &"0".repeat(32))
         .replace("{id}", &format!("document:d{}", "0".repeat(32)));
     if method != "POST" {
         return (url, None);

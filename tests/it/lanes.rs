@@ -218,14 +218,14 @@ async fn lookups_answer_on_the_main_runtime_when_the_lane_has_no_threads() {
 #[tokio::test]
 async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
     let t = crate::agent::start(one_worker_lanes()).await;
-    let pool = t.server().graph.clone();
+    let (pool, kb) = (t.server().graph.clone(), t.server().kb.clone());
     let held = hold(&t, GraphLane::Lookup, 1).await;
     lookups_answer(&t, 5).await;
     // What the lane's handle admitted: the held request alone, the lookups having answered.
     assert_pool_in_flight(&t, "graph", 1).await;
     let off_thread = {
         let pool = pool.clone();
-        async move { pool.entity("Ada".into()).await }
+        async move { pool.entity(&kb, "Ada".into()).await }
     };
     let found = waits_behind(held, off_thread, "a lookup off the HTTP workers").await;
     assert_eq!(found.unwrap().expect("Ada").name, "Ada");
@@ -240,7 +240,7 @@ async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
 #[tokio::test]
 async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() {
     let t = crate::agent::start(one_worker_lanes()).await;
-    let pool = t.server().graph.clone();
+    let (pool, kb) = (t.server().graph.clone(), t.server().kb.clone());
     let held = hold(&t, GraphLane::Documents, 1).await;
     for _ in 0..5 {
         let (status, body) = t
@@ -253,7 +253,7 @@ async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() 
     assert_pool_in_flight(&t, "graph:documents", 1).await;
     let off_thread = {
         let pool = pool.clone();
-        async move { pool.documents(ada_documents()).await }
+        async move { pool.documents(&kb, ada_documents()).await }
     };
     let found = waits_behind(held, off_thread, "graph documents off the HTTP workers").await;
     assert!(!found.unwrap().results.is_empty());
@@ -295,13 +295,13 @@ async fn assert_pool_in_flight(t: &TestServer, pool: &str, n: usize) {
 #[tokio::test]
 async fn a_failed_local_graph_actor_is_replaced_at_its_threads_next_request() {
     let t = crate::agent::start(test_config()).await;
-    let pool = t.server().graph.clone();
+    let (pool, kb) = (t.server().graph.clone(), t.server().kb.clone());
     let documents = || async {
-        let found = pool.documents(ada_documents()).await.unwrap();
+        let found = pool.documents(&kb, ada_documents()).await.unwrap();
         assert!(!found.results.is_empty());
     };
     let entity = || async {
-        let found = pool.entity("Ada".into()).await.unwrap();
+        let found = pool.entity(&kb, "Ada".into()).await.unwrap();
         assert_eq!(found.unwrap().name, "Ada");
     };
     for lane in [GraphLane::Lookup, GraphLane::Documents] {

@@ -35,3 +35,4 @@ mod startup;
 mod supervision;
 mod support;
 mod versions;
+mod workspaces;

@@ -293,7 +293,7 @@ fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTree
 
 /// A valid JSON body for each operation whose request schema states a rule, for the probes
 /// below. `EMBEDDER` stands for the served embedder's name.
-const BASE_BODIES: [(&str, &str); 14] = [
+const BASE_BODIES: [(&str, &str); 16] = [
     ("/data/v1/query/graph", r#"{"entity_name": "Ada"}"#),
     ("/data/v1/query/graph/search", r#"{"query": "Ada"}"#),
     (
@@ -325,6 +325,11 @@ const BASE_BODIES: [(&str, &str); 14] = [
     (
         "/data/v1/ingest/sources",
         r#"{"source": "s", "source_id": "probe", "content": "A note about Ada."}"#,
+    ),
+    ("/admin/v1/workspaces", r#"{"name": "probe"}"#),
+    (
+        "/admin/v1/workspaces/{workspace}/keys",
+        r#"{"scopes": ["read"], "name": "probe"}"#,
     ),
 ];
 
@@ -468,11 +473,13 @@ async fn probe(
     }
     *slot = value.clone();
     let shown: String = value.to_string().chars().take(40).collect();
-    let (status, answer) = t.post(path, body).await;
+    // A workspace's path: the one that always exists.
+    let (status, answer) = t.post(&path.replace("{workspace}", "default"), body).await;
     if accepted {
-        // A source is accepted with 202 (its job queued); every other body with 200.
+        // A source is accepted with 202 (its job queued), a key minted with 201; every other
+        // body with 200.
         assert!(
-            matches!(status.as_u16(), 200 | 202),
+            matches!(status.as_u16(), 200..=202),
             "{path} {field}={shown}: {status} {answer}"
         );
     } else {
@@ -599,14 +606,14 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
 /// What [`every_name_rule_length_choice_and_array_size_in_the_document_is_the_servers`]
 /// probes. Names, 6 probes each (4 for the rule, 2 for the length): traverse (1), search (2),
 /// documents (2), merges (2), the three RAG searches' filters (3 each), ingested entities (2),
-/// relationships (3) and documents (4), a submitted source (2). Arrays of names, 3 each and 4 for their size, in
+/// relationships (3) and documents (4), a submitted source (2), a minted key (1). Arrays of names, 3 each and 4 for their size, in
 /// traverse and documents. Text not blank, 3 each and 2 for its length: the three RAG
 /// searches' query and agent chat's message; an ingested document's content, whose length is
 /// too long to probe. Lengths alone, 2 each: agent chat's system_prompt, a document's
 /// title, and a submitted source's title and url. Choices, one probe per choice and one more: the embedder's name (1), the encoding
 /// format (2) and a completion's model (`kbq` and the test config's provider). Array sizes,
 /// 4: a completion's messages.
-const EXPECTED_RULE_PROBES: usize = 6 * (1 + 2 + 2 + 2 + 9 + 2 + 3 + 4 + 2)
+const EXPECTED_RULE_PROBES: usize = 6 * (1 + 2 + 2 + 2 + 9 + 2 + 3 + 4 + 2 + 1)
     + 7 * 2
     + 5 * 4
     + 3
@@ -639,6 +646,13 @@ async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
                     &["Ada", "Ada%20Lovelace"],
                     &["%20", "%E3%80%80", "a%07b", "a%C2%85"],
                 )
+            } else if pattern == kbq::workspaces::NAME_PATTERN {
+                (&["no-such-workspace", "a1"], &["Ada", "%20", "a_b", "1a"])
+            } else if pattern == kbq::routes::admin::KEY_ID_PATTERN {
+                (
+                    &["0123456789abcdef0123456789abcdef"],
+                    &["xyz", "0123456789ABCDEF0123456789ABCDEF"],
+                )
             } else if pattern == id {
                 (
                     &[document.as_str()],
@@ -653,11 +667,17 @@ async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
                 .map(|v| (v, true))
                 .chain(bad.iter().map(|v| (v, false)))
             {
-                let url = path.replace(&format!("{{{parameter}}}"), value);
-                let (status, _, answer) = t.call(method.clone(), &url, None).await;
+                // The path's other parameters hold values they accept.
+                let url = path
+                    .replace(&format!("{{{parameter}}}"), value)
+                    .replace("{workspace}", "no-such-workspace")
+                    .replace("{key_id}", &"0".repeat(32));
+                // A body the operation accepts, so that only the parameter is at fault.
+                let body = (method == Method::POST).then(|| base_body(&doc, &path, parameter));
+                let (status, _, answer) = t.call(method.clone(), &url, body).await;
                 if accepted {
                     assert!(
-                        matches!(status.as_u16(), 200 | 404),
+                        matches!(status.as_u16(), 200 | 201 | 404),
                         "{url}: {status} {answer}"
                     );
                 } else {
@@ -669,8 +689,13 @@ async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
         }
     }
     // The entity lookup and the entity delete (names, 6 each), the document delete (4), a
-    // source's retraction (two names, 6 each).
-    assert_eq!(probed, 6 + 6 + 4 + 6 + 6, "a pattern left the document");
+    // source's retraction (two names, 6 each); the admin API's five operations on a
+    // workspace (6 each), and a key's revocation (its id, 3).
+    assert_eq!(
+        probed,
+        6 + 6 + 4 + 6 + 6 + 5 * 6 + 3,
+        "a pattern left the document"
+    );
 }
 
 /// (method, path) of each documented operation, with the operation.

@@ -423,18 +423,21 @@ pub async fn python_checks<S: AsRef<std::ffi::OsStr>>(
     );
 }
 
-/// Whether a request reached its handler and was served: a success, or the `not_found` that
-/// the operation `op` documents for a thing its path names and that does not exist (a job id
-/// in a fresh store), which is not the default route's "no route for".
+/// Whether a request reached its handler and was served: a success, or the `not_found` (or
+/// `workspace_not_found`) that the operation `op` documents for a thing its path names and
+/// that does not exist (a job id in a fresh store), which is not the default route's "no
+/// route for", or the `conflict` it documents for a thing it would create twice.
 pub fn served(op: &Value, status: reqwest::StatusCode, body: &Value) -> bool {
+    let code = &body["error"]["code"];
     status.is_success()
         || (status == 404
             && op["responses"]["404"].is_object()
-            && body["error"]["code"] == "not_found"
+            && (code == "not_found" || code == "workspace_not_found")
             && !body["error"]["message"]
                 .as_str()
                 .unwrap_or_default()
                 .starts_with("no route for"))
+        || (status == 409 && op["responses"]["409"].is_object() && code == "conflict")
 }
 
 /// Reads an ingestion job with `read` until it has ended (`succeeded`, `failed` or

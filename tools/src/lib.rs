@@ -2,7 +2,8 @@
 //! call itself over the knowledge base. No actor or HTTP code lives here.
 //!
 //! # Layout
-//! - [`tool`]: the [`Tool`] trait, [`ToolContext`], [`ToolResult`] (a result as JSON text),
+//! - [`tool`]: the [`Tool`] trait, the [`Workspace`] a request works in, [`ToolContext`],
+//!   [`ToolResult`] (a result as JSON text),
 //!   [`ToolError`] and argument validation.
 //! - [`search`]: SemanticSearchTool and HybridSearchTool.
 //! - [`graph`]: the KnowledgeGraphTool.
@@ -24,7 +25,7 @@ pub mod tool;
 use std::sync::Arc;
 
 pub use extract::EntityExtractor;
-pub use tool::{Tool, ToolContext, ToolError, ToolResult, openai_definition};
+pub use tool::{Tool, ToolContext, ToolError, ToolResult, Workspace, openai_definition};
 
 /// The six built-in tools, by name.
 #[derive(Clone)]

@@ -9,6 +9,36 @@ use serde_json::{Map, Value, json};
 
 use crate::extract::EntityExtractor;
 
+/// One workspace's knowledge as a request carries it: its name, its knowledge base and the
+/// entity extractor over that knowledge base's names.
+///
+/// The edge resolves it once per request, from the request's key, and hands it down as a
+/// value: the actors, tools and providers that serve the request read this and nothing else,
+/// so no shared state decides which knowledge a request sees.
+#[derive(Clone)]
+pub struct Workspace {
+    pub name: Arc<str>,
+    pub kb: Arc<KnowledgeBase>,
+    pub extractor: Arc<EntityExtractor>,
+}
+
+impl Workspace {
+    /// The workspace `name` over `kb`, with an extractor of its own.
+    pub fn new(name: impl Into<Arc<str>>, kb: Arc<KnowledgeBase>) -> Self {
+        Workspace {
+            name: name.into(),
+            extractor: Arc::new(EntityExtractor::new(kb.clone())),
+            kb,
+        }
+    }
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Workspace").field(&self.name).finish()
+    }
+}
+
 /// What a tool call may use: the knowledge base, the entity extractor, and the caller's
 /// identity, which owns any memory the call touches.
 #[derive(Clone)]
@@ -17,6 +47,17 @@ pub struct ToolContext {
     pub extractor: Arc<EntityExtractor>,
     /// The API key's stable id. Memory is stored under it and recalled only with it.
     pub owner: String,
+}
+
+impl ToolContext {
+    /// A call in `workspace` for the key `owner`.
+    pub fn new(workspace: &Workspace, owner: String) -> Self {
+        ToolContext {
+            kb: workspace.kb.clone(),
+            extractor: workspace.extractor.clone(),
+            owner,
+        }
+    }
 }
 
 /// Why a call produced no result. Both become an error result the model sees.

@@ -23,6 +23,7 @@ use crate::config::AgentSection;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{Items, Range, Rules, ValidJson};
 use crate::peer::unless_client_leaves;
+use crate::workspaces::Workspace;
 use kbq_store::model::longer_than;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -252,6 +253,7 @@ fn validate(req: ChatRequest, limits: &AgentSection) -> Result<AgentRequest, Api
 async fn chat(
     agent: web::Data<Agent>,
     limits: web::Data<AgentSection>,
+    ws: web::ReqData<Workspace>,
     http: HttpRequest,
     ValidJson(req): ValidJson<ChatRequest>,
 ) -> Result<HttpResponse, ApiError> {
@@ -265,7 +267,7 @@ async fn chat(
     if stream {
         // Refusals (no provider, too many sessions) still answer before the stream begins.
         let (turn, events) = agent
-            .chat_streamed(request, owner)
+            .chat_streamed(&ws, request, owner)
             .await
             .map_err(ApiError::from)?;
         return Ok(super::event_stream()
@@ -275,7 +277,7 @@ async fn chat(
     // Dropping the chat future kills the session.
     let response = unless_client_leaves(
         &http,
-        outcome(agent.chat(request, owner)),
+        outcome(agent.chat(&ws, request, owner)),
         "session cancelled",
     )
     .await??;

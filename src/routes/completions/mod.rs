@@ -28,6 +28,7 @@ use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
 use crate::models::Models;
 use crate::peer::unless_client_leaves;
+use crate::workspaces::Workspace;
 
 pub use request::{CompletionRequest, MAX_MESSAGES, MAX_TOOLS, StreamOptions, state};
 
@@ -179,10 +180,13 @@ pub(crate) async fn completions(
     agent: web::Data<Agent>,
     models: web::Data<Models>,
     limits: web::Data<AgentSection>,
+    ws: web::ReqData<Workspace>,
     http: HttpRequest,
     ValidJson(req): ValidJson<CompletionRequest>,
 ) -> Result<HttpResponse, ApiError> {
-    let v = request::validate(req, &models, &limits)?;
+    let mut v = request::validate(req, &models, &limits)?;
+    // The built-in provider answers from the key's workspace.
+    v.request.workspace = Some(ws.knowledge.clone());
     let chain = models.chain(&v.chain_model).flatten();
     // Dropping the call abandons it and its retries.
     let result = unless_client_leaves(

@@ -588,6 +588,8 @@ pub(super) fn validate(
             temperature: req.temperature,
             max_tokens,
             options,
+            // The handler sets it: the request's workspace.
+            workspace: None,
         },
         stream,
         include_usage: req

@@ -1,0 +1,585 @@
+//! The admin API under `/admin/v1` (an `admin` key of `default`, see
+//! [`KeyIdentity::is_operator`]): workspaces created, listed, shown and deleted, and the keys
+//! of a workspace minted, listed and revoked. docs/workspaces.md tells the model.
+
+use std::sync::Arc;
+
+use actix_web::{HttpMessage, HttpResponse, web};
+use kbq_store::StoredKey;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::auth::{self, KeyIdentity, Keys, Scopes};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
+use crate::extract::ValidJson;
+use crate::offload::Offload;
+use crate::workspaces::{self, DEFAULT, Workspace, Workspaces};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/workspaces")
+            .route(web::post().to(create))
+            .route(web::get().to(list)),
+    )
+    .service(
+        web::resource("/workspaces/{workspace}")
+            .route(web::get().to(show))
+            .route(web::delete().to(delete)),
+    )
+    .service(
+        web::resource("/workspaces/{workspace}/keys")
+            .route(web::post().to(mint))
+            .route(web::get().to(keys)),
+    )
+    .service(
+        web::resource("/workspaces/{workspace}/keys/{key_id}").route(web::delete().to(revoke)),
+    );
+}
+
+/// Middleware of `/admin/v1`: `403 insufficient_scope` unless the key is an operator's (an
+/// `admin` key of `default`). An `admin` key minted for another workspace holds every scope
+/// there, but manages no workspace.
+pub async fn require_operator(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<
+    actix_web::dev::ServiceResponse<actix_web::body::EitherBody<impl actix_web::body::MessageBody>>,
+    actix_web::Error,
+> {
+    let operator = req
+        .extensions()
+        .get::<KeyIdentity>()
+        .is_some_and(KeyIdentity::is_operator);
+    if !operator {
+        return Ok(req
+            .error_response(ApiError::new(
+                ErrorCode::InsufficientScope,
+                "the admin API needs an `admin` key of the `default` workspace",
+            ))
+            .map_into_right_body());
+    }
+    Ok(next.call(req).await?.map_into_left_body())
+}
+
+/// The runtime the admin API's store work runs on.
+pub struct AdminService {
+    pub offload: Offload,
+}
+
+// ---- workspaces -------------------------------------------------------------------------
+
+/// A workspace to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewWorkspace {
+    /// 1-63 characters of `a-z`, `0-9` and `-`, starting with a letter.
+    #[schema(pattern = "^[a-z][a-z0-9-]{0,62}$")]
+    pub name: String,
+}
+
+/// What a workspace holds.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct WorkspaceCounts {
+    pub entities: u64,
+    pub relationships: u64,
+    pub documents: u64,
+    /// Agent memories, of every key of the workspace.
+    pub memories: u64,
+}
+
+/// A workspace: its name, what it holds, and its indexes on the node that answered.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkspaceView {
+    pub name: String,
+    /// When it was created (RFC 3339); `null` for `default`, which always exists.
+    pub created_at: Option<String>,
+    pub counts: WorkspaceCounts,
+    /// Heap bytes of the workspace's in-memory indexes on the node that answered.
+    pub index_bytes: u64,
+}
+
+/// The workspaces, `default` first, then by name.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkspaceList {
+    pub workspaces: Vec<WorkspaceView>,
+}
+
+/// What deleting a workspace did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WorkspaceDeletion {
+    pub name: String,
+    pub deleted: bool,
+}
+
+/// Creates a workspace: an empty knowledge base of its own, with no keys yet.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/workspaces",
+    tag = "admin",
+    request_body = NewWorkspace,
+    responses(
+        (status = 201, description = "The workspace, empty", body = WorkspaceView),
+        (status = 409, description = ErrorCode::Conflict.answers("a workspace of this name exists (`default` always does)"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn create(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    ValidJson(req): ValidJson<NewWorkspace>,
+) -> Result<HttpResponse, ApiError> {
+    check_name("name", &req.name)?;
+    if req.name == DEFAULT {
+        return Err(exists(&req.name));
+    }
+    let registry = all.registry().clone();
+    let name = req.name.clone();
+    let made = admin
+        .offload
+        .run(async move { registry.create_workspace(&name).await })
+        .await??
+        .ok_or_else(|| exists(&req.name))?;
+    Ok(HttpResponse::Created().json(WorkspaceView {
+        name: made.name,
+        created_at: Some(made.created_at),
+        counts: WorkspaceCounts::default(),
+        index_bytes: 0,
+    }))
+}
+
+/// Lists the workspaces with what each holds.
+///
+/// Each workspace is opened on the answering node to be counted, as its first use would.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/workspaces",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Every workspace, `default` first", body = WorkspaceList),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn list(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+) -> Result<HttpResponse, ApiError> {
+    let all = all.into_inner();
+    let registry = all.registry().clone();
+    let records = admin
+        .offload
+        .run(async move { registry.workspaces().await })
+        .await??;
+    let mut workspaces = vec![view(&admin, &all, DEFAULT, None).await?];
+    for record in records {
+        match view(&admin, &all, &record.name, Some(record.created_at)).await {
+            Ok(v) => workspaces.push(v),
+            // Deleted since the list was read.
+            Err(e) if e.code == ErrorCode::WorkspaceNotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(HttpResponse::Ok().json(WorkspaceList { workspaces }))
+}
+
+/// One workspace, as the list shows it.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/workspaces/{workspace}",
+    tag = "admin",
+    params(("workspace" = String, Path, description = "The workspace's name")),
+    responses(
+        (status = 200, description = "The workspace", body = WorkspaceView),
+        (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn show(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    let all = all.into_inner();
+    let created_at = created_at(&admin, &all, &name).await?;
+    Ok(HttpResponse::Ok().json(view(&admin, &all, &name, created_at).await?))
+}
+
+/// Deletes a workspace and everything in it: its knowledge base, its sources and jobs, and
+/// its keys, which stop working at once on this node (and within a second on the others).
+/// `default` cannot be deleted.
+#[utoipa::path(
+    delete,
+    path = "/admin/v1/workspaces/{workspace}",
+    tag = "admin",
+    params(("workspace" = String, Path, description = "The workspace's name")),
+    responses(
+        (status = 200, description = "The workspace is gone", body = WorkspaceDeletion),
+        (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
+        (status = 409, description = ErrorCode::Conflict.answers("`default` cannot be deleted"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer; a retry completes the delete"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn delete(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    keys: web::Data<Keys>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    if name == DEFAULT {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "the workspace `default` always exists and cannot be deleted",
+        ));
+    }
+    check_name("workspace", &name)?;
+    let registry = all.registry().clone();
+    let asked = name.clone();
+    let deleted = admin
+        .offload
+        .run(async move { registry.delete_workspace(&asked).await })
+        .await??;
+    // Closed either way: a workspace another node deleted meanwhile is gone here too.
+    all.close(&name);
+    keys.forget_minted();
+    if deleted.is_none() {
+        return Err(workspaces::not_found(&name));
+    }
+    tracing::info!(workspace = %name, "workspace deleted");
+    Ok(HttpResponse::Ok().json(WorkspaceDeletion {
+        name,
+        deleted: true,
+    }))
+}
+
+/// When the registry says `name` was created: `None` for `default`.
+async fn created_at(
+    admin: &AdminService,
+    all: &Arc<Workspaces>,
+    name: &str,
+) -> Result<Option<String>, ApiError> {
+    if name == DEFAULT {
+        return Ok(None);
+    }
+    check_name("workspace", name)?;
+    let (registry, asked) = (all.registry().clone(), name.to_string());
+    let record = admin
+        .offload
+        .run(async move { registry.workspace(&asked).await })
+        .await??
+        .ok_or_else(|| workspaces::not_found(name))?;
+    Ok(Some(record.created_at))
+}
+
+/// The view of the workspace `name`, opened on this node to be counted.
+async fn view(
+    admin: &AdminService,
+    all: &Arc<Workspaces>,
+    name: &str,
+    created_at: Option<String>,
+) -> Result<WorkspaceView, ApiError> {
+    let workspace = all.get(name).await?;
+    let counts = counts(admin, &workspace).await?;
+    let stats = workspace.kb.index_stats();
+    Ok(WorkspaceView {
+        name: name.to_string(),
+        created_at,
+        counts,
+        index_bytes: stats.graph_bytes
+            + stats.names_bytes
+            + stats.vectors_bytes
+            + stats.keyword_bytes
+            + stats.documents_bytes,
+    })
+}
+
+async fn counts(admin: &AdminService, workspace: &Workspace) -> Result<WorkspaceCounts, ApiError> {
+    let kb = workspace.kb.clone();
+    let (counts, memories) = admin
+        .offload
+        .run(async move { futures::try_join!(kb.counts(), kb.memory_count()) })
+        .await??;
+    Ok(WorkspaceCounts {
+        entities: counts.entities,
+        relationships: counts.relationships,
+        documents: counts.documents,
+        memories,
+    })
+}
+
+fn exists(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::Conflict,
+        format!("a workspace named `{name}` exists already"),
+    )
+}
+
+/// `field` follows the workspace name rule, or a 400 naming it.
+fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
+    if workspaces::valid_name(name) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            field,
+            format!("{field} must be {}", workspaces::NAME_RULE),
+        ))
+    }
+}
+
+// ---- keys -------------------------------------------------------------------------------
+
+/// What a key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyScope {
+    Read,
+    Write,
+    Agent,
+    Admin,
+}
+
+impl KeyScope {
+    fn as_str(self) -> &'static str {
+        match self {
+            KeyScope::Read => "read",
+            KeyScope::Write => "write",
+            KeyScope::Agent => "agent",
+            KeyScope::Admin => "admin",
+        }
+    }
+}
+
+/// A key to mint.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    /// What the key may do: at least one scope, each once.
+    #[schema(min_items = 1)]
+    pub scopes: Vec<KeyScope>,
+    /// A name for people and logs, by the name rule.
+    pub name: String,
+}
+
+impl crate::extract::Rules for NewKey {
+    const NAMES: &'static [&'static str] = &["name"];
+}
+
+/// A key just minted: the only time its secret is shown.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MintedKey {
+    /// The key's id: how it is listed and revoked, and the owner of its memories.
+    pub id: String,
+    /// The key itself. kbq keeps only its SHA-256 hash: this is the one time it is shown.
+    pub key: String,
+    pub name: String,
+    pub scopes: Vec<KeyScope>,
+    pub workspace: String,
+}
+
+/// A key as listed: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyView {
+    pub id: String,
+    pub name: String,
+    pub scopes: Vec<KeyScope>,
+    pub workspace: String,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// The keys of a workspace minted at run time, oldest first. Configured keys
+/// (`[[auth.keys]]`, `KBQ_API_KEYS`) are not listed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+/// What revoking a key did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyRevocation {
+    pub id: String,
+    pub revoked: bool,
+}
+
+/// Mints a key of the workspace, and answers it once.
+#[utoipa::path(
+    post,
+    path = "/admin/v1/workspaces/{workspace}/keys",
+    tag = "admin",
+    params(("workspace" = String, Path, description = "The workspace's name")),
+    request_body = NewKey,
+    responses(
+        (status = 201, description = "The key, shown this once", body = MintedKey),
+        (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn mint(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    name: web::Path<String>,
+    ValidJson(req): ValidJson<NewKey>,
+) -> Result<HttpResponse, ApiError> {
+    let workspace = name.into_inner();
+    check_name("workspace", &workspace)?;
+    if req.scopes.is_empty() {
+        return Err(ApiError::invalid(
+            "scopes",
+            "scopes must name at least one of read, write, agent, admin",
+        ));
+    }
+    let mut scopes = req.scopes.clone();
+    scopes.sort_by_key(|s| *s as u8);
+    scopes.dedup();
+    if scopes.len() != req.scopes.len() {
+        return Err(ApiError::invalid(
+            "scopes",
+            "scopes must name each scope once",
+        ));
+    }
+    crate::extract::name("name", &req.name)?;
+    let key = auth::new_key();
+    let hash = auth::hash(&key);
+    let stored = StoredKey {
+        id: hex::encode(&hash[..16]),
+        name: req.name.clone(),
+        scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
+        workspace: workspace.clone(),
+        sha256: hex::encode(hash),
+        created_at: String::new(),
+    };
+    let registry = all.registry().clone();
+    let written = stored.clone();
+    admin
+        .offload
+        .run(async move { registry.put_key(&written).await })
+        .await?
+        .map_err(|e| match e {
+            kbq_store::StoreError::Invalid { field, .. } if field == "workspace" => {
+                workspaces::not_found(&workspace)
+            }
+            e => ApiError::from(e),
+        })?;
+    tracing::info!(workspace = %stored.workspace, key = %stored.id, "key minted");
+    Ok(HttpResponse::Created().json(MintedKey {
+        id: stored.id,
+        key,
+        name: stored.name,
+        scopes,
+        workspace: stored.workspace,
+    }))
+}
+
+/// Lists the keys minted for the workspace: ids, names and scopes, never the keys.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/workspaces/{workspace}/keys",
+    tag = "admin",
+    params(("workspace" = String, Path, description = "The workspace's name")),
+    responses(
+        (status = 200, description = "The workspace's minted keys", body = KeyList),
+        (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn keys(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    name: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let workspace = name.into_inner();
+    let all = all.into_inner();
+    created_at(&admin, &all, &workspace).await?;
+    let registry = all.registry().clone();
+    let stored = admin
+        .offload
+        .run(async move { registry.keys_of(&workspace).await })
+        .await??;
+    let keys = stored
+        .into_iter()
+        .map(|k| KeyView {
+            scopes: scopes_of(&k.scopes),
+            id: k.id,
+            name: k.name,
+            workspace: k.workspace,
+            created_at: k.created_at,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(KeyList { keys }))
+}
+
+/// Revokes a key of the workspace: it stops working at once on this node, and within a
+/// second on the others.
+#[utoipa::path(
+    delete,
+    path = "/admin/v1/workspaces/{workspace}/keys/{key_id}",
+    tag = "admin",
+    params(
+        ("workspace" = String, Path, description = "The workspace's name"),
+        ("key_id" = String, Path, description = "The key's id: 32 hex digits"),
+    ),
+    responses(
+        (status = 200, description = "The key is revoked", body = KeyRevocation),
+        (status = 404, description = ErrorCode::NotFound.answers("the workspace has no key of this id"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn revoke(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    keys: web::Data<Keys>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (workspace, id) = path.into_inner();
+    let all = all.into_inner();
+    check_name("workspace", &workspace)?;
+    if !is_key_id(&id) {
+        return Err(ApiError::invalid(
+            "key_id",
+            "key_id must be 32 lowercase hex digits",
+        ));
+    }
+    created_at(&admin, &all, &workspace).await?;
+    let registry = all.registry().clone();
+    let asked = id.clone();
+    let revoked = admin
+        .offload
+        .run(async move { registry.revoke_key(&workspace, &asked).await })
+        .await??;
+    keys.forget_minted();
+    if !revoked {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            "the workspace has no key of this id",
+        ));
+    }
+    Ok(HttpResponse::Ok().json(KeyRevocation { id, revoked }))
+}
+
+/// A key's id: its hash's first half, as 32 lowercase hex digits.
+pub const KEY_ID_PATTERN: &str = "^[0-9a-f]{32}$";
+
+fn is_key_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Stored scope names as the API's scopes (names it does not know are left out).
+fn scopes_of(names: &[String]) -> Vec<KeyScope> {
+    let scopes = Scopes::from_names(Some(names));
+    [
+        KeyScope::Read,
+        KeyScope::Write,
+        KeyScope::Agent,
+        KeyScope::Admin,
+    ]
+    .into_iter()
+    .filter(|s| scopes.names().contains(&s.as_str()))
+    .collect()
+}

@@ -1,0 +1,192 @@
+//! `kbq workspaces`: the admin API's workspace and key operations against a store directly,
+//! for an operator without an HTTP admin key. Each prints its result as the admin API answers
+//! it (JSON), and nothing else on standard output.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Subcommand;
+use kbq_store::{KnowledgeBase, StoredKey};
+use serde_json::{Value, json};
+
+use crate::config::Config;
+use crate::workspaces::{DEFAULT, NAME_RULE, valid_name};
+
+#[derive(Debug, Subcommand)]
+pub enum WorkspacesCommand {
+    /// List the workspaces, `default` first, with their counts.
+    List,
+    /// Create an empty workspace.
+    Create { name: String },
+    /// Delete a workspace with all of its data and keys (`default` cannot be deleted).
+    Delete { name: String },
+    /// List a workspace's minted keys (never the keys themselves).
+    Keys { name: String },
+    /// Mint a key of a workspace and print it, once.
+    Mint {
+        name: String,
+        /// Comma-separated: read, write, agent, admin.
+        #[arg(long, default_value = "read")]
+        scopes: String,
+        /// A name for the key, for people and logs.
+        #[arg(long = "key-name", default_value = "cli")]
+        key_name: String,
+    },
+    /// Revoke a key of a workspace by its id.
+    Revoke { name: String, id: String },
+}
+
+/// Runs `command` against the configured store: 0 when it did what it was asked, 1 when the
+/// store refused or failed, 2 for an argument that breaks a rule.
+pub async fn run(config: Config, command: WorkspacesCommand) -> ExitCode {
+    match run_inner(&config, command).await {
+        Ok(out) => {
+            println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err((code, message)) => {
+            eprintln!("kbq: workspaces: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+type Failure = (u8, String);
+
+fn usage(message: String) -> Failure {
+    (2, message)
+}
+
+fn failed(e: impl std::fmt::Display) -> Failure {
+    (1, e.to_string())
+}
+
+fn checked(name: &str) -> Result<(), Failure> {
+    if valid_name(name) {
+        Ok(())
+    } else {
+        Err(usage(format!("`{name}` is no workspace name: {NAME_RULE}")))
+    }
+}
+
+async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value, Failure> {
+    let kb = KnowledgeBase::new(config.store_config(), config.embedder());
+    kb.connect(&kbq_store::progress::Silent)
+        .await
+        .map_err(failed)?;
+    match command {
+        WorkspacesCommand::List => {
+            let mut out = vec![view(&kb, DEFAULT, None).await?];
+            for w in kb.workspaces().await.map_err(failed)? {
+                let sibling = kb.workspace_kb(&w.database);
+                out.push(view(&sibling, &w.name, Some(w.created_at)).await?);
+            }
+            Ok(json!({"workspaces": out}))
+        }
+        WorkspacesCommand::Create { name } => {
+            checked(&name)?;
+            if name == DEFAULT {
+                return Err(failed("the workspace `default` always exists"));
+            }
+            let made = kb.create_workspace(&name).await.map_err(failed)?;
+            let made = made.ok_or_else(|| failed(format!("a workspace named `{name}` exists")))?;
+            Ok(json!({"name": made.name, "created_at": made.created_at}))
+        }
+        WorkspacesCommand::Delete { name } => {
+            if name == DEFAULT {
+                return Err(failed("the workspace `default` cannot be deleted"));
+            }
+            checked(&name)?;
+            let gone = kb.delete_workspace(&name).await.map_err(failed)?;
+            gone.ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
+            Ok(json!({"name": name, "deleted": true}))
+        }
+        WorkspacesCommand::Keys { name } => {
+            exists(&kb, &name).await?;
+            let keys: Vec<Value> = kb
+                .keys_of(&name)
+                .await
+                .map_err(failed)?
+                .into_iter()
+                .map(|k| {
+                    json!({"id": k.id, "name": k.name, "scopes": k.scopes,
+                        "workspace": k.workspace, "created_at": k.created_at})
+                })
+                .collect();
+            Ok(json!({"keys": keys}))
+        }
+        WorkspacesCommand::Mint {
+            name,
+            scopes,
+            key_name,
+        } => {
+            exists(&kb, &name).await?;
+            let mut list: Vec<String> = scopes
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+            if list.is_empty() || list.iter().any(|s| crate::auth::Scope::parse(s).is_none()) {
+                return Err(usage(format!(
+                    "--scopes `{scopes}`: name one or more of read, write, agent, admin"
+                )));
+            }
+            list.sort();
+            list.dedup();
+            kbq_store::model::check_name("--key-name", &key_name)
+                .map_err(|e| usage(e.to_string()))?;
+            let key = crate::auth::new_key();
+            let hash = crate::auth::hash(&key);
+            let stored = StoredKey {
+                id: hex::encode(&hash[..16]),
+                name: key_name,
+                scopes: list,
+                workspace: name,
+                sha256: hex::encode(hash),
+                created_at: String::new(),
+            };
+            kb.put_key(&stored).await.map_err(failed)?;
+            Ok(json!({"id": stored.id, "key": key, "name": stored.name,
+                "scopes": stored.scopes, "workspace": stored.workspace}))
+        }
+        WorkspacesCommand::Revoke { name, id } => {
+            exists(&kb, &name).await?;
+            if !kb.revoke_key(&name, &id).await.map_err(failed)? {
+                return Err(failed(format!("the workspace `{name}` has no key `{id}`")));
+            }
+            Ok(json!({"id": id, "revoked": true}))
+        }
+    }
+}
+
+/// `Ok` when the workspace `name` exists (`default` always does).
+async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
+    if name == DEFAULT {
+        return Ok(());
+    }
+    checked(name)?;
+    match kb.workspace(name).await.map_err(failed)? {
+        Some(_) => Ok(()),
+        None => Err(failed(format!("there is no workspace `{name}`"))),
+    }
+}
+
+/// A workspace as the admin API shows it.
+async fn view(
+    kb: &Arc<KnowledgeBase>,
+    name: &str,
+    created_at: Option<String>,
+) -> Result<Value, Failure> {
+    let counts = kb.counts().await.map_err(failed)?;
+    let memories = kb.memory_count().await.map_err(failed)?;
+    Ok(json!({
+        "name": name,
+        "created_at": created_at,
+        "counts": {
+            "entities": counts.entities,
+            "relationships": counts.relationships,
+            "documents": counts.documents,
+            "memories": memories,
+        },
+    }))
+}
