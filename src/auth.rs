@@ -371,6 +371,23 @@ pub async fn require_key(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    authenticate(req, next, true).await
+}
+
+/// Middleware of the admin API: [`require_key`] without a workspace. The admin API names the
+/// workspace it manages in its path, and reads no knowledge of the key's.
+pub async fn require_key_alone(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
+    authenticate(req, next, false).await
+}
+
+async fn authenticate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    with_workspace: bool,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
     let keys = req.app_data::<web::Data<Keys>>().cloned();
     let identity = match (keys, presented_key(&req)) {
         (Some(keys), Some(k)) if !k.is_empty() => match keys.resolve(k).await {
@@ -390,9 +407,12 @@ pub async fn require_key(
             .map_into_right_body());
     };
     tracing::Span::current().record("key", &*identity.name);
-    let workspace = match workspace_of(&req, &identity).await {
-        Ok(w) => w,
-        Err(e) => return Ok(req.error_response(e).map_into_right_body()),
+    let workspace = match with_workspace {
+        false => None,
+        true => match workspace_of(&req, &identity).await {
+            Ok(w) => w,
+            Err(e) => return Ok(req.error_response(e).map_into_right_body()),
+        },
     };
     req.extensions_mut().insert(identity);
     if let Some(workspace) = workspace {

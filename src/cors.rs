@@ -42,7 +42,7 @@ impl CorsOrigins {
 /// Methods a preflight may ask for.
 pub const METHODS: &str = "GET, POST, DELETE, OPTIONS";
 /// Request headers a preflight may ask for.
-pub const ALLOW_HEADERS: &str = "authorization, x-api-key, content-type, x-request-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name, last-event-id";
+pub const ALLOW_HEADERS: &str = "authorization, x-api-key, x-kbq-workspace, content-type, x-request-id, mcp-session-id, mcp-protocol-version, mcp-method, mcp-name, last-event-id";
 /// Response headers a page may read.
 pub const EXPOSE_HEADERS: &str = "x-request-id, retry-after, ratelimit-limit, ratelimit-remaining, ratelimit-reset, ratelimit-policy, x-api-deprecated, deprecation, sunset, link, x-kbq-provider, mcp-session-id";
 /// How long a browser may keep a preflight's answer, in seconds.

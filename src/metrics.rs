@@ -260,6 +260,10 @@ pub struct MemoryReading {
     pub resident_bytes: Option<u64>,
     /// Ingestion jobs this node holds in memory: queued, running, ended.
     pub ingest_jobs: (u64, u64, u64),
+    /// The workspaces other than `default` open on this node at the last sweep.
+    pub workspaces: crate::workspaces::Swept,
+    /// Workspaces this node has closed since it started: idle, and for the index budget.
+    pub workspaces_closed: (u64, u64),
 }
 
 impl MemoryReading {
@@ -317,6 +321,39 @@ impl MemoryReading {
         let (queued, running, ended) = self.ingest_jobs;
         for (state, n) in [("queued", queued), ("running", running), ("ended", ended)] {
             let _ = writeln!(out, "kbq_ingest_jobs{{state=\"{state}\"}} {n}");
+        }
+        header(
+            out,
+            "kbq_workspaces_open",
+            "gauge",
+            "Workspaces other than default open on this node (their indexes built), at the last sweep (every 5 s at most). The kbq_index_* series are default's.",
+        );
+        let _ = writeln!(out, "kbq_workspaces_open {}", self.workspaces.open);
+        header(
+            out,
+            "kbq_workspaces_index_bytes",
+            "gauge",
+            "Approximate heap bytes of the indexes of the workspaces other than default open on this node, at the last sweep; workspaces.index_budget_mb bounds it.",
+        );
+        let _ = writeln!(
+            out,
+            "kbq_workspaces_index_bytes {}",
+            self.workspaces.index_bytes
+        );
+        header(
+            out,
+            "kbq_workspaces_closed_total",
+            "counter",
+            "Workspaces this node closed, by reason: idle (workspaces.idle_close_secs) or budget (workspaces.index_budget_mb).",
+        );
+        for (reason, n) in [
+            ("idle", self.workspaces_closed.0),
+            ("budget", self.workspaces_closed.1),
+        ] {
+            let _ = writeln!(
+                out,
+                "kbq_workspaces_closed_total{{reason=\"{reason}\"}} {n}"
+            );
         }
         if let Some(rss) = self.resident_bytes {
             header(
@@ -404,6 +441,7 @@ pub async fn metrics(
     kb: web::Data<KnowledgeBase>,
     readiness: web::Data<Readiness>,
     sources: web::Data<crate::routes::sources::SourcesService>,
+    workspaces: web::Data<crate::workspaces::Workspaces>,
 ) -> HttpResponse {
     let store_up = crate::routes::probes::store_state(&kb).await == "up";
     // Walking every index takes milliseconds on a large store: off the HTTP worker.
@@ -417,6 +455,8 @@ pub async fn metrics(
         indexes,
         resident_bytes: resident_bytes(),
         ingest_jobs: sources.ingestor().jobs_here(),
+        workspaces: workspaces.last_sweep(),
+        workspaces_closed: workspaces.closed(),
     };
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

@@ -598,7 +598,10 @@ fn add_layer_errors(path: &str, op: &mut Operation) {
     }
     if keyed {
         codes.extend([ErrorCode::RateLimitExceeded, ErrorCode::Internal]);
-        // The key's workspace, or the one an operator's key names (crate::workspaces).
+    }
+    // The key's workspace, or the one an operator's key names (crate::workspaces); the admin
+    // API names its workspace in its paths instead.
+    if keyed && !path.starts_with("/admin/") {
         codes.extend([
             ErrorCode::InvalidRequest,
             ErrorCode::WorkspaceForbidden,

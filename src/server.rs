@@ -71,6 +71,8 @@ pub struct Server {
     startup: tokio::task::JoinHandle<()>,
     /// Follows writes made by other nodes (a shared SurrealDB server only), once connected.
     follower: Follower,
+    /// Closes the workspaces `[workspaces]` says not to keep open.
+    _sweeper: tokio_util::task::AbortOnDropHandle<()>,
 }
 
 impl Server {
@@ -154,7 +156,10 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         runtime.ingest.clone(),
         runtime.ingestors.clone(),
         Offload::current(),
+        config.store.follow_changes && kb.config().is_server(),
+        config.keeping(),
     ));
+    let sweeper = workspaces.clone().into_inner().keep_sweeping();
     let keys = web::Data::new(keys.with_minted(kb.clone(), Offload::current()));
     let versions = web::Data::new(Versions::new(&config.versions, options.clock.clone()));
     let graph = web::Data::new(runtime.graph.clone());
@@ -325,6 +330,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         runtime,
         startup,
         follower,
+        _sweeper: sweeper,
     })
 }
 
@@ -413,6 +419,8 @@ pub async fn mcp_stdio(config: Config, key: Option<String>) -> anyhow::Result<()
         runtime.ingest.clone(),
         runtime.ingestors.clone(),
         Offload::current(),
+        config.store.follow_changes && kb.config().is_server(),
+        config.keeping(),
     ));
     let caller = match key {
         None => crate::mcp::Caller::local(workspaces.default_workspace().clone()),

@@ -14,6 +14,7 @@
 //! connection and builds its own indexes.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
@@ -50,9 +51,34 @@ pub fn valid_name(name: &str) -> bool {
 /// a workspace deleted through another node stops answering here within this window.
 const RECHECK: Duration = Duration::from_secs(1);
 
-/// The longest a request waits for a workspace to open (connect and build its indexes)
-/// before it gets a 503 that says so.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often [`Workspaces::sweep`] runs on a server.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// A workspace used this recently is not closed to keep the index budget: it is serving.
+const IN_USE: Duration = Duration::from_secs(1);
+
+/// What a node keeps open (`[workspaces]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Keeping {
+    /// Close a workspace unused this long; `None`: never.
+    pub idle_close: Option<Duration>,
+    /// Close the least recently used workspaces while their indexes hold more heap bytes
+    /// than this; `None`: no bound.
+    pub index_budget: Option<u64>,
+    /// The longest a request waits for its workspace to open (connect and build its
+    /// indexes) before it gets a 503 that says so.
+    pub open_timeout: Duration,
+}
+
+impl Default for Keeping {
+    fn default() -> Self {
+        Keeping {
+            idle_close: None,
+            index_budget: None,
+            open_timeout: Duration::from_secs(30),
+        }
+    }
+}
 
 /// A request's workspace as the key middleware resolved it: its knowledge (what the actors,
 /// tools and providers read; see [`kbq_tools::Workspace`]) and its ingestion. Handlers take
@@ -79,6 +105,11 @@ struct Open {
     workspace: tokio::sync::OnceCell<Workspace>,
     /// When the registry last said the workspace exists.
     checked: parking_lot::Mutex<Instant>,
+    /// When a request last used it, in milliseconds since [`Workspaces`]' epoch.
+    last_used: AtomicU64,
+    /// The task that follows other nodes' writes to the workspace (a shared server), aborted
+    /// when the workspace is closed here.
+    follower: parking_lot::Mutex<Option<tokio_util::task::AbortOnDropHandle<()>>>,
 }
 
 /// The workspaces of this node: `default`, and those opened since start-up.
@@ -88,19 +119,47 @@ pub struct Workspaces {
     ingestors: Ingestors,
     /// Where registry reads and a workspace's opening run: not on an HTTP worker's thread.
     offload: Offload,
+    /// Whether an opened workspace follows other nodes' writes (`store.follow_changes` on a
+    /// shared server), as the default one does.
+    follow: bool,
+    keeping: Keeping,
+    /// What `Open::last_used` counts from.
+    epoch: Instant,
+    /// What the last sweep left open, for `/metrics` and `/readyz`.
+    last_sweep: parking_lot::Mutex<Swept>,
+    /// Workspaces the sweeps closed since start-up: idle, and for the budget.
+    closed: (AtomicU64, AtomicU64),
+}
+
+/// What [`Workspaces::sweep`] closed, and what stays open.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub closed_idle: usize,
+    pub closed_for_budget: usize,
+    /// Workspaces other than `default` open after the sweep, and their indexes' heap bytes.
+    pub open: usize,
+    pub index_bytes: u64,
 }
 
 impl Workspaces {
     /// The workspaces of a node whose default workspace is `kb` (which also holds the
-    /// registry) with `ingestor`; `ingestors` starts the ingestion of the others.
+    /// registry) with `ingestor`; `ingestors` starts the ingestion of the others. With
+    /// `follow`, each workspace opened follows the writes other nodes make to it.
     pub fn new(
         kb: Arc<KnowledgeBase>,
         ingestor: Ingestor,
         ingestors: Ingestors,
         offload: Offload,
+        follow: bool,
+        keeping: Keeping,
     ) -> Self {
         Workspaces {
             offload,
+            follow,
+            keeping,
+            epoch: Instant::now(),
+            last_sweep: parking_lot::Mutex::new(Swept::default()),
+            closed: (AtomicU64::new(0), AtomicU64::new(0)),
             default: Workspace {
                 knowledge: kbq_tools::Workspace::new(DEFAULT, kb),
                 ingestor,
@@ -132,6 +191,7 @@ impl Workspaces {
             && open.checked.lock().elapsed() < RECHECK
             && let Some(workspace) = open.workspace.get()
         {
+            self.touch(&open);
             return Ok(workspace.clone());
         }
         let (this, name) = (self.clone(), name.to_string());
@@ -143,9 +203,14 @@ impl Workspaces {
     /// [`get`](Self::get)'s slow path: the registry read, and the opening.
     async fn load(&self, name: &str) -> Result<Workspace, ApiError> {
         let open = self.open(name).await?;
+        self.touch(&open);
         let opening = open.workspace.get_or_try_init(|| async {
             let kb = self.registry().workspace_kb(&open.database);
-            tokio::time::timeout(OPEN_TIMEOUT, kb.connect(&kbq_store::progress::Silent))
+            if self.follow {
+                kb.follow_changes_from_start();
+            }
+            let timeout = self.keeping.open_timeout;
+            tokio::time::timeout(timeout, kb.connect(&kbq_store::progress::Silent))
                 .await
                 .map_err(|_| {
                     ApiError::new(
@@ -156,6 +221,10 @@ impl Workspaces {
                     )
                 })?
                 .map_err(ApiError::from)?;
+            if self.follow {
+                let (task, _) = kb.follow_changes();
+                *open.follower.lock() = Some(tokio_util::task::AbortOnDropHandle::new(task));
+            }
             let ingestor = self
                 .ingestors
                 .start(kb.clone())
@@ -208,9 +277,126 @@ impl Workspaces {
     }
 
     fn stop(&self, open: &Open) {
+        open.follower.lock().take();
         if let Some(workspace) = open.workspace.get() {
             self.ingestors.stop(&workspace.ingestor);
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn touch(&self, open: &Open) {
+        open.last_used.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Closes what `[workspaces]` says not to keep: the workspaces unused for
+    /// `idle_close_secs`, then, while the open workspaces' indexes hold more than
+    /// `index_budget_mb`, the least recently used. `default` is never closed, nor a workspace
+    /// with ingestion jobs queued or running here, nor (for the budget) one used within the
+    /// last second. A request that holds a closed workspace finishes with it; the next one
+    /// opens it again. It walks every open index: run it off the async threads.
+    pub fn sweep(&self) -> Swept {
+        let now = self.now_ms();
+        let mut swept = Swept::default();
+        let mut open: Vec<(Arc<str>, u64, u64, bool)> = Vec::new();
+        for entry in self.open.iter() {
+            let Some(workspace) = entry.value().workspace.get() else {
+                continue;
+            };
+            let (queued, running, _) = workspace.ingestor.jobs_here();
+            let stats = workspace.kb.index_stats();
+            let bytes = stats.graph_bytes
+                + stats.names_bytes
+                + stats.vectors_bytes
+                + stats.keyword_bytes
+                + stats.documents_bytes;
+            let used = entry.value().last_used.load(Ordering::Relaxed);
+            open.push((entry.key().clone(), used, bytes, queued + running > 0));
+        }
+        let idle =
+            |used: u64, limit: Duration| now.saturating_sub(used) >= limit.as_millis() as u64;
+        if let Some(limit) = self.keeping.idle_close {
+            open.retain(|(name, used, _, busy)| {
+                let close = !busy && idle(*used, limit);
+                if close {
+                    tracing::info!(workspace = %name, "closed an idle workspace");
+                    self.close(name);
+                    swept.closed_idle += 1;
+                }
+                !close
+            });
+        }
+        let mut total: u64 = open.iter().map(|o| o.2).sum();
+        if let Some(budget) = self.keeping.index_budget {
+            open.sort_by_key(|o| o.1);
+            let mut kept = Vec::new();
+            for (name, used, bytes, busy) in open {
+                if total > budget && !busy && idle(used, IN_USE) {
+                    tracing::info!(workspace = %name, index_bytes = bytes, "closed a workspace to keep the index budget");
+                    self.close(&name);
+                    total -= bytes;
+                    swept.closed_for_budget += 1;
+                } else {
+                    kept.push((name, used, bytes, busy));
+                }
+            }
+            open = kept;
+        }
+        swept.open = open.len();
+        swept.index_bytes = total;
+        *self.last_sweep.lock() = swept;
+        self.closed
+            .0
+            .fetch_add(swept.closed_idle as u64, Ordering::Relaxed);
+        self.closed
+            .1
+            .fetch_add(swept.closed_for_budget as u64, Ordering::Relaxed);
+        swept
+    }
+
+    /// Workspaces the sweeps closed since start-up: (idle, for the index budget).
+    pub fn closed(&self) -> (u64, u64) {
+        (
+            self.closed.0.load(Ordering::Relaxed),
+            self.closed.1.load(Ordering::Relaxed),
+        )
+    }
+
+    /// What the last [`sweep`](Self::sweep) left open.
+    pub fn last_sweep(&self) -> Swept {
+        *self.last_sweep.lock()
+    }
+
+    /// How often to sweep: every [`SWEEP_EVERY`], or a quarter of `idle_close` when that is
+    /// shorter (at least every 250 ms).
+    pub fn sweep_every(&self) -> Duration {
+        match self.keeping.idle_close {
+            Some(idle) => (idle / 4).clamp(Duration::from_millis(250), SWEEP_EVERY),
+            None => SWEEP_EVERY,
+        }
+    }
+
+    /// Sweeps every [`sweep_every`](Self::sweep_every) until the returned task is dropped.
+    pub fn keep_sweeping(self: &Arc<Self>) -> tokio_util::task::AbortOnDropHandle<()> {
+        let this = self.clone();
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(this.sweep_every());
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let sweeping = this.clone();
+                let _ = tokio::task::spawn_blocking(move || sweeping.sweep()).await;
+            }
+        }))
+    }
+
+    /// The workspace `name` when this node has it open (its indexes built), without
+    /// opening it.
+    pub fn opened(&self, name: &str) -> Option<Workspace> {
+        let open = self.open.get(name)?.clone();
+        open.workspace.get().cloned()
     }
 
     /// Whether `name` is open on this node (its indexes built or being built).
@@ -233,6 +419,8 @@ impl From<&WorkspaceRecord> for Open {
             database: record.database.clone(),
             workspace: tokio::sync::OnceCell::new(),
             checked: parking_lot::Mutex::new(Instant::now()),
+            last_used: AtomicU64::new(0),
+            follower: parking_lot::Mutex::new(None),
         }
     }
 }

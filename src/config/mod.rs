@@ -17,6 +17,7 @@ mod agent;
 mod edge;
 mod ingest;
 mod store;
+mod workspaces;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ pub use edge::{
 };
 pub use ingest::IngestSection;
 pub use store::{EmbedderKind, EmbedderSection, GraphSection, StoreSection};
+pub use workspaces::WorkspacesSection;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -54,6 +56,8 @@ pub struct Config {
     pub health: HealthSection,
     /// Ingestion of raw documents.
     pub ingest: IngestSection,
+    /// What a node keeps open of the workspaces it serves.
+    pub workspaces: WorkspacesSection,
     pub limits: LimitsSection,
     pub auth: AuthSection,
     /// API versions by path prefix (`v1`, ...).
@@ -74,6 +78,7 @@ impl Default for Config {
             embedder: EmbedderSection::default(),
             health: HealthSection::default(),
             ingest: IngestSection::default(),
+            workspaces: WorkspacesSection::default(),
             limits: LimitsSection::default(),
             auth: AuthSection::default(),
             versions: BTreeMap::from([("v1".to_string(), VersionSection::v1())]),
@@ -171,6 +176,7 @@ impl Config {
         self.limits.validate()?;
         agent::validate_providers(&self.providers)?;
         self.ingest.validate(&self.providers)?;
+        self.workspaces.validate()?;
         self.auth.validate()?;
         for (name, version) in &self.versions {
             version.validate(name)?;
@@ -178,6 +184,16 @@ impl Config {
         self.log.validate()?;
         self.embedder.validate()?;
         self.chat.validate(&self.providers)
+    }
+
+    /// What a node keeps open of its workspaces (`[workspaces]`).
+    pub fn keeping(&self) -> crate::workspaces::Keeping {
+        let w = &self.workspaces;
+        crate::workspaces::Keeping {
+            idle_close: (w.idle_close_secs > 0).then(|| Duration::from_secs(w.idle_close_secs)),
+            index_budget: (w.index_budget_mb > 0).then_some(w.index_budget_mb << 20),
+            open_timeout: Duration::from_secs(w.open_timeout_secs),
+        }
     }
 
     /// The configured embedder. The API key is read from its variable here.

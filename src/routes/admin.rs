@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpResponse, web};
-use kbq_store::StoredKey;
+use kbq_store::{StoredKey, WorkspaceRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -13,7 +13,7 @@ use crate::auth::{self, KeyIdentity, Keys, Scopes};
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
 use crate::offload::Offload;
-use crate::workspaces::{self, DEFAULT, Workspace, Workspaces};
+use crate::workspaces::{self, DEFAULT, Workspaces};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -92,9 +92,13 @@ pub struct WorkspaceCounts {
 pub struct WorkspaceView {
     pub name: String,
     /// When it was created (RFC 3339); `null` for `default`, which always exists.
+    #[schema(required = true)]
     pub created_at: Option<String>,
     pub counts: WorkspaceCounts,
-    /// Heap bytes of the workspace's in-memory indexes on the node that answered.
+    /// Whether the node that answered has the workspace open (its indexes built).
+    pub loaded: bool,
+    /// Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when
+    /// it is not open there.
     pub index_bytes: u64,
 }
 
@@ -144,13 +148,14 @@ async fn create(
         name: made.name,
         created_at: Some(made.created_at),
         counts: WorkspaceCounts::default(),
+        loaded: false,
         index_bytes: 0,
     }))
 }
 
 /// Lists the workspaces with what each holds.
 ///
-/// Each workspace is opened on the answering node to be counted, as its first use would.
+/// A workspace the answering node has not opened is counted in the store, and stays closed.
 #[utoipa::path(
     get,
     path = "/admin/v1/workspaces",
@@ -173,12 +178,7 @@ async fn list(
         .await??;
     let mut workspaces = vec![view(&admin, &all, DEFAULT, None).await?];
     for record in records {
-        match view(&admin, &all, &record.name, Some(record.created_at)).await {
-            Ok(v) => workspaces.push(v),
-            // Deleted since the list was read.
-            Err(e) if e.code == ErrorCode::WorkspaceNotFound => {}
-            Err(e) => return Err(e),
-        }
+        workspaces.push(view(&admin, &all, &record.name.clone(), Some(record)).await?);
     }
     Ok(HttpResponse::Ok().json(WorkspaceList { workspaces }))
 }
@@ -203,8 +203,8 @@ async fn show(
 ) -> Result<HttpResponse, ApiError> {
     let name = name.into_inner();
     let all = all.into_inner();
-    let created_at = created_at(&admin, &all, &name).await?;
-    Ok(HttpResponse::Ok().json(view(&admin, &all, &name, created_at).await?))
+    let record = record(&admin, &all, &name).await?;
+    Ok(HttpResponse::Ok().json(view(&admin, &all, &name, record).await?))
 }
 
 /// Deletes a workspace and everything in it: its knowledge base, its sources and jobs, and
@@ -242,11 +242,13 @@ async fn delete(
     let deleted = admin
         .offload
         .run(async move { registry.delete_workspace(&asked).await })
-        .await??;
-    // Closed either way: a workspace another node deleted meanwhile is gone here too.
+        .await?;
+    // Closed whatever the store answered: a workspace another node deleted meanwhile is
+    // gone here too, and one whose delete failed is read again from the registry at its
+    // next use.
     all.close(&name);
     keys.forget_minted();
-    if deleted.is_none() {
+    if deleted?.is_none() {
         return Err(workspaces::not_found(&name));
     }
     tracing::info!(workspace = %name, "workspace deleted");
@@ -256,12 +258,12 @@ async fn delete(
     }))
 }
 
-/// When the registry says `name` was created: `None` for `default`.
-async fn created_at(
+/// The registry's record of `name` (`None` for `default`), or `404 workspace_not_found`.
+async fn record(
     admin: &AdminService,
     all: &Arc<Workspaces>,
     name: &str,
-) -> Result<Option<String>, ApiError> {
+) -> Result<Option<WorkspaceRecord>, ApiError> {
     if name == DEFAULT {
         return Ok(None);
     }
@@ -272,42 +274,62 @@ async fn created_at(
         .run(async move { registry.workspace(&asked).await })
         .await??
         .ok_or_else(|| workspaces::not_found(name))?;
-    Ok(Some(record.created_at))
+    Ok(Some(record))
 }
 
-/// The view of the workspace `name`, opened on this node to be counted.
+/// The view of the workspace `name` (of the registry's `record`; `None` for `default`):
+/// counted by its open knowledge base when this node has it open, else in the store,
+/// without opening it.
 async fn view(
     admin: &AdminService,
     all: &Arc<Workspaces>,
     name: &str,
-    created_at: Option<String>,
+    record: Option<WorkspaceRecord>,
 ) -> Result<WorkspaceView, ApiError> {
-    let workspace = all.get(name).await?;
-    let counts = counts(admin, &workspace).await?;
-    let stats = workspace.kb.index_stats();
+    let open = match name {
+        DEFAULT => Some(all.default_workspace().clone()),
+        _ => all.opened(name),
+    };
+    let registry = all.registry().clone();
+    let (created_at, database) = match record {
+        Some(r) => (Some(r.created_at), Some(r.database)),
+        None => (None, None),
+    };
+    let (counts, memories, index_bytes) = match (&open, database) {
+        (Some(workspace), _) => {
+            let kb = workspace.kb.clone();
+            let (counts, memories) = admin
+                .offload
+                .run(async move { futures::try_join!(kb.counts(), kb.memory_count()) })
+                .await??;
+            let stats = workspace.kb.index_stats();
+            let bytes = stats.graph_bytes
+                + stats.names_bytes
+                + stats.vectors_bytes
+                + stats.keyword_bytes
+                + stats.documents_bytes;
+            (counts, memories, bytes)
+        }
+        (None, Some(database)) => {
+            let (counts, memories) = admin
+                .offload
+                .run(async move { registry.database_counts(&database).await })
+                .await??;
+            (counts, memories, 0)
+        }
+        (None, None) => return Err(workspaces::not_found(name)),
+    };
     Ok(WorkspaceView {
         name: name.to_string(),
         created_at,
-        counts,
-        index_bytes: stats.graph_bytes
-            + stats.names_bytes
-            + stats.vectors_bytes
-            + stats.keyword_bytes
-            + stats.documents_bytes,
-    })
-}
-
-async fn counts(admin: &AdminService, workspace: &Workspace) -> Result<WorkspaceCounts, ApiError> {
-    let kb = workspace.kb.clone();
-    let (counts, memories) = admin
-        .offload
-        .run(async move { futures::try_join!(kb.counts(), kb.memory_count()) })
-        .await??;
-    Ok(WorkspaceCounts {
-        entities: counts.entities,
-        relationships: counts.relationships,
-        documents: counts.documents,
-        memories,
+        counts: WorkspaceCounts {
+            entities: counts.entities,
+            relationships: counts.relationships,
+            documents: counts.documents,
+            memories,
+        },
+        loaded: open.is_some(),
+        index_bytes,
     })
 }
 
@@ -360,7 +382,8 @@ pub struct NewKey {
     /// What the key may do: at least one scope, each once.
     #[schema(min_items = 1)]
     pub scopes: Vec<KeyScope>,
-    /// A name for people and logs, by the name rule.
+    /// A name for people and logs, by the rule of entity names (not blank, no control
+    /// characters).
     pub name: String,
 }
 
@@ -495,7 +518,7 @@ async fn keys(
 ) -> Result<HttpResponse, ApiError> {
     let workspace = name.into_inner();
     let all = all.into_inner();
-    created_at(&admin, &all, &workspace).await?;
+    record(&admin, &all, &workspace).await?;
     let registry = all.registry().clone();
     let stored = admin
         .offload
@@ -526,7 +549,7 @@ async fn keys(
     ),
     responses(
         (status = 200, description = "The key is revoked", body = KeyRevocation),
-        (status = 404, description = ErrorCode::NotFound.answers("the workspace has no key of this id"), body = ErrorBody),
+        (status = 404, description = format!("{}; or {}", ErrorCode::NotFound.answers("the workspace has no key of this id"), ErrorCode::WorkspaceNotFound.answers("no workspace has this name")), body = ErrorBody),
         (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
     ),
     security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
@@ -546,7 +569,7 @@ async fn revoke(
             "key_id must be 32 lowercase hex digits",
         ));
     }
-    created_at(&admin, &all, &workspace).await?;
+    record(&admin, &all, &workspace).await?;
     let registry = all.registry().clone();
     let asked = id.clone();
     let revoked = admin

@@ -66,12 +66,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .configure(completions::configure)
                 .configure(openai::configure),
         )
-        // The admin API: an operator's key (an `admin` key of `default`).
+        // The admin API: an operator's key (an `admin` key of `default`), with the graph
+        // budget. It names the workspace it manages in its paths: the key's is not resolved.
         .service(
             web::scope("/admin/v1")
                 .wrap(from_fn(admin::require_operator))
                 .wrap(from_fn(|req, next| require_scope(Scope::Admin, req, next)))
-                .wrap(from_fn(require_key))
+                .wrap(from_fn(|req, next| limits::limit(Route::Graph, req, next)))
+                .wrap(from_fn(crate::auth::require_key_alone))
                 .configure(admin::configure),
         )
         // Metrics for Prometheus: no key, like the probes; not versioned. After the API's

@@ -60,6 +60,11 @@ pub struct ProbeStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, value_type = Option<String>, pattern = "^(up|down)$")]
     pub store: Option<&'static str>,
+    /// `/readyz` only: the workspaces other than `default` this node has open (their
+    /// indexes built), as of its last sweep (docs/workspaces.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub workspaces_open: Option<usize>,
 }
 
 /// The process is up and serving HTTP.
@@ -75,6 +80,7 @@ async fn livez() -> HttpResponse {
         .json(ProbeStatus {
             status: "ok",
             store: None,
+            workspaces_open: None,
         })
 }
 
@@ -95,6 +101,7 @@ async fn livez() -> HttpResponse {
 async fn readyz(
     kb: web::Data<KnowledgeBase>,
     readiness: web::Data<Readiness>,
+    workspaces: Option<web::Data<crate::workspaces::Workspaces>>,
 ) -> Result<HttpResponse, ApiError> {
     if let Some(reason) = readiness.stage().reason() {
         return Err(ApiError::unavailable(format!("not ready: {reason}")));
@@ -105,6 +112,7 @@ async fn readyz(
         .json(ProbeStatus {
             status: "ready",
             store: Some(store),
+            workspaces_open: workspaces.map(|w| w.last_sweep().open),
         }))
 }
 

@@ -19,10 +19,10 @@ use serde_json::Value as Json;
 use surrealdb::IndexedResults;
 use surrealdb::types::{Datetime, Object, QueryError, RecordId, SurrealValue, Uuid};
 
-use crate::db::{failure, obj, rows_as};
+use crate::db::{failure, obj, query_on, rows_as};
 use crate::error::{Result, StoreError};
-use crate::kb::KnowledgeBase;
-use crate::model::table::{API_KEY, WORKSPACE};
+use crate::kb::{Counts, KnowledgeBase};
+use crate::model::table::{API_KEY, DOCUMENT, ENTITY, MEMORY, RELATES, WORKSPACE};
 
 /// The workspace that always exists: the configured database. It is not in the registry.
 pub const DEFAULT_WORKSPACE: &str = "default";
@@ -185,20 +185,24 @@ impl KnowledgeBase {
                 deleted.database
             )));
         }
-        self.registry()
+        // The workspace is gone once its record is: no request reaches its database after
+        // this, and a workspace made again with the name gets another. A database that could
+        // not be removed now only takes room.
+        let removed = self
+            .registry()
             .exec(
                 &format!("REMOVE DATABASE IF EXISTS `{}`", deleted.database),
                 Object::new(),
             )
-            .await
-            .inspect_err(|e| {
-                tracing::error!(
-                    workspace = name,
-                    database = %deleted.database,
-                    error = %e,
-                    "a deleted workspace's database was not removed"
-                );
-            })?;
+            .await;
+        if let Err(e) = removed {
+            tracing::error!(
+                workspace = name,
+                database = %deleted.database,
+                error = %e,
+                "a deleted workspace's database was not removed; it is unreachable, and takes room"
+            );
+        }
         Ok(Some(WorkspaceRecord {
             name: name.to_string(),
             database: deleted.database,
@@ -302,6 +306,61 @@ impl KnowledgeBase {
     }
 
     /// The knowledge base that holds the registry: the default workspace's.
+    /// What the database `database` holds (entities, relationships, documents) and its
+    /// memories, counted on a session of the registry's connection: without opening a
+    /// knowledge base over it, and so without building its indexes.
+    pub async fn database_counts(&self, database: &str) -> Result<(Counts, u64)> {
+        #[derive(Deserialize)]
+        struct Row {
+            entities: u64,
+            relationships: u64,
+            documents: u64,
+            memories: u64,
+        }
+        let registry = self.registry();
+        let c = registry.connection().await?;
+        let session = c.db.clone();
+        session
+            .use_database(&registry.config().namespace, database)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let mut resp = query_on(
+            &session,
+            // A workspace never opened has no tables yet, and counting one that does not
+            // exist is an error: each is counted only if the database has it.
+            &format!(
+                "LET $t = (INFO FOR DB).tables;
+                 RETURN {{
+                     entities: IF $t.{ENTITY} {{ count(SELECT VALUE id FROM {ENTITY}) }} ELSE {{ 0 }},
+                     relationships: IF $t.{RELATES} {{ count(SELECT VALUE id FROM {RELATES}) }} ELSE {{ 0 }},
+                     documents: IF $t.{DOCUMENT} {{ count(SELECT VALUE id FROM {DOCUMENT}) }} ELSE {{ 0 }},
+                     memories: IF $t.{MEMORY} {{ count(SELECT VALUE id FROM {MEMORY}) }} ELSE {{ 0 }}
+                 }}"
+            ),
+            Object::new(),
+            registry.config().query_timeout,
+        )
+        .await?;
+        let row: Option<Row> = resp
+            .take::<Option<Json>>(1)
+            .map_err(|e| StoreError::Query(e.to_string()))?
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| StoreError::Query(e.to_string()))?;
+        let row = row.unwrap_or(Row {
+            entities: 0,
+            relationships: 0,
+            documents: 0,
+            memories: 0,
+        });
+        let counts = Counts {
+            entities: row.entities,
+            relationships: row.relationships,
+            documents: row.documents,
+        };
+        Ok((counts, row.memories))
+    }
+
     fn registry(&self) -> &KnowledgeBase {
         self.parent().map_or(self, |parent| parent)
     }

@@ -34,7 +34,7 @@ fn sse_answer(text: &str) -> serde_json::Value {
 
 /// One request in 2026-07-28's form as `key` (no handshake: the version, the method and a
 /// tool's name in headers as well as in the body): its JSON-RPC answer.
-async fn request(t: &TestServer, key: &str, method: &str, mut params: Value) -> Value {
+pub(crate) async fn request(t: &TestServer, key: &str, method: &str, mut params: Value) -> Value {
     params["_meta"] = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}
@@ -59,7 +59,7 @@ async fn request(t: &TestServer, key: &str, method: &str, mut params: Value) -> 
 }
 
 /// A call of `tool` as `key`: the tool's result (`isError`, `structuredContent`, `content`).
-async fn call(t: &TestServer, key: &str, tool: &str, arguments: Value) -> Value {
+pub(crate) async fn call(t: &TestServer, key: &str, tool: &str, arguments: Value) -> Value {
     let answer = request(
         t,
         key,

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::support::{TestServer, eventually, test_config};
 
 /// A SurrealDB server on a loopback port, killed when dropped.
-struct SurrealServer {
+pub(crate) struct SurrealServer {
     child: Child,
     port: u16,
 }
@@ -30,7 +30,7 @@ struct SurrealServer {
 impl SurrealServer {
     /// Starts the server on `port` (0: a free one) with `storage` (`memory` or
     /// `surrealkv://PATH`), and waits until it accepts connections.
-    async fn start(port: u16, storage: &str) -> SurrealServer {
+    pub(crate) async fn start(port: u16, storage: &str) -> SurrealServer {
         let bin = std::env::var("TEST_SURREALDB_SERVER")
             .expect("TEST_SURREALDB_SERVER names the binary scripts/surrealdb-server prints");
         let port = if port == 0 {
@@ -85,7 +85,7 @@ impl Drop for SurrealServer {
     }
 }
 
-fn remote_config(db: &SurrealServer, graph_index: bool) -> Config {
+pub(crate) fn remote_config(db: &SurrealServer, graph_index: bool) -> Config {
     let mut c = test_config();
     c.store.url = db.url();
     c.store.username = Some("root".into());

@@ -38,6 +38,17 @@ export type ToolCallStarted = Schemas["ToolCallStarted"];
 export type ToolCallCompleted = Schemas["ToolCallCompleted"];
 export type ChatDelta = Schemas["ChatDelta"];
 export type ErrorBody = Schemas["ErrorBody"];
+export type NewWorkspace = Schemas["NewWorkspace"];
+export type WorkspaceView = Schemas["WorkspaceView"];
+export type WorkspaceCounts = Schemas["WorkspaceCounts"];
+export type WorkspaceList = Schemas["WorkspaceList"];
+export type WorkspaceDeletion = Schemas["WorkspaceDeletion"];
+export type KeyScope = Schemas["KeyScope"];
+export type NewKey = Schemas["NewKey"];
+export type MintedKey = Schemas["MintedKey"];
+export type KeyView = Schemas["KeyView"];
+export type KeyList = Schemas["KeyList"];
+export type KeyRevocation = Schemas["KeyRevocation"];
 
 export declare const VERSION: string;
 export declare const DEFAULT_BASE_URL: string;
@@ -61,6 +72,11 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   /** Called for answers from a deprecated API version. */
   onDeprecation?: (message: string) => void;
+  /**
+   * For an `admin` key of `default`: the workspace every request acts in, sent as
+   * `X-KBQ-Workspace`. Default: none, the key's own workspace.
+   */
+  workspace?: string;
 }
 
 export interface RequestOptions {
@@ -125,6 +141,8 @@ export declare class JobEventStream implements AsyncIterable<JobEvent> {
 export declare class Client {
   constructor(options?: ClientOptions);
   readonly baseUrl: string;
+  /** The workspace named in `X-KBQ-Workspace` on every request, or null (the key's own). */
+  readonly workspace: string | null;
   readonly graph: {
     traverse(args: TraversalRequest, options?: RequestOptions): Promise<TraversalResponse>;
     search(args: SearchRequest, options?: RequestOptions): Promise<SearchResponse>;
@@ -156,6 +174,16 @@ export declare class Client {
     chat(args: ChatArgs, options?: RequestOptions): Promise<ChatResponse>;
     chatStream(args: ChatArgs, options?: RequestOptions): Promise<ChatStream>;
     health(options?: RequestOptions): Promise<HealthReport>;
+  };
+  /** The admin API: an `admin` key of `default` (an operator's). */
+  readonly admin: {
+    createWorkspace(args: NewWorkspace, options?: RequestOptions): Promise<WorkspaceView>;
+    listWorkspaces(options?: RequestOptions): Promise<WorkspaceList>;
+    getWorkspace(name: string, options?: RequestOptions): Promise<WorkspaceView>;
+    deleteWorkspace(name: string, options?: RequestOptions): Promise<WorkspaceDeletion>;
+    mintKey(workspace: string, args: NewKey, options?: RequestOptions): Promise<MintedKey>;
+    listKeys(workspace: string, options?: RequestOptions): Promise<KeyList>;
+    revokeKey(workspace: string, keyId: string, options?: RequestOptions): Promise<KeyRevocation>;
   };
 }
 export default Client;

@@ -1,6 +1,7 @@
 // @kbq/client: the JavaScript client of kbq's v1 API (graph queries, RAG search, ingestion,
-// the agent with its streamed chat). fetch-based, no runtime dependency: Node 18+ and
-// browsers. Types: index.d.ts, over schema.d.ts generated from kbq's OpenAPI document.
+// the agent with its streamed chat) and of its admin API (workspaces and their keys).
+// fetch-based, no runtime dependency: Node 18+ and browsers. Types: index.d.ts, over
+// schema.d.ts generated from kbq's OpenAPI document.
 
 export const VERSION = "1.1.0";
 
@@ -68,9 +69,12 @@ export const STATUS_OF_CODE = {
   invalid_request: 400,
   INVALID_API_KEY: 401,
   insufficient_scope: 403,
+  workspace_forbidden: 403,
   not_found: 404,
+  workspace_not_found: 404,
   method_not_allowed: 405,
   request_timeout: 408,
+  conflict: 409,
   version_sunset: 410,
   payload_too_large: 413,
   unsupported_media_type: 415,
@@ -163,6 +167,13 @@ export const OPERATIONS = {
   ingest_retract: ["DELETE", "/data/v1/ingest/sources/{source}/{source_id}"],
   agent_chat: ["POST", "/v1/agent/chat"],
   agent_health: ["GET", "/v1/agent/health"],
+  admin_create: ["POST", "/admin/v1/workspaces"],
+  admin_list: ["GET", "/admin/v1/workspaces"],
+  admin_show: ["GET", "/admin/v1/workspaces/{workspace}"],
+  admin_delete: ["DELETE", "/admin/v1/workspaces/{workspace}"],
+  admin_mint: ["POST", "/admin/v1/workspaces/{workspace}/keys"],
+  admin_keys: ["GET", "/admin/v1/workspaces/{workspace}/keys"],
+  admin_revoke: ["DELETE", "/admin/v1/workspaces/{workspace}/keys/{key_id}"],
 };
 
 function op(operation, params = {}, options = {}) {
@@ -179,7 +190,10 @@ function op(operation, params = {}, options = {}) {
  * 429 or 503, each after what Retry-After asks (at most `maxRetryWait` ms, 30000), for reads
  * and upserts only unless a call passes `retry: true`. `fetch` replaces the global fetch;
  * `onDeprecation(message)` is called for answers from a deprecated API version (default: a
- * DeprecationWarning in Node, console.warn elsewhere).
+ * DeprecationWarning in Node, console.warn elsewhere). `workspace`, for an `admin` key of
+ * `default`, names the workspace every request acts in (sent as X-KBQ-Workspace); without
+ * it a request acts in the key's own. Any other key naming a workspace not its own gets
+ * PermissionDeniedError (code `workspace_forbidden`).
  */
 export class Client {
   constructor({
@@ -191,6 +205,7 @@ export class Client {
     defaultHeaders = {},
     fetch: fetchImpl,
     onDeprecation = defaultOnDeprecation,
+    workspace,
   } = {}) {
     apiKey = apiKey ?? env("KBQ_API_KEY");
     if (!apiKey) {
@@ -205,11 +220,14 @@ export class Client {
     this.maxRetryWait = maxRetryWait;
     this.onDeprecation = onDeprecation;
     this._fetch = fetchImpl ?? globalThis.fetch.bind(globalThis);
+    this.workspace = workspace ?? null;
     this._headers = { authorization: `Bearer ${apiKey}`, accept: "application/json", ...defaultHeaders };
+    if (workspace != null) this._headers["x-kbq-workspace"] = workspace;
     this.graph = new Graph(this);
     this.rag = new Rag(this);
     this.ingest = new Ingest(this);
     this.agent = new Agent(this);
+    this.admin = new Admin(this);
   }
 
   /** The answer of `c`, after any retries: a Response, not yet read. */
@@ -504,6 +522,64 @@ class Agent extends Resource {
   /** The providers' health; an unhealthy report (503) is returned, not thrown. */
   health(options) {
     return this._client._send(op("agent_health", {}, { answerStatuses: [503], idempotent: false }), options);
+  }
+}
+
+/**
+ * The admin API: workspaces, and the keys of each (an `admin` key of `default`, an
+ * operator's; any other key gets PermissionDeniedError, code `insufficient_scope`). A
+ * workspace that does not exist is a NotFoundError, code `workspace_not_found`.
+ */
+class Admin extends Resource {
+  /**
+   * Creates the workspace `name` (1-63 characters of a-z, 0-9 and "-", starting with a
+   * letter): an empty knowledge base of its own, with no keys yet. One that exists
+   * (`default` always does) is an APIError with status 409, code `conflict`.
+   */
+  createWorkspace({ name }, options) {
+    return this._client._send(op("admin_create", {}, { json: body({ name }) }), options);
+  }
+
+  /** Every workspace, `default` first, then by name, with what each holds. */
+  listWorkspaces(options) {
+    return this._client._send(op("admin_list"), options);
+  }
+
+  /** The workspace `name`, as the list shows it. */
+  getWorkspace(name, options) {
+    return this._client._send(op("admin_show", { workspace: name }), options);
+  }
+
+  /**
+   * Deletes a workspace and everything in it: its knowledge, its sources and jobs, and its
+   * keys, which stop working at once. `default` cannot be deleted (409 `conflict`).
+   */
+  deleteWorkspace(name, options) {
+    return this._client._send(op("admin_delete", { workspace: name }), options);
+  }
+
+  /**
+   * Mints a key of `workspace` with `scopes` ("read", "write", "agent", "admin"; at least
+   * one, each once) and a `name` for people and logs. The answer's `key` is the secret,
+   * shown this once: kbq keeps only its hash. Not retried after a 429 or 503: were a
+   * refused mint's key stored after all, a retry would mint a second one, and the first
+   * would be live with its secret shown to no one.
+   */
+  mintKey(workspace, { scopes, name }, options) {
+    return this._client._send(op("admin_mint", { workspace }, { json: body({ scopes, name }), idempotent: false }), options);
+  }
+
+  /** The keys minted for `workspace`, oldest first, never their secrets (configured keys are not listed). */
+  listKeys(workspace, options) {
+    return this._client._send(op("admin_keys", { workspace }), options);
+  }
+
+  /**
+   * Revokes the key `keyId` (a minted or listed key's `id`) of `workspace`: it stops working
+   * at once. NotFoundError (code `not_found`) when the workspace has no key of that id.
+   */
+  revokeKey(workspace, keyId, options) {
+    return this._client._send(op("admin_revoke", { workspace, key_id: keyId }), options);
   }
 }
 

@@ -4,6 +4,87 @@
  */
 
 export interface paths {
+    "/admin/v1/workspaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Lists the workspaces with what each holds.
+         * @description A workspace the answering node has not opened is counted in the store, and stays closed.
+         */
+        get: operations["admin_list"];
+        put?: never;
+        /** Creates a workspace: an empty knowledge base of its own, with no keys yet. */
+        post: operations["admin_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/workspaces/{workspace}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One workspace, as the list shows it. */
+        get: operations["admin_show"];
+        put?: never;
+        post?: never;
+        /**
+         * Deletes a workspace and everything in it: its knowledge base, its sources and jobs, and
+         *     its keys, which stop working at once on this node (and within a second on the others).
+         *     `default` cannot be deleted.
+         */
+        delete: operations["admin_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/workspaces/{workspace}/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Lists the keys minted for the workspace: ids, names and scopes, never the keys. */
+        get: operations["admin_keys"];
+        put?: never;
+        /** Mints a key of the workspace, and answers it once. */
+        post: operations["admin_mint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/v1/workspaces/{workspace}/keys/{key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revokes a key of the workspace: it stops working at once on this node, and within a
+         *     second on the others.
+         */
+        delete: operations["admin_revoke"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/ingest/documents": {
         parameters: {
             query?: never;
@@ -887,9 +968,12 @@ export interface components {
          *     - `invalid_request` (400): a missing, mistyped, unknown or out-of-range field, or a body that is not a JSON object
          *     - `INVALID_API_KEY` (401): no API key, or one that kbq does not know
          *     - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all)
+         *     - `workspace_forbidden` (403): the key named a workspace other than its own; only an admin key of `default` may
          *     - `not_found` (404): no such path, or an API version that kbq does not serve
+         *     - `workspace_not_found` (404): the workspace named in `X-KBQ-Workspace` or in the path does not exist
          *     - `method_not_allowed` (405): the path exists but not with this method
          *     - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed
+         *     - `conflict` (409): what the request would create exists already
          *     - `version_sunset` (410): the API version has passed its sunset date
          *     - `payload_too_large` (413): the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes`
          *     - `unsupported_media_type` (415): a source whose content type or file extension ingestion does not read; the message lists those it does
@@ -899,7 +983,7 @@ export interface components {
          *     - `upstream_error` (502): every language-model provider tried for the request failed
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "INVALID_API_KEY" | "not_found" | "method_not_allowed" | "version_sunset" | "insufficient_scope" | "payload_too_large" | "unsupported_media_type" | "RATE_LIMIT_EXCEEDED" | "internal_error" | "service_unavailable" | "upstream_error" | "request_timeout";
+        ErrorCode: "invalid_request" | "INVALID_API_KEY" | "not_found" | "method_not_allowed" | "version_sunset" | "insufficient_scope" | "payload_too_large" | "unsupported_media_type" | "RATE_LIMIT_EXCEEDED" | "internal_error" | "service_unavailable" | "upstream_error" | "request_timeout" | "workspace_not_found" | "workspace_forbidden" | "conflict";
         ErrorDetail: {
             code: components["schemas"]["ErrorCode"];
             /** @description The request field at fault (a JSON path such as `history[2].role`), only when one is. */
@@ -1082,6 +1166,32 @@ export interface components {
             /** Format: int64 */
             updated_at: number;
         };
+        /**
+         * @description The keys of a workspace minted at run time, oldest first. Configured keys
+         *     (`[[auth.keys]]`, `KBQ_API_KEYS`) are not listed.
+         */
+        KeyList: {
+            keys: components["schemas"]["KeyView"][];
+        };
+        /** @description What revoking a key did. */
+        KeyRevocation: {
+            id: string;
+            revoked: boolean;
+        };
+        /**
+         * @description What a key may do.
+         * @enum {string}
+         */
+        KeyScope: "read" | "write" | "agent" | "admin";
+        /** @description A key as listed: never its secret. */
+        KeyView: {
+            /** @description RFC 3339. */
+            created_at: string;
+            id: string;
+            name: string;
+            scopes: components["schemas"]["KeyScope"][];
+            workspace: string;
+        };
         /** @description A name that resolution merged into an entity (an alias), with the chunks that gave it. */
         Merge: {
             /** @description The name as a source gave it. */
@@ -1128,6 +1238,16 @@ export interface components {
         };
         /** @enum {string} */
         Method: "semantic" | "keyword" | "hybrid";
+        /** @description A key just minted: the only time its secret is shown. */
+        MintedKey: {
+            /** @description The key's id: how it is listed and revoked, and the owner of its memories. */
+            id: string;
+            /** @description The key itself. kbq keeps only its SHA-256 hash: this is the one time it is shown. */
+            key: string;
+            name: string;
+            scopes: components["schemas"]["KeyScope"][];
+            workspace: string;
+        };
         Model: {
             /**
              * Format: int64
@@ -1176,12 +1296,27 @@ export interface components {
             name: string;
             properties?: Record<string, never>;
         };
+        /** @description A key to mint. */
+        NewKey: {
+            /**
+             * @description A name for people and logs, by the rule of entity names (not blank, no control
+             *     characters).
+             */
+            name: string;
+            /** @description What the key may do: at least one scope, each once. */
+            scopes: components["schemas"]["KeyScope"][];
+        };
         /** @description A relationship as written by a client or an import file. */
         NewRelationship: {
             properties?: Record<string, never>;
             relationship_type: string;
             source_name: string;
             target_name: string;
+        };
+        /** @description A workspace to create. */
+        NewWorkspace: {
+            /** @description 1-63 characters of `a-z`, `0-9` and `-`, starting with a letter. */
+            name: string;
         };
         /** @description A probe's answer. */
         ProbeStatus: {
@@ -1193,6 +1328,11 @@ export interface components {
              *     indexes hold, and requests that need the store get 503 with `Retry-After`.
              */
             store?: string;
+            /**
+             * @description `/readyz` only: the workspaces other than `default` this node has open (their
+             *     indexes built), as of its last sweep (docs/workspaces.md).
+             */
+            workspaces_open?: number;
         };
         /** @description One provider's state as reported. */
         ProviderStatus: {
@@ -1430,6 +1570,44 @@ export interface components {
             /** @description True when `limit` stopped the walk before it met every reachable entity. */
             truncated: boolean;
         };
+        /** @description What a workspace holds. */
+        WorkspaceCounts: {
+            /** Format: int64 */
+            documents: number;
+            /** Format: int64 */
+            entities: number;
+            /**
+             * Format: int64
+             * @description Agent memories, of every key of the workspace.
+             */
+            memories: number;
+            /** Format: int64 */
+            relationships: number;
+        };
+        /** @description What deleting a workspace did. */
+        WorkspaceDeletion: {
+            deleted: boolean;
+            name: string;
+        };
+        /** @description The workspaces, `default` first, then by name. */
+        WorkspaceList: {
+            workspaces: components["schemas"]["WorkspaceView"][];
+        };
+        /** @description A workspace: its name, what it holds, and its indexes on the node that answered. */
+        WorkspaceView: {
+            counts: components["schemas"]["WorkspaceCounts"];
+            /** @description When it was created (RFC 3339); `null` for `default`, which always exists. */
+            created_at: string | null;
+            /**
+             * Format: int64
+             * @description Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when
+             *     it is not open there.
+             */
+            index_bytes: number;
+            /** @description Whether the node that answered has the workspace open (its indexes built). */
+            loaded: boolean;
+            name: string;
+        };
     };
     responses: {
         /** @description `INVALID_API_KEY`: no API key, or one that kbq does not know */
@@ -1448,6 +1626,15 @@ export interface components {
             headers: {
                 /** @description Seconds to wait before retrying */
                 "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description `conflict`: what the request would create exists already */
+        conflict: {
+            headers: {
                 [name: string]: unknown;
             };
             content: {
@@ -1555,6 +1742,24 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+        workspace_forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+        workspace_not_found: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
     };
     parameters: never;
     requestBodies: never;
@@ -1563,10 +1768,338 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    ingest_documents: {
+    admin_list: {
         parameters: {
             query?: never;
             header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every workspace, `default` first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceList"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewWorkspace"];
+            };
+        };
+        responses: {
+            /** @description The workspace, empty */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceView"];
+                };
+            };
+            400: components["responses"]["invalid_request"];
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            408: components["responses"]["request_timeout"];
+            /** @description `conflict`: a workspace of this name exists (`default` always does) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            413: components["responses"]["payload_too_large"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_show: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workspace's name */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workspace */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceView"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workspace's name */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workspace is gone */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceDeletion"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `conflict`: `default` cannot be deleted */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer; a retry completes the delete */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_keys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workspace's name */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The workspace's minted keys */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyList"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_mint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workspace's name */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NewKey"];
+            };
+        };
+        responses: {
+            /** @description The key, shown this once */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MintedKey"];
+                };
+            };
+            400: components["responses"]["invalid_request"];
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            408: components["responses"]["request_timeout"];
+            413: components["responses"]["payload_too_large"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_revoke: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workspace's name */
+                workspace: string;
+                /** @description The key's id: 32 hex digits */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key is revoked */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyRevocation"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `not_found`: the workspace has no key of this id; or `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    ingest_documents: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1587,7 +2120,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -1607,7 +2149,10 @@ export interface operations {
     ingest_delete_document: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description `document:d` and 32 hex digits, or the part after `document:` */
                 id: string;
@@ -1635,7 +2180,16 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             410: components["responses"]["version_sunset"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
@@ -1653,7 +2207,10 @@ export interface operations {
     ingest_entities: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1674,7 +2231,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -1694,7 +2260,10 @@ export interface operations {
     ingest_delete_entity: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description The exact name, percent-encoded (`OS%2F360` is `OS/360`) */
                 name: string;
@@ -1722,7 +2291,16 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             410: components["responses"]["version_sunset"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
@@ -1740,7 +2318,10 @@ export interface operations {
     ingest_job: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description The job's id, as submitting answered it */
                 job_id: string;
@@ -1758,9 +2339,18 @@ export interface operations {
                     "application/json": components["schemas"]["JobView"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
-            /** @description `not_found`: no job of this key has this id */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1786,7 +2376,10 @@ export interface operations {
     ingest_cancel: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description The job's id */
                 job_id: string;
@@ -1804,9 +2397,18 @@ export interface operations {
                     "application/json": components["schemas"]["JobView"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
-            /** @description `not_found`: no job of this key has this id */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1832,7 +2434,10 @@ export interface operations {
     ingest_events: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description The job's id */
                 job_id: string;
@@ -1850,9 +2455,18 @@ export interface operations {
                     "text/event-stream": components["schemas"]["JobEvent"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
-            /** @description `not_found`: no job of this key has this id */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -1864,12 +2478,16 @@ export interface operations {
             410: components["responses"]["version_sunset"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
+            503: components["responses"]["service_unavailable"];
         };
     };
     ingest_ndjson: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1891,7 +2509,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -1911,7 +2538,10 @@ export interface operations {
     ingest_relationships: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1932,7 +2562,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -1952,7 +2591,10 @@ export interface operations {
     ingest_submit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -1982,7 +2624,16 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             /** @description `payload_too_large`: the source is larger than `ingest.max_source_bytes` */
@@ -2019,7 +2670,10 @@ export interface operations {
     ingest_retract: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description The source's namespace, percent-encoded */
                 source: string;
@@ -2049,8 +2703,16 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
-            /** @description `not_found`: no source of this name was ingested */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `not_found`: no source of this name was ingested; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2076,7 +2738,10 @@ export interface operations {
     graph_traverse: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2097,7 +2762,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2117,7 +2791,10 @@ export interface operations {
     graph_documents: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2138,7 +2815,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2158,7 +2844,10 @@ export interface operations {
     graph_entity: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path: {
                 /** @description The exact name, percent-encoded: everything after `/entity/` is decoded in full, so `OS%2F360` is `OS/360` */
                 entity_name: string;
@@ -2186,7 +2875,16 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             410: components["responses"]["version_sunset"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
@@ -2204,7 +2902,10 @@ export interface operations {
     graph_merges: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2233,7 +2934,16 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2253,7 +2963,10 @@ export interface operations {
     graph_search: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2274,7 +2987,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2432,7 +3154,10 @@ export interface operations {
     agent_chat: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2454,7 +3179,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2474,7 +3208,10 @@ export interface operations {
     agent_health: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2489,11 +3226,14 @@ export interface operations {
                     "application/json": components["schemas"]["HealthReport"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["workspace_forbidden"];
+            404: components["responses"]["workspace_not_found"];
             410: components["responses"]["version_sunset"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
-            /** @description `unhealthy`: no provider is up. The body is the report, not an error */
+            /** @description `unhealthy`: no provider is up. The body is the report, not an error; or `service_unavailable`: the knowledge base (or another dependency) cannot answer now; retry later */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2507,7 +3247,10 @@ export interface operations {
     openai_completions: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2529,8 +3272,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
-            /** @description `not_found`: no such model (`field` is `model`) */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description `not_found`: no such model (`field` is `model`); or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2567,7 +3318,10 @@ export interface operations {
     openai_embeddings: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2588,7 +3342,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2608,7 +3371,10 @@ export interface operations {
     openai_models: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2623,17 +3389,31 @@ export interface operations {
                     "application/json": components["schemas"]["ModelList"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             410: components["responses"]["version_sunset"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
+            503: components["responses"]["service_unavailable"];
         };
     };
     rag_hybrid: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2654,7 +3434,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2674,7 +3463,10 @@ export interface operations {
     rag_keyword: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2695,7 +3487,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];
@@ -2715,7 +3516,10 @@ export interface operations {
     rag_semantic: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -2736,7 +3540,16 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            403: components["responses"]["insufficient_scope"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
             408: components["responses"]["request_timeout"];
             410: components["responses"]["version_sunset"];
             413: components["responses"]["payload_too_large"];

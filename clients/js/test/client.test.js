@@ -202,6 +202,102 @@ describe("sources", () => {
   });
 });
 
+describe("admin", () => {
+  /** The error `promise` rejects with. */
+  const failure = (promise) => promise.then((v) => assert.fail(`resolved: ${JSON.stringify(v)}`), (e) => e);
+
+  test("workspaces and their keys, and the workspace option", async () => {
+    const made = await client.admin.createWorkspace({ name: "js-team" });
+    assert.deepEqual([made.name, made.index_bytes, made.counts], ["js-team", 0, { entities: 0, relationships: 0, documents: 0, memories: 0 }]);
+    assert.ok(made.created_at);
+    let e = await failure(client.admin.createWorkspace({ name: "js-team" }));
+    assert.ok(e instanceof kbq.APIError && !(e instanceof kbq.BadRequestError), String(e));
+    assert.deepEqual([e.status, e.code], [409, "conflict"]);
+    e = await failure(client.admin.createWorkspace({ name: "JS Team" }));
+    assert.ok(e instanceof kbq.BadRequestError);
+    assert.equal(e.field, "name");
+
+    const minted = await client.admin.mintKey("js-team", { scopes: ["read", "write"], name: "js team" });
+    assert.deepEqual([minted.workspace, minted.scopes, minted.name], ["js-team", ["read", "write"], "js team"]);
+    assert.match(minted.id, /^[0-9a-f]{32}$/);
+    // The minted key acts in its workspace: an empty knowledge base, then its own writes,
+    // which the default workspace does not see.
+    const team = new kbq.Client({ baseUrl: main.url, apiKey: minted.key });
+    assert.equal(team.workspace, null);
+    assert.equal(await team.graph.entity("Alan Turing"), null);
+    assert.equal((await team.ingest.entities([{ name: "JS Team Only", entity_type: "test" }])).written, 1);
+    assert.equal((await team.graph.entity("JS Team Only")).name, "JS Team Only");
+    e = await failure(team.admin.listWorkspaces());
+    assert.ok(e instanceof kbq.PermissionDeniedError);
+    assert.equal(e.code, "insufficient_scope");
+    assert.equal(await client.graph.entity("JS Team Only"), null);
+    e = await failure(new kbq.Client({ baseUrl: main.url, apiKey: minted.key, workspace: "default" }).graph.entity("Alan Turing"));
+    assert.ok(e instanceof kbq.PermissionDeniedError);
+    assert.deepEqual([e.status, e.code], [403, "workspace_forbidden"]);
+
+    // The operator's key reaches the workspace with the option; other keys may not.
+    const operator = new kbq.Client({ baseUrl: main.url, apiKey: KEY, workspace: "js-team" });
+    assert.equal(operator.workspace, "js-team");
+    assert.equal((await operator.graph.entity("JS Team Only")).name, "JS Team Only");
+    assert.equal(await operator.graph.entity("Alan Turing"), null);
+    // The admin API names its workspaces in the path: the header changes nothing there.
+    assert.equal((await operator.admin.getWorkspace("default")).name, "default");
+    e = await failure(new kbq.Client({ baseUrl: main.url, apiKey: READ_KEY, workspace: "js-team" }).graph.entity("JS Team Only"));
+    assert.ok(e instanceof kbq.PermissionDeniedError);
+    assert.deepEqual([e.status, e.code], [403, "workspace_forbidden"]);
+    e = await failure(new kbq.Client({ baseUrl: main.url, apiKey: KEY, workspace: "js-nowhere" }).graph.entity("Ada"));
+    assert.ok(e instanceof kbq.NotFoundError);
+    assert.deepEqual([e.status, e.code], [404, "workspace_not_found"]);
+
+    const listed = await client.admin.listWorkspaces();
+    assert.deepEqual([listed.workspaces[0].name, listed.workspaces[0].created_at], ["default", null]);
+    const listedTeam = listed.workspaces.find((w) => w.name === "js-team");
+    assert.equal(listedTeam.counts.entities, 1);
+    const shown = await client.admin.getWorkspace("js-team");
+    assert.deepEqual([shown.created_at, shown.counts], [made.created_at, listedTeam.counts]);
+    e = await failure(client.admin.getWorkspace("js-nowhere"));
+    assert.ok(e instanceof kbq.NotFoundError);
+    assert.equal(e.code, "workspace_not_found");
+    e = await failure(new kbq.Client({ baseUrl: main.url, apiKey: READ_KEY }).admin.listWorkspaces());
+    assert.ok(e instanceof kbq.PermissionDeniedError);
+    assert.equal(e.code, "insufficient_scope");
+
+    // Keys are listed without their secrets, and revoked.
+    const teamAdmin = await client.admin.mintKey("js-team", { scopes: ["admin"], name: "js team admin" });
+    const keys = await client.admin.listKeys("js-team");
+    assert.deepEqual(
+      keys.keys.map((k) => [k.id, k.name, k.scopes, k.workspace]),
+      [
+        [minted.id, "js team", ["read", "write"], "js-team"],
+        [teamAdmin.id, "js team admin", ["admin"], "js-team"],
+      ],
+    );
+    assert.ok(!JSON.stringify(keys).includes(minted.key));
+    // An `admin` key of another workspace holds every scope there, but manages no workspace.
+    const teamAdminClient = new kbq.Client({ baseUrl: main.url, apiKey: teamAdmin.key });
+    assert.equal((await teamAdminClient.graph.entity("JS Team Only")).name, "JS Team Only");
+    e = await failure(teamAdminClient.admin.listKeys("js-team"));
+    assert.ok(e instanceof kbq.PermissionDeniedError);
+    assert.equal(e.code, "insufficient_scope");
+    assert.deepEqual(await client.admin.revokeKey("js-team", minted.id), { id: minted.id, revoked: true });
+    await assert.rejects(team.graph.entity("JS Team Only"), kbq.AuthenticationError);
+    e = await failure(client.admin.revokeKey("js-team", minted.id));
+    assert.ok(e instanceof kbq.NotFoundError);
+    assert.equal(e.code, "not_found");
+    assert.deepEqual((await client.admin.listKeys("js-team")).keys.map((k) => k.id), [teamAdmin.id]);
+
+    // Deleting the workspace stops its keys at once; `default` cannot be deleted.
+    assert.deepEqual(await client.admin.deleteWorkspace("js-team"), { name: "js-team", deleted: true });
+    await assert.rejects(teamAdminClient.graph.entity("JS Team Only"), kbq.AuthenticationError);
+    e = await failure(client.admin.deleteWorkspace("js-team"));
+    assert.ok(e instanceof kbq.NotFoundError);
+    assert.equal(e.code, "workspace_not_found");
+    e = await failure(client.admin.deleteWorkspace("default"));
+    assert.deepEqual([e.status, e.code], [409, "conflict"]);
+    assert.ok(!(await client.admin.listWorkspaces()).workspaces.some((w) => w.name === "js-team"));
+  });
+});
+
 test("a streamed chat reports each call and ends with the answer chat returns", async () => {
   const reply = await client.agent.chat({ message: "Who influenced Alan Turing?" });
   assert.equal(reply.success, true);

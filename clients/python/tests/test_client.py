@@ -358,3 +358,121 @@ def test_waiting_reads_again_sooner_first_and_stops_at_the_timeout():
     assert [forever.next_wait() for _ in range(6)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
     assert Poll(0).next_wait() is None
     assert 0 < Poll(0.1).next_wait() <= 0.1
+
+
+def test_workspaces_and_their_keys_through_the_admin_api(client, url, key, read_key):
+    made = client.admin.create_workspace("py-team")
+    assert isinstance(made, t.WorkspaceView)
+    assert (made.name, made.index_bytes) == ("py-team", 0)
+    assert made.counts == t.WorkspaceCounts(entities=0, relationships=0, documents=0, memories=0)
+    assert made.created_at
+    with pytest.raises(kbq.APIError) as e:
+        client.admin.create_workspace("py-team")
+    assert (e.value.status_code, e.value.code) == (409, "conflict")
+    with pytest.raises(kbq.BadRequestError) as e:
+        client.admin.create_workspace("Py Team")
+    assert e.value.field == "name"
+
+    minted = client.admin.mint_key("py-team", ["read", "write"], "py team")
+    assert isinstance(minted, t.MintedKey)
+    assert (minted.workspace, minted.scopes, minted.name) == ("py-team", ["read", "write"], "py team")
+    # The minted key acts in its workspace: an empty knowledge base, then its own writes,
+    # which the default workspace does not see.
+    with kbq.Client(base_url=url, api_key=minted.key) as team:
+        assert team.graph.entity("Alan Turing") is None
+        assert team.ingest.entities([{"name": "Py Team Only", "entity_type": "test"}]).written == 1
+        assert team.graph.entity("Py Team Only").name == "Py Team Only"
+        with pytest.raises(kbq.PermissionDeniedError) as e:
+            team.admin.list_workspaces()
+        assert e.value.code == "insufficient_scope"
+    assert client.graph.entity("Py Team Only") is None
+    with kbq.Client(base_url=url, api_key=minted.key, workspace="default") as escaping:
+        with pytest.raises(kbq.PermissionDeniedError) as e:
+            escaping.graph.entity("Alan Turing")
+    assert (e.value.status_code, e.value.code) == (403, "workspace_forbidden")
+
+    # The operator's key reaches the workspace with `workspace=`; other keys may not.
+    with kbq.Client(base_url=url, api_key=key, workspace="py-team") as operator:
+        assert operator.workspace == "py-team"
+        assert operator.graph.entity("Py Team Only").name == "Py Team Only"
+        assert operator.graph.entity("Alan Turing") is None
+        # The admin API names its workspaces in the path: the header changes nothing there.
+        assert operator.admin.get_workspace("default").name == "default"
+    with kbq.Client(base_url=url, api_key=read_key, workspace="py-team") as reader:
+        with pytest.raises(kbq.PermissionDeniedError) as e:
+            reader.graph.entity("Py Team Only")
+    assert (e.value.status_code, e.value.code) == (403, "workspace_forbidden")
+    with kbq.Client(base_url=url, api_key=key, workspace="py-nowhere") as lost:
+        with pytest.raises(kbq.NotFoundError) as e:
+            lost.graph.entity("Ada")
+    assert (e.value.status_code, e.value.code) == (404, "workspace_not_found")
+
+    listed = client.admin.list_workspaces()
+    assert isinstance(listed, t.WorkspaceList)
+    assert (listed.workspaces[0].name, listed.workspaces[0].created_at) == ("default", None)
+    by_name = {w.name: w for w in listed.workspaces}
+    assert by_name["py-team"].counts.entities == 1
+    shown = client.admin.get_workspace("py-team")
+    assert (shown.name, shown.created_at, shown.counts) == ("py-team", made.created_at, by_name["py-team"].counts)
+    with pytest.raises(kbq.NotFoundError) as e:
+        client.admin.get_workspace("py-nowhere")
+    assert e.value.code == "workspace_not_found"
+    with kbq.Client(base_url=url, api_key=read_key) as reader:
+        with pytest.raises(kbq.PermissionDeniedError) as e:
+            reader.admin.list_workspaces()
+    assert e.value.code == "insufficient_scope"
+
+    # Keys are listed without their secrets, and revoked.
+    admin_of_team = client.admin.mint_key("py-team", ["admin"], "py team admin")
+    keys = client.admin.list_keys("py-team")
+    assert isinstance(keys, t.KeyList) and all(isinstance(k, t.KeyView) for k in keys.keys)
+    assert [(k.id, k.name, k.scopes, k.workspace) for k in keys.keys] == [
+        (minted.id, "py team", ["read", "write"], "py-team"),
+        (admin_of_team.id, "py team admin", ["admin"], "py-team"),
+    ]
+    assert minted.key not in repr(keys)
+    # An `admin` key of another workspace holds every scope there, but manages no workspace.
+    with kbq.Client(base_url=url, api_key=admin_of_team.key) as team_admin:
+        assert team_admin.graph.entity("Py Team Only").name == "Py Team Only"
+        with pytest.raises(kbq.PermissionDeniedError) as e:
+            team_admin.admin.list_keys("py-team")
+    assert e.value.code == "insufficient_scope"
+    assert client.admin.revoke_key("py-team", minted.id) == t.KeyRevocation(id=minted.id, revoked=True)
+    with kbq.Client(base_url=url, api_key=minted.key) as revoked:
+        with pytest.raises(kbq.AuthenticationError):
+            revoked.graph.entity("Py Team Only")
+    with pytest.raises(kbq.NotFoundError) as e:
+        client.admin.revoke_key("py-team", minted.id)
+    assert e.value.code == "not_found"
+    assert [k.id for k in client.admin.list_keys("py-team").keys] == [admin_of_team.id]
+
+    # Deleting the workspace stops its keys at once; `default` cannot be deleted.
+    assert client.admin.delete_workspace("py-team") == t.WorkspaceDeletion(name="py-team", deleted=True)
+    with kbq.Client(base_url=url, api_key=admin_of_team.key) as orphan:
+        with pytest.raises(kbq.AuthenticationError):
+            orphan.graph.entity("Py Team Only")
+    with pytest.raises(kbq.NotFoundError) as e:
+        client.admin.delete_workspace("py-team")
+    assert e.value.code == "workspace_not_found"
+    with pytest.raises(kbq.APIError) as e:
+        client.admin.delete_workspace("default")
+    assert (e.value.status_code, e.value.code) == (409, "conflict")
+    assert "py-team" not in [w.name for w in client.admin.list_workspaces().workspaces]
+
+
+async def test_the_async_client_manages_workspaces(url, key):
+    async with kbq.AsyncClient(base_url=url, api_key=key) as operator:
+        assert (await operator.admin.create_workspace("py-async-team")).name == "py-async-team"
+        minted = await operator.admin.mint_key("py-async-team", ["read"], "py async")
+        assert [k.id for k in (await operator.admin.list_keys("py-async-team")).keys] == [minted.id]
+        names = [w.name for w in (await operator.admin.list_workspaces()).workspaces]
+        assert names[0] == "default" and "py-async-team" in names
+    async with kbq.AsyncClient(base_url=url, api_key=key, workspace="py-async-team") as inside:
+        assert inside.workspace == "py-async-team"
+        assert await inside.graph.entity("Alan Turing") is None
+    async with kbq.AsyncClient(base_url=url, api_key=minted.key) as reader:
+        assert (await reader.graph.search("turing")).results == []
+    async with kbq.AsyncClient(base_url=url, api_key=key) as operator:
+        assert (await operator.admin.get_workspace("py-async-team")).counts.entities == 0
+        assert (await operator.admin.revoke_key("py-async-team", minted.id)).revoked
+        assert (await operator.admin.delete_workspace("py-async-team")).deleted

@@ -11,9 +11,13 @@ import {
   type JobEvent,
   type JobStatus,
   type JobView,
+  type KeyList,
+  type KeyScope,
   type MergesResponse,
+  type MintedKey,
   type SourceRetraction,
   type TraversalResponse,
+  type WorkspaceView,
 } from "@kbq/client";
 
 export async function use(client: Client): Promise<void> {
@@ -56,4 +60,18 @@ export async function use(client: Client): Promise<void> {
     if (e instanceof BadRequestError) console.log(e.field, e.status);
     if (e instanceof APIError) console.log(e.requestId, e.retryAfter);
   }
+  const made: WorkspaceView = await client.admin.createWorkspace({ name: "team" });
+  console.log(made.created_at ?? "default", made.counts.entities, made.index_bytes);
+  const scopes: KeyScope[] = ["read", "write"];
+  const minted: MintedKey = await client.admin.mintKey("team", { scopes, name: "team key" });
+  const inTeam = new Client({ apiKey: minted.key });
+  const asOperator = new Client({ workspace: made.name });
+  const where: string | null = asOperator.workspace;
+  console.log(where, await inTeam.graph.entity("x"), await asOperator.graph.entity("x"));
+  for (const w of (await client.admin.listWorkspaces()).workspaces) console.log(w.name, w.counts.memories);
+  console.log((await client.admin.getWorkspace("team")).name);
+  const keys: KeyList = await client.admin.listKeys("team");
+  for (const k of keys.keys) console.log(k.id, k.name, k.scopes.join(), k.workspace, k.created_at);
+  console.log((await client.admin.revokeKey("team", minted.id)).revoked);
+  console.log((await client.admin.deleteWorkspace("team", { signal: new AbortController().signal })).deleted);
 }

@@ -1,5 +1,5 @@
 """kbq: the Python client of kbq's v1 API (graph, RAG, ingestion of records and of raw
-documents, agent chat and health).
+documents, agent chat and health) and of its admin API (workspaces and their keys).
 
     import kbq
 

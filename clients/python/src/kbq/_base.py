@@ -37,6 +37,7 @@ class Settings:
         max_retries: Optional[int],
         max_retry_wait: Optional[float],
         default_headers: Optional[Mapping[str, str]],
+        workspace: Optional[str],
     ) -> None:
         base_url = base_url or os.environ.get("KBQ_BASE_URL") or DEFAULT_BASE_URL
         api_key = api_key if api_key is not None else os.environ.get("KBQ_API_KEY")
@@ -60,6 +61,9 @@ class Settings:
             "accept": "application/json",
         }
         self.headers.update(default_headers or {})
+        self.workspace = workspace
+        if workspace is not None:
+            self.headers["x-kbq-workspace"] = workspace
 
 
 def retry_after(response: httpx.Response) -> Optional[float]:

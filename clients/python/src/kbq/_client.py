@@ -11,7 +11,7 @@ import httpx
 
 from . import _base
 from ._operations import Call
-from ._resources import Agent, Graph, Ingest, Rag
+from ._resources import Admin, Agent, Graph, Ingest, Rag
 from ._streaming import STREAMS
 
 
@@ -20,16 +20,24 @@ class _Common:
     rag: Rag
     ingest: Ingest
     agent: Agent
+    admin: Admin
 
     def _resources(self) -> None:
         self.graph = Graph(self)
         self.rag = Rag(self)
         self.ingest = Ingest(self)
         self.agent = Agent(self)
+        self.admin = Admin(self)
 
     @property
     def base_url(self) -> str:
         return self._settings.base_url
+
+    @property
+    def workspace(self) -> Optional[str]:
+        """The workspace named in ``X-KBQ-Workspace`` on every request, or ``None`` (the
+        key's own)."""
+        return self._settings.workspace
 
 
 class Client(_Common):
@@ -40,6 +48,11 @@ class Client(_Common):
     (60), ``max_retries`` the retries after a 429 or 503 (2; each waits what
     ``Retry-After`` asks, at most ``max_retry_wait`` seconds), for reads and upserts only
     unless a call asks. ``http_client`` replaces the ``httpx.Client`` it would make.
+
+    ``workspace``, for an ``admin`` key of ``default``, names the workspace every request
+    acts in (sent as ``X-KBQ-Workspace``); without it a request acts in the key's own
+    workspace. Any other key naming a workspace not its own gets ``PermissionDeniedError``
+    (code ``workspace_forbidden``).
     """
 
     def __init__(
@@ -52,9 +65,10 @@ class Client(_Common):
         max_retry_wait: Optional[float] = None,
         default_headers: Optional[Mapping[str, str]] = None,
         http_client: Optional[httpx.Client] = None,
+        workspace: Optional[str] = None,
     ) -> None:
         self._settings = _base.Settings(
-            base_url, api_key, timeout, max_retries, max_retry_wait, default_headers
+            base_url, api_key, timeout, max_retries, max_retry_wait, default_headers, workspace
         )
         self._http = http_client or httpx.Client(timeout=self._settings.timeout)
         self._resources()
@@ -123,9 +137,10 @@ class AsyncClient(_Common):
         max_retry_wait: Optional[float] = None,
         default_headers: Optional[Mapping[str, str]] = None,
         http_client: Optional[httpx.AsyncClient] = None,
+        workspace: Optional[str] = None,
     ) -> None:
         self._settings = _base.Settings(
-            base_url, api_key, timeout, max_retries, max_retry_wait, default_headers
+            base_url, api_key, timeout, max_retries, max_retry_wait, default_headers, workspace
         )
         self._http = http_client or httpx.AsyncClient(timeout=self._settings.timeout)
         self._resources()

@@ -84,11 +84,13 @@ class AuthenticationError(APIError):
 
 
 class PermissionDeniedError(APIError):
-    """403: the key lacks the scope the route needs."""
+    """403: the key lacks the scope the route needs (``insufficient_scope``), or named a
+    workspace not its own (``workspace_forbidden``)."""
 
 
 class NotFoundError(APIError):
-    """404: no such route (or model)."""
+    """404: no such route, model, job or source (``not_found``), or no such workspace
+    (``workspace_not_found``)."""
 
 
 class GoneError(APIError):

@@ -34,6 +34,13 @@ PATHS = {
     "ingest_retract": ("DELETE", "/data/v1/ingest/sources/{source}/{source_id}"),
     "agent_chat": ("POST", "/v1/agent/chat"),
     "agent_health": ("GET", "/v1/agent/health"),
+    "admin_create": ("POST", "/admin/v1/workspaces"),
+    "admin_list": ("GET", "/admin/v1/workspaces"),
+    "admin_show": ("GET", "/admin/v1/workspaces/{workspace}"),
+    "admin_delete": ("DELETE", "/admin/v1/workspaces/{workspace}"),
+    "admin_mint": ("POST", "/admin/v1/workspaces/{workspace}/keys"),
+    "admin_keys": ("GET", "/admin/v1/workspaces/{workspace}/keys"),
+    "admin_revoke": ("DELETE", "/admin/v1/workspaces/{workspace}/keys/{key_id}"),
 }
 
 
@@ -327,4 +334,46 @@ def health() -> Call:
         parse=_parser(t.HealthReport),
         answer_statuses=(503,),
         idempotent=False,
+    )
+
+
+def create_workspace(name: str) -> Call:
+    return Call("admin_create", json={"name": name}, parse=_parser(t.WorkspaceView))
+
+
+def list_workspaces() -> Call:
+    return Call("admin_list", parse=_parser(t.WorkspaceList))
+
+
+def get_workspace(name: str) -> Call:
+    return Call("admin_show", path_params={"workspace": name}, parse=_parser(t.WorkspaceView))
+
+
+def delete_workspace(name: str) -> Call:
+    return Call(
+        "admin_delete", path_params={"workspace": name}, parse=_parser(t.WorkspaceDeletion)
+    )
+
+
+def mint_key(workspace: str, scopes: Sequence[str], name: str) -> Call:
+    # Not retried: were a refused mint's key stored after all, a retry would mint a second
+    # one, and the first would be live with its secret shown to no one.
+    return Call(
+        "admin_mint",
+        path_params={"workspace": workspace},
+        json={"scopes": list(scopes), "name": name},
+        idempotent=False,
+        parse=_parser(t.MintedKey),
+    )
+
+
+def list_keys(workspace: str) -> Call:
+    return Call("admin_keys", path_params={"workspace": workspace}, parse=_parser(t.KeyList))
+
+
+def revoke_key(workspace: str, key_id: str) -> Call:
+    return Call(
+        "admin_revoke",
+        path_params={"workspace": workspace, "key_id": key_id},
+        parse=_parser(t.KeyRevocation),
     )

@@ -1,7 +1,7 @@
 """The resources of a client (``client.graph``, ``client.rag``, ``client.ingest``,
-``client.agent``), written once for both clients: each method builds its call and hands it
-to the client, whose ``_send`` returns the answer (:class:`~kbq.Client`) or a coroutine of it
-(:class:`~kbq.AsyncClient`)."""
+``client.agent``, ``client.admin``), written once for both clients: each method builds its
+call and hands it to the client, whose ``_send`` returns the answer (:class:`~kbq.Client`)
+or a coroutine of it (:class:`~kbq.AsyncClient`)."""
 
 from __future__ import annotations
 
@@ -237,3 +237,48 @@ class Agent(_Resource):
         """The providers' health: ``healthy``, ``degraded`` or ``unhealthy`` (an unhealthy
         report is returned, not raised)."""
         return self._client._send(ops.health())
+
+
+class Admin(_Resource):
+    """The admin API: workspaces, and the keys of each (an ``admin`` key of ``default``, an
+    operator's; any other key gets ``PermissionDeniedError``, code ``insufficient_scope``).
+    A workspace that does not exist raises ``NotFoundError``, code ``workspace_not_found``."""
+
+    def create_workspace(self, name: str) -> t.WorkspaceView:
+        """Creates the workspace ``name`` (1-63 characters of ``a-z``, ``0-9`` and ``-``,
+        starting with a letter): an empty knowledge base of its own, with no keys yet. One
+        that exists (``default`` always does) raises an ``APIError`` with status 409, code
+        ``conflict``."""
+        return self._client._send(ops.create_workspace(name))
+
+    def list_workspaces(self) -> t.WorkspaceList:
+        """Every workspace, ``default`` first, then by name, with what each holds."""
+        return self._client._send(ops.list_workspaces())
+
+    def get_workspace(self, name: str) -> t.WorkspaceView:
+        """The workspace ``name``, as the list shows it."""
+        return self._client._send(ops.get_workspace(name))
+
+    def delete_workspace(self, name: str) -> t.WorkspaceDeletion:
+        """Deletes a workspace and everything in it: its knowledge, its sources and jobs, and
+        its keys, which stop working at once. ``default`` cannot be deleted (409
+        ``conflict``)."""
+        return self._client._send(ops.delete_workspace(name))
+
+    def mint_key(self, workspace: str, scopes: Sequence[str], name: str) -> t.MintedKey:
+        """Mints a key of ``workspace`` with ``scopes`` (``read``, ``write``, ``agent``,
+        ``admin``; at least one, each once) and a ``name`` for people and logs. The answer's
+        ``key`` is the secret, shown this once: kbq keeps only its hash. Not retried after a
+        429 or 503."""
+        return self._client._send(ops.mint_key(workspace, scopes, name))
+
+    def list_keys(self, workspace: str) -> t.KeyList:
+        """The keys minted for ``workspace``, oldest first, never their secrets (configured
+        keys are not listed)."""
+        return self._client._send(ops.list_keys(workspace))
+
+    def revoke_key(self, workspace: str, key_id: str) -> t.KeyRevocation:
+        """Revokes the key ``key_id`` (a ``MintedKey``'s or ``KeyView``'s ``id``) of
+        ``workspace``: it stops working at once. ``NotFoundError`` (code ``not_found``) when
+        the workspace has no key of that id."""
+        return self._client._send(ops.revoke_key(workspace, key_id))

@@ -50,18 +50,25 @@ __all__ = [
     "JobEvent",
     "JobStatus",
     "JobView",
+    "KeyList",
+    "KeyRevocation",
+    "KeyScope",
+    "KeyView",
     "Merge",
     "MergeChunk",
     "MergesRequest",
     "MergesResponse",
     "Method",
+    "MintedKey",
     "Model",
     "ModelList",
     "NdjsonFailure",
     "NdjsonReport",
     "NewDocument",
     "NewEntity",
+    "NewKey",
     "NewRelationship",
+    "NewWorkspace",
     "ProbeStatus",
     "ProviderStatus",
     "RagAnswer",
@@ -81,6 +88,10 @@ __all__ = [
     "ToolCallStarted",
     "TraversalRequest",
     "TraversalResponse",
+    "WorkspaceCounts",
+    "WorkspaceDeletion",
+    "WorkspaceList",
+    "WorkspaceView",
 ]
 
 
@@ -299,8 +310,8 @@ class ErrorBody:
 
     error: ErrorDetail
 
-ErrorCode = Literal["invalid_request", "INVALID_API_KEY", "not_found", "method_not_allowed", "version_sunset", "insufficient_scope", "payload_too_large", "unsupported_media_type", "RATE_LIMIT_EXCEEDED", "internal_error", "service_unavailable", "upstream_error", "request_timeout"]
-"""Stable: clients may branch on it. - `invalid_request` (400): a missing, mistyped, unknown or out-of-range field, or a body that is not a JSON object - `INVALID_API_KEY` (401): no API key, or one that kbq does not know - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all) - `not_found` (404): no such path, or an API version that kbq does not serve - `method_not_allowed` (405): the path exists but not with this method - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed - `version_sunset` (410): the API version has passed its sunset date - `payload_too_large` (413): the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes` - `unsupported_media_type` (415): a source whose content type or file extension ingestion does not read; the message lists those it does - `RATE_LIMIT_EXCEEDED` (429): the key has used up its request budget - `internal_error` (500): a fault inside kbq; the request id in the logs tells which - `service_unavailable` (503): the knowledge base (or another dependency) cannot answer now; retry later - `upstream_error` (502): every language-model provider tried for the request failed"""
+ErrorCode = Literal["invalid_request", "INVALID_API_KEY", "not_found", "method_not_allowed", "version_sunset", "insufficient_scope", "payload_too_large", "unsupported_media_type", "RATE_LIMIT_EXCEEDED", "internal_error", "service_unavailable", "upstream_error", "request_timeout", "workspace_not_found", "workspace_forbidden", "conflict"]
+"""Stable: clients may branch on it. - `invalid_request` (400): a missing, mistyped, unknown or out-of-range field, or a body that is not a JSON object - `INVALID_API_KEY` (401): no API key, or one that kbq does not know - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all) - `workspace_forbidden` (403): the key named a workspace other than its own; only an admin key of `default` may - `not_found` (404): no such path, or an API version that kbq does not serve - `workspace_not_found` (404): the workspace named in `X-KBQ-Workspace` or in the path does not exist - `method_not_allowed` (405): the path exists but not with this method - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed - `conflict` (409): what the request would create exists already - `version_sunset` (410): the API version has passed its sunset date - `payload_too_large` (413): the body is larger than `server.max_body_bytes`, or a source larger than `ingest.max_source_bytes` - `unsupported_media_type` (415): a source whose content type or file extension ingestion does not read; the message lists those it does - `RATE_LIMIT_EXCEEDED` (429): the key has used up its request budget - `internal_error` (500): a fault inside kbq; the request id in the logs tells which - `service_unavailable` (503): the knowledge base (or another dependency) cannot answer now; retry later - `upstream_error` (502): every language-model provider tried for the request failed"""
 
 
 @dataclass(frozen=True)
@@ -431,6 +442,36 @@ class JobView:
 
 
 @dataclass(frozen=True)
+class KeyList:
+    """The keys of a workspace minted at run time, oldest first. Configured keys (`[[auth.keys]]`, `KBQ_API_KEYS`) are not listed."""
+
+    keys: List[KeyView]
+
+
+@dataclass(frozen=True)
+class KeyRevocation:
+    """What revoking a key did."""
+
+    id: str
+    revoked: bool
+
+KeyScope = Literal["read", "write", "agent", "admin"]
+"""What a key may do."""
+
+
+@dataclass(frozen=True)
+class KeyView:
+    """A key as listed: never its secret."""
+
+    created_at: str
+    """RFC 3339."""
+    id: str
+    name: str
+    scopes: List[KeyScope]
+    workspace: str
+
+
+@dataclass(frozen=True)
 class Merge:
     """A name that resolution merged into an entity (an alias), with the chunks that gave it."""
 
@@ -470,6 +511,19 @@ class MergesResponse:
     """The `after` that asks for the next page; `null` on the last."""
 
 Method = Literal["semantic", "keyword", "hybrid"]
+
+
+@dataclass(frozen=True)
+class MintedKey:
+    """A key just minted: the only time its secret is shown."""
+
+    id: str
+    """The key's id: how it is listed and revoked, and the owner of its memories."""
+    key: str
+    """The key itself. kbq keeps only its SHA-256 hash: this is the one time it is shown."""
+    name: str
+    scopes: List[KeyScope]
+    workspace: str
 
 
 @dataclass(frozen=True)
@@ -533,6 +587,16 @@ class NewEntity:
 
 
 @dataclass(frozen=True)
+class NewKey:
+    """A key to mint."""
+
+    name: str
+    """A name for people and logs, by the rule of entity names (not blank, no control characters)."""
+    scopes: List[KeyScope]
+    """What the key may do: at least one scope, each once."""
+
+
+@dataclass(frozen=True)
 class NewRelationship:
     """A relationship as written by a client or an import file."""
 
@@ -543,6 +607,14 @@ class NewRelationship:
 
 
 @dataclass(frozen=True)
+class NewWorkspace:
+    """A workspace to create."""
+
+    name: str
+    """1-63 characters of `a-z`, `0-9` and `-`, starting with a letter."""
+
+
+@dataclass(frozen=True)
 class ProbeStatus:
     """A probe's answer."""
 
@@ -550,6 +622,8 @@ class ProbeStatus:
     """`ok` from `/livez`, `ready` from `/readyz`."""
     store: Optional[str] = None
     """`/readyz` only: whether the knowledge base's store answers now (`up`) or not (`down`). A node whose store is down stays ready: it answers what its in-memory indexes hold, and requests that need the store get 503 with `Retry-After`."""
+    workspaces_open: Optional[int] = None
+    """`/readyz` only: the workspaces other than `default` this node has open (their indexes built), as of its last sweep (docs/workspaces.md)."""
 
 
 @dataclass(frozen=True)
@@ -756,3 +830,43 @@ class TraversalResponse:
     total_relationships: int
     truncated: bool
     """True when `limit` stopped the walk before it met every reachable entity."""
+
+
+@dataclass(frozen=True)
+class WorkspaceCounts:
+    """What a workspace holds."""
+
+    documents: int
+    entities: int
+    memories: int
+    """Agent memories, of every key of the workspace."""
+    relationships: int
+
+
+@dataclass(frozen=True)
+class WorkspaceDeletion:
+    """What deleting a workspace did."""
+
+    deleted: bool
+    name: str
+
+
+@dataclass(frozen=True)
+class WorkspaceList:
+    """The workspaces, `default` first, then by name."""
+
+    workspaces: List[WorkspaceView]
+
+
+@dataclass(frozen=True)
+class WorkspaceView:
+    """A workspace: its name, what it holds, and its indexes on the node that answered."""
+
+    counts: WorkspaceCounts
+    created_at: Optional[str]
+    """When it was created (RFC 3339); `null` for `default`, which always exists."""
+    index_bytes: int
+    """Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when it is not open there."""
+    loaded: bool
+    """Whether the node that answered has the workspace open (its indexes built)."""
+    name: str
