@@ -40,15 +40,18 @@ pub enum ErrorCode {
     WorkspaceForbidden,
     /// 409: what the request would create exists already.
     Conflict,
+    /// 403: the write would take the workspace past its quota.
+    QuotaExceeded,
 }
 
 impl ErrorCode {
     /// All codes, for docs and tests.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::InvalidApiKey,
         ErrorCode::InsufficientScope,
         ErrorCode::WorkspaceForbidden,
+        ErrorCode::QuotaExceeded,
         ErrorCode::NotFound,
         ErrorCode::WorkspaceNotFound,
         ErrorCode::MethodNotAllowed,
@@ -81,6 +84,7 @@ impl ErrorCode {
             ErrorCode::WorkspaceNotFound => StatusCode::NOT_FOUND,
             ErrorCode::WorkspaceForbidden => StatusCode::FORBIDDEN,
             ErrorCode::Conflict => StatusCode::CONFLICT,
+            ErrorCode::QuotaExceeded => StatusCode::FORBIDDEN,
         }
     }
 
@@ -119,6 +123,9 @@ impl ErrorCode {
                 "the key named a workspace other than its own; only an admin key of `default` may"
             }
             ErrorCode::Conflict => "what the request would create exists already",
+            ErrorCode::QuotaExceeded => {
+                "the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written"
+            }
         }
     }
 
@@ -141,6 +148,7 @@ impl ErrorCode {
             ErrorCode::WorkspaceNotFound => "workspace_not_found",
             ErrorCode::WorkspaceForbidden => "workspace_forbidden",
             ErrorCode::Conflict => "conflict",
+            ErrorCode::QuotaExceeded => "quota_exceeded",
         }
     }
 
@@ -382,7 +390,8 @@ mod tests {
             RequestTimeout => Some(WorkspaceNotFound),
             WorkspaceNotFound => Some(WorkspaceForbidden),
             WorkspaceForbidden => Some(Conflict),
-            Conflict => None,
+            Conflict => Some(QuotaExceeded),
+            QuotaExceeded => None,
         }
     }
 

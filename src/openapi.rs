@@ -474,11 +474,22 @@ impl Modify for Layers {
         for (path, item) in doc.paths.paths.iter_mut() {
             for (method, op) in operations(item) {
                 add_layer_errors(path, op);
+                if method == "post" && QUOTA_CHECKED.contains(&path.as_str()) {
+                    add_error(op, ErrorCode::QuotaExceeded);
+                }
                 name_operation(method, op);
             }
         }
     }
 }
+
+/// The writes checked against their workspace's quota (`crate::workspaces::Quota`).
+const QUOTA_CHECKED: [&str; 4] = [
+    "/data/v1/ingest/entities",
+    "/data/v1/ingest/documents",
+    "/data/v1/ingest/ndjson",
+    "/data/v1/ingest/sources",
+];
 
 /// Operation ids are the handlers' names, which repeat across modules (`graph::documents`,
 /// `ingest::documents`): the tag goes in front. A HEAD operation shares its GET's handler, so
@@ -539,7 +550,8 @@ fn error_response(code: ErrorCode) -> Response {
         | ErrorCode::Upstream
         | ErrorCode::WorkspaceNotFound
         | ErrorCode::WorkspaceForbidden
-        | ErrorCode::Conflict => {}
+        | ErrorCode::Conflict
+        | ErrorCode::QuotaExceeded => {}
     }
     res.build()
 }

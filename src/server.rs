@@ -178,6 +178,14 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
             config.limits.agent_per_minute,
             config.limits.agent_burst,
         ),
+        workspace_graph: crate::limits::Budget::new(
+            config.limits.workspace_graph_per_minute,
+            config.limits.workspace_graph_burst,
+        ),
+        workspace_agent: crate::limits::Budget::new(
+            config.limits.workspace_agent_per_minute,
+            config.limits.workspace_agent_burst,
+        ),
     });
     let kb_data = web::Data::from(kb.clone());
     // RAG search and ingestion call the knowledge base on this runtime (crate::offload).

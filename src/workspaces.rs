@@ -68,6 +68,8 @@ pub struct Keeping {
     /// The longest a request waits for its workspace to open (connect and build its
     /// indexes) before it gets a 503 that says so.
     pub open_timeout: Duration,
+    /// What each workspace but `default` may hold.
+    pub quota: Quota,
 }
 
 impl Default for Keeping {
@@ -76,8 +78,16 @@ impl Default for Keeping {
             idle_close: None,
             index_budget: None,
             open_timeout: Duration::from_secs(30),
+            quota: Quota::default(),
         }
     }
+}
+
+/// What a workspace may hold (`workspaces.max_entities`, `max_documents`); `None`: no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    pub entities: Option<u64>,
+    pub documents: Option<u64>,
 }
 
 /// A request's workspace as the key middleware resolved it: its knowledge (what the actors,
@@ -87,6 +97,37 @@ impl Default for Keeping {
 pub struct Workspace {
     pub knowledge: kbq_tools::Workspace,
     pub ingestor: Ingestor,
+    /// What it may hold (none for `default`).
+    pub quota: Quota,
+}
+
+impl Workspace {
+    /// `403 quota_exceeded` unless the workspace has room for `entities` and `documents`
+    /// more records: its counts now (from its indexes when it has them) plus those, within
+    /// its quota.
+    pub async fn room_for(&self, entities: u64, documents: u64) -> Result<(), ApiError> {
+        if self.quota == Quota::default() || (entities == 0 && documents == 0) {
+            return Ok(());
+        }
+        let now = self.kb.record_counts().await?;
+        for (what, held, adding, most) in [
+            ("entities", now.entities, entities, self.quota.entities),
+            ("documents", now.documents, documents, self.quota.documents),
+        ] {
+            if let Some(most) = most
+                && adding > 0
+                && held + adding > most
+            {
+                return Err(ApiError::new(
+                    ErrorCode::QuotaExceeded,
+                    format!(
+                        "the workspace may hold at most {most} {what} (workspaces.max_{what}); it holds {held}, and this would add {adding}: nothing was written"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl std::ops::Deref for Workspace {
@@ -163,6 +204,7 @@ impl Workspaces {
             default: Workspace {
                 knowledge: kbq_tools::Workspace::new(DEFAULT, kb),
                 ingestor,
+                quota: Quota::default(),
             },
             open: DashMap::new(),
             ingestors,
@@ -233,6 +275,7 @@ impl Workspaces {
             Ok::<_, ApiError>(Workspace {
                 knowledge: kbq_tools::Workspace::new(name, kb),
                 ingestor,
+                quota: self.keeping.quota,
             })
         });
         opening.await.cloned()

@@ -121,6 +121,11 @@ pub struct LimitsSection {
     pub graph_burst: u32,
     pub agent_per_minute: u32,
     pub agent_burst: u32,
+    /// The same budgets for each workspace, all its keys together; 0: none.
+    pub workspace_graph_per_minute: u32,
+    pub workspace_graph_burst: u32,
+    pub workspace_agent_per_minute: u32,
+    pub workspace_agent_burst: u32,
 }
 
 impl Default for LimitsSection {
@@ -130,6 +135,10 @@ impl Default for LimitsSection {
             graph_burst: 100,
             agent_per_minute: 60,
             agent_burst: 10,
+            workspace_graph_per_minute: 0,
+            workspace_graph_burst: 1000,
+            workspace_agent_per_minute: 0,
+            workspace_agent_burst: 100,
         }
     }
 }
@@ -140,7 +149,31 @@ impl LimitsSection {
         within("limits.graph_per_minute", l.graph_per_minute, 0, 10_000_000)?;
         within("limits.graph_burst", l.graph_burst, 1, 1_000_000)?;
         within("limits.agent_per_minute", l.agent_per_minute, 0, 10_000_000)?;
-        within("limits.agent_burst", l.agent_burst, 1, 1_000_000)
+        within("limits.agent_burst", l.agent_burst, 1, 1_000_000)?;
+        within(
+            "limits.workspace_graph_per_minute",
+            l.workspace_graph_per_minute,
+            0,
+            100_000_000,
+        )?;
+        within(
+            "limits.workspace_graph_burst",
+            l.workspace_graph_burst,
+            1,
+            10_000_000,
+        )?;
+        within(
+            "limits.workspace_agent_per_minute",
+            l.workspace_agent_per_minute,
+            0,
+            100_000_000,
+        )?;
+        within(
+            "limits.workspace_agent_burst",
+            l.workspace_agent_burst,
+            1,
+            10_000_000,
+        )
     }
 }
 

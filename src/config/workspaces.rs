@@ -15,6 +15,10 @@ pub struct WorkspacesSection {
     pub index_budget_mb: u64,
     /// Seconds a request waits for its workspace to open before it gets a 503 that says so.
     pub open_timeout_secs: u64,
+    /// Most entities a workspace other than `default` may hold; 0: no bound.
+    pub max_entities: u64,
+    /// Most documents a workspace other than `default` may hold; 0: no bound.
+    pub max_documents: u64,
 }
 
 impl Default for WorkspacesSection {
@@ -23,6 +27,8 @@ impl Default for WorkspacesSection {
             idle_close_secs: 3600,
             index_budget_mb: 0,
             open_timeout_secs: 30,
+            max_entities: 0,
+            max_documents: 0,
         }
     }
 }
@@ -46,6 +52,18 @@ impl WorkspacesSection {
             self.open_timeout_secs,
             1,
             3600,
+        )?;
+        within(
+            "workspaces.max_entities",
+            self.max_entities,
+            0,
+            1_000_000_000,
+        )?;
+        within(
+            "workspaces.max_documents",
+            self.max_documents,
+            0,
+            1_000_000_000,
         )
     }
 }

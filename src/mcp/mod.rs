@@ -350,7 +350,7 @@ impl KbqMcp {
             }
             sources::ADD_SOURCE | sources::INGEST_JOB | sources::DELETE_SOURCE => {
                 d.ingest
-                    .run(&caller.workspace.ingestor, name, &caller.owner, args)
+                    .run(&caller.workspace, name, &caller.owner, args)
                     .await
             }
             _ => {

@@ -2,9 +2,8 @@
 //! source retracted. They do what `POST /data/v1/ingest/sources` (with a JSON body),
 //! `GET /data/v1/ingest/jobs/{job_id}` and `DELETE /data/v1/ingest/sources/{source}/{source_id}`
 //! do (src/routes/sources.rs), with the same fields, checks and answers, through the same
-//! [`Ingestor`].
+//! [`Ingestor`](kbq_actors::ingest::Ingestor): the caller's workspace's.
 
-use kbq_actors::ingest::Ingestor;
 use kbq_ingest::provenance::SourceKey;
 use kbq_store::model::MAX_NAME_CHARS;
 use rmcp::model::JsonObject;
@@ -13,6 +12,7 @@ use serde_json::{Value, json};
 use super::{Effect, answered, arguments, invalid_arguments, not_found, object};
 use crate::offload::Offload;
 use crate::routes::sources::{SourceRequest, SourceRetraction, ingest_error};
+use crate::workspaces::Workspace;
 
 pub const ADD_SOURCE: &str = "AddSourceTool";
 pub const INGEST_JOB: &str = "IngestJobTool";
@@ -33,22 +33,23 @@ impl Ingestion {
         Ingestion { offload }
     }
 
-    /// Runs the ingestion tool `name` with `ingestor` as `owner`: its answer, or the tool
+    /// Runs the ingestion tool `name` in `workspace` as `owner`: its answer, or the tool
     /// error.
     pub(super) async fn run(
         &self,
-        ingestor: &Ingestor,
+        workspace: &Workspace,
         name: &str,
         owner: &str,
         args: Value,
     ) -> Result<Value, Value> {
-        let ingestor = ingestor.clone();
+        let ingestor = workspace.ingestor.clone();
         let owner = owner.to_string();
         let answer = match name {
             ADD_SOURCE => {
                 let input = arguments::<SourceRequest>(&args)?
                     .into_input()
                     .map_err(invalid_arguments)?;
+                workspace.room_for(0, 1).await.map_err(answered)?;
                 let view = self
                     .offload
                     .run(async move { ingestor.submit(input, &owner).await })

@@ -154,6 +154,7 @@ impl IngestService {
         wrap: impl Fn(T) -> Record,
     ) -> Result<HttpResponse, ApiError> {
         let records = batch(body, what, wrap)?;
+        room_for(workspace, &records).await?;
         let received = records.len();
         let report = self
             .store(workspace, move |kb| async move {
@@ -175,6 +176,27 @@ impl IngestService {
             failures,
         }))
     }
+}
+
+/// `403 quota_exceeded` unless `workspace` has room for `records`: the entities among them
+/// that it does not hold yet, and every document (one that replaces a document counts too).
+async fn room_for(workspace: &Workspace, records: &[(usize, Record)]) -> Result<(), ApiError> {
+    if workspace.quota == crate::workspaces::Quota::default() {
+        return Ok(());
+    }
+    let mut names = Vec::new();
+    let mut documents = 0u64;
+    for (_, record) in records {
+        match record {
+            Record::Entity(e) => names.push(e.name.clone()),
+            Record::Document(_) => documents += 1,
+            Record::Relationship(_) => {}
+        }
+    }
+    names.sort();
+    names.dedup();
+    let new = workspace.kb.missing_entities(&names).await?.len() as u64;
+    workspace.room_for(new, documents).await
 }
 
 /// Why any ingest route answers 503.
@@ -303,6 +325,7 @@ async fn ndjson(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let records = lines(&body)?;
+    room_for(&ws, &records).await?;
     let report = ingest
         .store(&ws, move |kb| async move {
             import::import_records(&kb, records, &Silent).await

@@ -204,6 +204,9 @@ async fn submit(
             .map_err(|e| ApiError::invalid("body", format!("the body could not be read: {e}")))?;
         extract::parse::<SourceRequest>(&body)?.into_input()?
     };
+    // A source becomes documents (its chunks): a workspace whose documents are at its quota
+    // takes none. How many chunks it makes is known once it is parsed.
+    ws.room_for(0, 1).await?;
     let ingestor = ws.ingestor.clone();
     let view = sources
         .offload

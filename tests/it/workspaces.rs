@@ -996,6 +996,143 @@ async fn past_the_index_budget_the_least_recently_used_workspace_is_closed() {
     t.stop().await;
 }
 
+/// A write that would take a workspace past `workspaces.max_entities` or `max_documents` is
+/// refused whole with 403 `quota_exceeded` and writes nothing; updates of what it holds still
+/// pass; `default` has no quota.
+#[tokio::test]
+async fn a_write_past_the_workspaces_quota_is_refused_and_writes_nothing() {
+    let mut config = crate::support::test_config();
+    config.workspaces.max_entities = 3;
+    config.workspaces.max_documents = 1;
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let alpha = workspace_with_key(&t, "alpha").await;
+    let entities = |names: &[&str]| {
+        Some(Value::from(
+            names
+                .iter()
+                .map(|n| json!({"name": n, "entity_type": "t"}))
+                .collect::<Vec<_>>(),
+        ))
+    };
+    let path = "/data/v1/ingest/entities";
+    let (s, _) = call_as(&t, &alpha, None, Method::POST, path, entities(&["a", "b"])).await;
+    assert_eq!(s, 200);
+    let (s, refused) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        path,
+        entities(&["a", "c", "d"]),
+    )
+    .await;
+    assert_eq!(s, 403, "{refused}");
+    assert_error(&refused, "quota_exceeded", None);
+    let (_, view) = t.get("/admin/v1/workspaces/alpha").await;
+    assert_eq!(
+        view["counts"]["entities"], 2,
+        "nothing of the refused batch: {view}"
+    );
+    // Updating what it holds, and one more, fit.
+    let (s, _) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        path,
+        entities(&["a", "b", "c"]),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let document = |id: &str| {
+        json!({"kind": "document", "title": id, "content": "text", "source": "t", "source_id": id,
+            "content_type": "text/plain", "url": null, "entity_name": null})
+        .to_string()
+    };
+    let ndjson = |body: String| {
+        t.http
+            .post(t.url("/data/v1/ingest/ndjson"))
+            .bearer_auth(&alpha)
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+    };
+    let (s, _, refused) = read(
+        ndjson(format!("{}\n{}", document("x"), document("y")))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, 403, "{refused}");
+    assert_error(&refused, "quota_exceeded", None);
+    let (s, _, _) = read(ndjson(document("x")).await.unwrap()).await;
+    assert_eq!(s, 200);
+    let (s, refused) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        "/data/v1/ingest/sources",
+        Some(json!({"source": "n", "source_id": "1", "content": "More text."})),
+    )
+    .await;
+    assert_eq!(
+        s, 403,
+        "a workspace full of documents takes no source: {refused}"
+    );
+    let (_, view) = t.get("/admin/v1/workspaces/alpha").await;
+    assert_eq!(
+        (&view["counts"]["entities"], &view["counts"]["documents"]),
+        (&json!(3), &json!(1))
+    );
+    // `default` has no quota.
+    let (s, _) = t.post(path, entities(&["p", "q", "r", "s"]).unwrap()).await;
+    assert_eq!(s, 200);
+    t.stop().await;
+}
+
+/// `limits.workspace_graph_per_minute` is shared by every key of a workspace: past its
+/// burst, any of them gets 429 that names the workspace's budget; another workspace and its
+/// keys are not touched.
+#[tokio::test]
+async fn a_workspaces_keys_share_its_rate_budget() {
+    let mut config = crate::support::test_config();
+    config.limits.workspace_graph_per_minute = 1;
+    config.limits.workspace_graph_burst = 3;
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let alpha = workspace_with_key(&t, "alpha").await;
+    let alpha_too = mint(&t, "alpha", &["read"]).await;
+    let beta = workspace_with_key(&t, "beta").await;
+    let search = || Some(json!({"query": "a"}));
+    let path = "/data/v1/query/graph/search";
+    for key in [&alpha, &alpha_too, &alpha] {
+        let (s, _) = call_as(&t, key, None, Method::POST, path, search()).await;
+        assert_eq!(s, 200);
+    }
+    let (s, refused) = call_as(&t, &alpha_too, None, Method::POST, path, search()).await;
+    assert_eq!(s, 429, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this workspace"),
+        "{refused}"
+    );
+    let (s, _) = call_as(&t, &beta, None, Method::POST, path, search()).await;
+    assert_eq!(s, 200, "beta has a budget of its own");
+    t.stop().await;
+}
+
 /// Two nodes on one SurrealDB server: a workspace and a key made through one are known to the
 /// other; each node's indexes of a workspace follow the other's writes to it and to it alone,
 /// also when both write to two workspaces at once; a workspace deleted through one is gone

@@ -70,6 +70,7 @@ export const STATUS_OF_CODE = {
   INVALID_API_KEY: 401,
   insufficient_scope: 403,
   workspace_forbidden: 403,
+  quota_exceeded: 403,
   not_found: 404,
   workspace_not_found: 404,
   method_not_allowed: 405,

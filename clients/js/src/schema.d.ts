@@ -969,6 +969,7 @@ export interface components {
          *     - `INVALID_API_KEY` (401): no API key, or one that kbq does not know
          *     - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all)
          *     - `workspace_forbidden` (403): the key named a workspace other than its own; only an admin key of `default` may
+         *     - `quota_exceeded` (403): the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written
          *     - `not_found` (404): no such path, or an API version that kbq does not serve
          *     - `workspace_not_found` (404): the workspace named in `X-KBQ-Workspace` or in the path does not exist
          *     - `method_not_allowed` (405): the path exists but not with this method
@@ -983,7 +984,7 @@ export interface components {
          *     - `upstream_error` (502): every language-model provider tried for the request failed
          * @enum {string}
          */
-        ErrorCode: "invalid_request" | "INVALID_API_KEY" | "not_found" | "method_not_allowed" | "version_sunset" | "insufficient_scope" | "payload_too_large" | "unsupported_media_type" | "RATE_LIMIT_EXCEEDED" | "internal_error" | "service_unavailable" | "upstream_error" | "request_timeout" | "workspace_not_found" | "workspace_forbidden" | "conflict";
+        ErrorCode: "invalid_request" | "INVALID_API_KEY" | "not_found" | "method_not_allowed" | "version_sunset" | "insufficient_scope" | "payload_too_large" | "unsupported_media_type" | "RATE_LIMIT_EXCEEDED" | "internal_error" | "service_unavailable" | "upstream_error" | "request_timeout" | "workspace_not_found" | "workspace_forbidden" | "conflict" | "quota_exceeded";
         ErrorDetail: {
             code: components["schemas"]["ErrorCode"];
             /** @description The request field at fault (a JSON path such as `history[2].role`), only when one is. */
@@ -1695,6 +1696,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
+        quota_exceeded: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description `request_timeout`: the request's body did not arrive within `server.body_timeout_ms`; the connection is closed */
         request_timeout: {
             headers: {
@@ -2120,7 +2130,7 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2231,7 +2241,7 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2509,7 +2519,7 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2624,7 +2634,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;

@@ -84,8 +84,9 @@ class AuthenticationError(APIError):
 
 
 class PermissionDeniedError(APIError):
-    """403: the key lacks the scope the route needs (``insufficient_scope``), or named a
-    workspace not its own (``workspace_forbidden``)."""
+    """403: the key lacks the scope the route needs (``insufficient_scope``), named a
+    workspace not its own (``workspace_forbidden``), or a write would take the workspace
+    past its quota (``quota_exceeded``)."""
 
 
 class NotFoundError(APIError):
