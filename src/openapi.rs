@@ -253,6 +253,10 @@ impl Modify for Rules {
         state::<kbq_store::NewDocument>(doc);
         state::<routes::sources::SourceRequest>(doc);
         state::<routes::admin::NewKey>(doc);
+        // A key's scopes: each once, so at most the four there are.
+        let scopes = array(component(doc, "NewKey"), "NewKey", "scopes");
+        scopes.unique_items = true;
+        scopes.max_items = Some(4);
         for path in [
             "/data/v1/ingest/entities",
             "/data/v1/ingest/relationships",
@@ -607,6 +611,10 @@ fn add_layer_errors(path: &str, op: &mut Operation) {
     }
     if crate::versions::version_of(path).is_some() {
         codes.push(ErrorCode::VersionSunset);
+    }
+    // Every path parameter is checked: a value that breaks its rule is a 400 naming it.
+    if path.contains('{') {
+        codes.push(ErrorCode::InvalidRequest);
     }
     if keyed {
         codes.extend([ErrorCode::RateLimitExceeded, ErrorCode::Internal]);

@@ -575,10 +575,22 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
                     };
                 }
                 let like = like[0].clone();
+                // Items that must differ (`uniqueItems`) are drawn from their choices, in turn.
+                let items = match property["items"]["$ref"].as_str() {
+                    Some(r) => &doc["components"]["schemas"][r.rsplit('/').next().unwrap()],
+                    None => &property["items"],
+                };
+                let distinct: Vec<Value> = match property["uniqueItems"] == true {
+                    true => items["enum"].as_array().cloned().unwrap_or_default(),
+                    false => Vec::new(),
+                };
                 let list = |n: u64| {
                     Value::from(
                         (0..n)
                             .map(|i| match &like {
+                                _ if !distinct.is_empty() => {
+                                    distinct[i as usize % distinct.len()].clone()
+                                }
                                 Value::Null => Value::from(format!("t{i}")),
                                 item => item.clone(),
                             })
@@ -612,7 +624,7 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
 /// too long to probe. Lengths alone, 2 each: agent chat's system_prompt, a document's
 /// title, and a submitted source's title and url. Choices, one probe per choice and one more: the embedder's name (1), the encoding
 /// format (2) and a completion's model (`kbq` and the test config's provider). Array sizes,
-/// 4: a completion's messages.
+/// 4: a completion's messages, and a minted key's scopes (each once).
 const EXPECTED_RULE_PROBES: usize = 6 * (1 + 2 + 2 + 2 + 9 + 2 + 3 + 4 + 2 + 1)
     + 7 * 2
     + 5 * 4
@@ -621,7 +633,7 @@ const EXPECTED_RULE_PROBES: usize = 6 * (1 + 2 + 2 + 2 + 9 + 2 + 3 + 4 + 2 + 1)
     + (1 + 1)
     + (2 + 1)
     + (2 + 1)
-    + 4;
+    + 4 * 2;
 
 /// Every path parameter's `pattern` in the document is the server's: for each parameter
 /// with one, a value it matches is not refused (the answer is 200 or 404), and values it does

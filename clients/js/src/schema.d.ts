@@ -1881,6 +1881,7 @@ export interface operations {
                     "application/json": components["schemas"]["WorkspaceView"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
             403: components["responses"]["insufficient_scope"];
             /** @description `workspace_not_found`: no workspace has this name */
@@ -1926,6 +1927,7 @@ export interface operations {
                     "application/json": components["schemas"]["WorkspaceDeletion"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
             403: components["responses"]["insufficient_scope"];
             /** @description `workspace_not_found`: no workspace has this name */
@@ -1980,6 +1982,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeyList"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
             403: components["responses"]["insufficient_scope"];
             /** @description `workspace_not_found`: no workspace has this name */
@@ -2079,6 +2082,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeyRevocation"];
                 };
             };
+            400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
             403: components["responses"]["insufficient_scope"];
             /** @description `not_found`: the workspace has no key of this id; or `workspace_not_found`: no workspace has this name */
