@@ -2,7 +2,11 @@
 //! routes, from config. A request over budget gets 429 `RATE_LIMIT_EXCEEDED` with
 //! `Retry-After` (whole seconds, rounded up); every limited response carries `RateLimit-Limit`,
 //! `RateLimit-Remaining` and `RateLimit-Policy`. Limits apply after authentication, so the
-//! limiter holds at most one cell per configured key: its memory is bounded by the key list.
+//! limiter holds at most one cell per key that has made a request.
+//!
+//! Nodes on one SurrealDB server share the budgets: each counts the nodes alive (their
+//! leases in the store, renewed every 2 s) and enforces its share of every budget, rounded
+//! up ([`RateLimits::share_among`]; docs/operations.md, "Rate limits across nodes").
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -49,12 +53,74 @@ impl Budget {
     }
 }
 
-/// The budgets, as app data: each key's, and each workspace's (every key of it together).
-pub struct RateLimits {
+/// A node's budgets: each key's, and each workspace's (every key of it together).
+pub struct Budgets {
     pub graph: Option<Budget>,
     pub agent: Option<Budget>,
     pub workspace_graph: Option<Budget>,
     pub workspace_agent: Option<Budget>,
+}
+
+impl Budgets {
+    /// This node's share of `config`'s budgets when `nodes` share them: each rate and burst
+    /// divided by the nodes, rounded up (at least 1).
+    pub fn share(config: &crate::config::LimitsSection, nodes: u64) -> Budgets {
+        let nodes = nodes.max(1);
+        let part = |n: u32| (u64::from(n).div_ceil(nodes)).max(u64::from(n > 0)) as u32;
+        let budget = |rate: u32, burst: u32| Budget::new(part(rate), part(burst).max(1));
+        Budgets {
+            graph: budget(config.graph_per_minute, config.graph_burst),
+            agent: budget(config.agent_per_minute, config.agent_burst),
+            workspace_graph: budget(
+                config.workspace_graph_per_minute,
+                config.workspace_graph_burst,
+            ),
+            workspace_agent: budget(
+                config.workspace_agent_per_minute,
+                config.workspace_agent_burst,
+            ),
+        }
+    }
+}
+
+/// The budgets, as app data: this node's share of the configured ones.
+pub struct RateLimits {
+    config: crate::config::LimitsSection,
+    /// The nodes the budgets are shared among now.
+    nodes: std::sync::atomic::AtomicU64,
+    current: parking_lot::RwLock<Arc<Budgets>>,
+}
+
+impl RateLimits {
+    /// `config`'s budgets, this node's alone until [`share_among`](Self::share_among) says
+    /// otherwise.
+    pub fn new(config: &crate::config::LimitsSection) -> Self {
+        RateLimits {
+            config: config.clone(),
+            nodes: 1.into(),
+            current: parking_lot::RwLock::new(Arc::new(Budgets::share(config, 1))),
+        }
+    }
+
+    /// The budgets requests spend now.
+    pub fn budgets(&self) -> Arc<Budgets> {
+        self.current.read().clone()
+    }
+
+    /// How many nodes the budgets are shared among.
+    pub fn nodes(&self) -> u64 {
+        self.nodes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Enforces this node's share of the budgets when `nodes` nodes serve them. When the
+    /// number changes, the limiters start again from full, at the new share.
+    pub fn share_among(&self, nodes: u64) {
+        let nodes = nodes.max(1);
+        if self.nodes.swap(nodes, std::sync::atomic::Ordering::Relaxed) != nodes {
+            tracing::info!(nodes, "rate budgets shared among the nodes alive");
+            *self.current.write() = Arc::new(Budgets::share(&self.config, nodes));
+        }
+    }
 }
 
 /// Which budget a scope spends.
@@ -81,7 +147,7 @@ pub async fn limit(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let limits = req.app_data::<web::Data<RateLimits>>().cloned();
+    let limits = req.app_data::<web::Data<RateLimits>>().map(|l| l.budgets());
     let (budget, shared) = match (limits.as_deref(), route) {
         (Some(l), Route::Graph) => (l.graph.as_ref(), l.workspace_graph.as_ref()),
         (Some(l), Route::Agent) => (l.agent.as_ref(), l.workspace_agent.as_ref()),
@@ -168,4 +234,41 @@ fn refused(
         budget.policy.clone(),
     );
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node's share of a budget is the budget divided by the nodes, rounded up, and never
+    /// 0 for a budget that is on; a budget that is off stays off.
+    #[test]
+    fn each_node_enforces_its_share_rounded_up() {
+        let config = crate::config::LimitsSection {
+            graph_per_minute: 1200,
+            graph_burst: 100,
+            agent_per_minute: 1,
+            agent_burst: 1,
+            workspace_graph_per_minute: 0,
+            ..Default::default()
+        };
+        let shared = Budgets::share(&config, 3);
+        let graph = shared.graph.as_ref().unwrap();
+        assert_eq!(graph.burst, 34);
+        assert_eq!(graph.policy, "400;w=60;burst=34");
+        let agent = shared.agent.as_ref().unwrap();
+        assert_eq!(
+            (agent.burst, agent.policy.to_str().unwrap()),
+            (1, "1;w=60;burst=1")
+        );
+        assert!(shared.workspace_graph.is_none());
+        let limits = RateLimits::new(&config);
+        assert_eq!(limits.nodes(), 1);
+        assert_eq!(limits.budgets().graph.as_ref().unwrap().burst, 100);
+        limits.share_among(4);
+        assert_eq!(limits.nodes(), 4);
+        assert_eq!(limits.budgets().graph.as_ref().unwrap().burst, 25);
+        limits.share_among(0);
+        assert_eq!(limits.nodes(), 1, "at least this node");
+    }
 }

@@ -264,6 +264,8 @@ pub struct MemoryReading {
     pub workspaces: crate::workspaces::Swept,
     /// Workspaces this node has closed since it started: idle, and for the index budget.
     pub workspaces_closed: (u64, u64),
+    /// The nodes the rate budgets are shared among (1 on an embedded store).
+    pub rate_limit_nodes: u64,
 }
 
 impl MemoryReading {
@@ -355,6 +357,13 @@ impl MemoryReading {
                 "kbq_workspaces_closed_total{{reason=\"{reason}\"}} {n}"
             );
         }
+        header(
+            out,
+            "kbq_rate_limit_nodes",
+            "gauge",
+            "The nodes the rate budgets are shared among: each enforces its share, rounded up. 1 on an embedded store.",
+        );
+        let _ = writeln!(out, "kbq_rate_limit_nodes {}", self.rate_limit_nodes);
         if let Some(rss) = self.resident_bytes {
             header(
                 out,
@@ -441,8 +450,11 @@ pub async fn metrics(
     kb: web::Data<KnowledgeBase>,
     readiness: web::Data<Readiness>,
     sources: web::Data<crate::routes::sources::SourcesService>,
-    workspaces: web::Data<crate::workspaces::Workspaces>,
+    req: actix_web::HttpRequest,
 ) -> HttpResponse {
+    // The workspaces and the rate budgets, when the app has them (a test's may not).
+    let workspaces = req.app_data::<web::Data<crate::workspaces::Workspaces>>();
+    let limits = req.app_data::<web::Data<crate::limits::RateLimits>>();
     let store_up = crate::routes::probes::store_state(&kb).await == "up";
     // Walking every index takes milliseconds on a large store: off the HTTP worker.
     let kb = kb.into_inner();
@@ -455,8 +467,9 @@ pub async fn metrics(
         indexes,
         resident_bytes: resident_bytes(),
         ingest_jobs: sources.ingestor().jobs_here(),
-        workspaces: workspaces.last_sweep(),
-        workspaces_closed: workspaces.closed(),
+        workspaces: workspaces.map(|w| w.last_sweep()).unwrap_or_default(),
+        workspaces_closed: workspaces.map(|w| w.closed()).unwrap_or_default(),
+        rate_limit_nodes: limits.map_or(1, |l| l.nodes()),
     };
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

@@ -73,6 +73,8 @@ pub struct Server {
     follower: Follower,
     /// Closes the workspaces `[workspaces]` says not to keep open.
     _sweeper: tokio_util::task::AbortOnDropHandle<()>,
+    /// Counts the nodes the rate budgets are shared among (a shared server only).
+    _sharing: Option<tokio_util::task::AbortOnDropHandle<()>>,
 }
 
 impl Server {
@@ -169,23 +171,23 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         &runtime.agent.providers(),
         &config.chat.aliases,
     ));
-    let rate_limits = web::Data::new(crate::limits::RateLimits {
-        graph: crate::limits::Budget::new(
-            config.limits.graph_per_minute,
-            config.limits.graph_burst,
-        ),
-        agent: crate::limits::Budget::new(
-            config.limits.agent_per_minute,
-            config.limits.agent_burst,
-        ),
-        workspace_graph: crate::limits::Budget::new(
-            config.limits.workspace_graph_per_minute,
-            config.limits.workspace_graph_burst,
-        ),
-        workspace_agent: crate::limits::Budget::new(
-            config.limits.workspace_agent_per_minute,
-            config.limits.workspace_agent_burst,
-        ),
+    let rate_limits = web::Data::new(crate::limits::RateLimits::new(&config.limits));
+    // Nodes on one server share the budgets (crate::limits): the nodes alive are counted
+    // every few seconds.
+    let sharing = kb.config().is_server().then(|| {
+        let (limits, kb) = (rate_limits.clone().into_inner(), kb.clone());
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                if let Ok(nodes) = kb.live_nodes(now).await {
+                    limits.share_among(nodes);
+                }
+            }
+        }))
     });
     let kb_data = web::Data::from(kb.clone());
     // RAG search and ingestion call the knowledge base on this runtime (crate::offload).
@@ -339,6 +341,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         startup,
         follower,
         _sweeper: sweeper,
+        _sharing: sharing,
     })
 }
 

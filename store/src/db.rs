@@ -117,6 +117,37 @@ pub(crate) fn vector_from(v: &Value) -> Option<Vec<f32>> {
     }
 }
 
+/// How many times a write that lost a transaction conflict is run.
+const CONFLICT_ATTEMPTS: u32 = 4;
+
+/// Runs `sql`, a write whose rows kbq does not read, on `db` with a time limit, and checks
+/// every statement. A write that lost a transaction conflict to another (two nodes writing
+/// one database at once) did nothing, and is run again, up to [`CONFLICT_ATTEMPTS`] times.
+pub(crate) async fn write_on(
+    db: &Database,
+    sql: &str,
+    vars: Object,
+    timeout: Duration,
+) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        let error = match query_on(db, sql, vars.clone(), timeout).await?.check() {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let conflict = matches!(error.query_details(), Some(QueryError::TransactionConflict));
+        if !conflict || attempt >= CONFLICT_ATTEMPTS {
+            return Err(StoreError::Query(error.to_string()));
+        }
+        tracing::debug!(
+            attempt,
+            "a write lost a transaction conflict; running it again"
+        );
+        tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+        attempt += 1;
+    }
+}
+
 /// The error that failed `resp`, if a statement failed. When one statement of a transaction
 /// fails, SurrealDB reports the others as not executed or cancelled: the cause is the first
 /// error that is neither.

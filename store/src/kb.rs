@@ -436,10 +436,7 @@ impl KnowledgeBase {
     }
 
     pub(crate) async fn exec_on(&self, c: &Connected, sql: &str, vars: Object) -> Result<()> {
-        let resp = self.send(c, sql, vars).await?;
-        resp.check()
-            .map(|_| ())
-            .map_err(|e| StoreError::Query(e.to_string()))
+        crate::db::write_on(&c.db, sql, vars, self.config.query_timeout).await
     }
 
     pub(crate) async fn run_on<T: DeserializeOwned>(

@@ -929,6 +929,21 @@ impl KnowledgeBase {
         Ok(rows.into_iter().next())
     }
 
+    /// The nodes alive at `now` (Unix milliseconds): those whose lease, renewed by every
+    /// node's default ingestor every 2 s, has not ended. Nodes on one server share rate
+    /// budgets by it.
+    pub async fn live_nodes(&self, now: i64) -> Result<u64> {
+        let rows: Vec<u64> = self
+            .run(
+                &format!(
+                    "RETURN [count(SELECT VALUE id FROM {INGEST_NODE} WHERE lease_until > $now)]"
+                ),
+                obj([("now", now.into_value())]),
+            )
+            .await?;
+        Ok(rows.into_iter().next().unwrap_or(0))
+    }
+
     /// Says that the node `node` is alive until `until` (Unix milliseconds): while it is, no
     /// other node takes its jobs. One row per node, whatever the number of its jobs.
     pub async fn heartbeat(&self, node: &str, until: i64) -> Result<()> {

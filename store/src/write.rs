@@ -11,8 +11,8 @@ use surrealdb::types::{RecordId, SurrealValue, Value};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::db::{
-    RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, query_on, relationship_record_id, row,
-    vector_bytes,
+    RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, relationship_record_id, row, vector_bytes,
+    write_on,
 };
 use crate::doc_index::DocEntry;
 use crate::embed::Embedder;
@@ -200,10 +200,7 @@ impl KnowledgeBase {
                 in_flight.push_back(AbortOnDropHandle::new(tokio::spawn(async move {
                     let (rows, extra) = rows.await?;
                     let vars = obj([("rows", rows.into_value())]);
-                    query_on(&db, &sql, vars, timeout)
-                        .await?
-                        .check()
-                        .map_err(|e| StoreError::Query(e.to_string()))?;
+                    write_on(&db, &sql, vars, timeout).await?;
                     Ok::<X, StoreError>(extra)
                 })));
             }

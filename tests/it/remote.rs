@@ -417,3 +417,41 @@ async fn remote_a_job_is_run_by_one_node_and_taken_over_when_it_stops() {
     b.stop().await;
     llm.stop().await;
 }
+
+/// Two nodes on one server share a key's rate budget: once each counts the other, each
+/// enforces half of it, so the key gets the budget in all, not twice it.
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_two_nodes_share_a_keys_rate_budget() {
+    let db = SurrealServer::start(0, "memory").await;
+    let mut config = remote_config(&db, true);
+    config.limits.graph_per_minute = 1;
+    config.limits.graph_burst = 4;
+    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let both = eventually(Duration::from_secs(20), || async {
+        let (a, b) = (a.metrics_text().await, b.metrics_text().await);
+        a.contains("\nkbq_rate_limit_nodes 2\n") && b.contains("\nkbq_rate_limit_nodes 2\n")
+    })
+    .await;
+    assert!(both, "the nodes did not count each other");
+    for node in [&a, &b] {
+        let statuses: Vec<u16> = {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                let (s, _) = node
+                    .post("/data/v1/query/graph/search", json!({"query": "Ada"}))
+                    .await;
+                out.push(s.as_u16());
+            }
+            out
+        };
+        assert_eq!(
+            statuses,
+            [200, 200, 429],
+            "each node's share is half the burst"
+        );
+    }
+    a.stop().await;
+    b.stop().await;
+}
