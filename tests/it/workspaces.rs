@@ -1183,7 +1183,9 @@ async fn remote_two_nodes_keep_workspaces_apart_and_share_them() {
                     .send()
                     .await
                     .unwrap();
-                assert_eq!(res.status(), 200, "{workspace} through node {i}");
+                let status = res.status();
+                let body = res.text().await.unwrap_or_default();
+                assert_eq!(status, 200, "{workspace} through node {i}: {body}");
             }
         }));
     }
