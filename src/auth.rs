@@ -144,7 +144,7 @@ impl Key {
     fn new(name: Arc<str>, hash: [u8; 32], scopes: Scopes) -> Key {
         Key {
             name,
-            id: hex::encode(&hash[..16]).into(),
+            id: key_id(&hash).into(),
             hash,
             scopes,
         }
@@ -203,6 +203,32 @@ pub fn plaintext_keys() -> Vec<String> {
 
 pub fn hash(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
+}
+
+/// A key's id, in logs and limits, the owner of its memory and how a minted key is listed
+/// and revoked: its hash's first half in hex.
+pub fn key_id(hash: &[u8; 32]) -> String {
+    hex::encode(&hash[..16])
+}
+
+/// A new key of `workspace` named `name` with `scopes`: its secret, shown once, and what the
+/// store keeps of it (the time is the store's).
+pub fn mint(
+    name: String,
+    scopes: Vec<String>,
+    workspace: String,
+) -> (String, kbq_store::StoredKey) {
+    let key = new_key();
+    let hash = hash(&key);
+    let stored = kbq_store::StoredKey {
+        id: key_id(&hash),
+        name,
+        scopes,
+        workspace,
+        sha256: hex::encode(hash),
+        created_at: String::new(),
+    };
+    (key, stored)
 }
 
 /// A fresh random key: `kbq_` and 64 hex digits (256 bits).

@@ -176,10 +176,18 @@ pub async fn limit(
     }
     let mut res = next.call(req).await?;
     if let Some((budget, left)) = remaining {
-        let h = res.headers_mut();
+        budget.describe(res.headers_mut(), left);
+    }
+    Ok(res.map_into_left_body())
+}
+
+impl Budget {
+    /// Writes the `RateLimit-Limit`, `-Remaining` and `-Policy` headers of this budget, with
+    /// `left` requests left.
+    fn describe(&self, h: &mut actix_web::http::header::HeaderMap, left: u32) {
         h.insert(
             HeaderName::from_static("ratelimit-limit"),
-            HeaderValue::from(budget.burst),
+            HeaderValue::from(self.burst),
         );
         h.insert(
             HeaderName::from_static("ratelimit-remaining"),
@@ -187,10 +195,9 @@ pub async fn limit(
         );
         h.insert(
             HeaderName::from_static("ratelimit-policy"),
-            budget.policy.clone(),
+            self.policy.clone(),
         );
     }
-    Ok(res.map_into_left_body())
 }
 
 /// The 429 of a request `budget` refused until `not_until`; `whose` says whose budget it was
@@ -217,21 +224,10 @@ fn refused(
     };
     let mut res = req.error_response(error);
     let h = res.headers_mut();
-    h.insert(
-        HeaderName::from_static("ratelimit-limit"),
-        HeaderValue::from(budget.burst),
-    );
-    h.insert(
-        HeaderName::from_static("ratelimit-remaining"),
-        HeaderValue::from(0u32),
-    );
+    budget.describe(h, 0);
     h.insert(
         HeaderName::from_static("ratelimit-reset"),
         HeaderValue::from(secs),
-    );
-    h.insert(
-        HeaderName::from_static("ratelimit-policy"),
-        budget.policy.clone(),
     );
     res
 }

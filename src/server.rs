@@ -153,14 +153,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         }
     }
 
-    let workspaces = web::Data::new(Workspaces::new(
-        kb.clone(),
-        runtime.ingest.clone(),
-        runtime.ingestors.clone(),
-        Offload::current(),
-        config.store.follow_changes && kb.config().is_server(),
-        config.keeping(),
-    ));
+    let workspaces = web::Data::new(workspaces(&config, &kb, &runtime));
     let sweeper = workspaces.clone().into_inner().keep_sweeping();
     let keys = web::Data::new(keys.with_minted(kb.clone(), Offload::current()));
     let versions = web::Data::new(Versions::new(&config.versions, options.clock.clone()));
@@ -351,6 +344,19 @@ const FIRST_SYNC: std::time::Duration = std::time::Duration::from_secs(120);
 /// How long start-up waits between attempts to reach a store that does not answer.
 const CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The workspaces of a node whose default workspace is `kb`, with `runtime`'s ingestion,
+/// opened on the calling (main) runtime, following other nodes' writes on a shared server.
+fn workspaces(config: &Config, kb: &Arc<KnowledgeBase>, runtime: &Runtime) -> Workspaces {
+    Workspaces::new(
+        kb.clone(),
+        runtime.ingest.clone(),
+        runtime.ingestors.clone(),
+        Offload::current(),
+        config.store.follow_changes && kb.config().is_server(),
+        config.keeping(),
+    )
+}
+
 /// RAG search on `offload`, within `graph.call_timeout_ms`: for the RAG routes and the MCP
 /// tools.
 fn rag_service(config: &Config, offload: Offload) -> web::Data<RagService> {
@@ -425,14 +431,7 @@ pub async fn mcp_stdio(config: Config, key: Option<String>) -> anyhow::Result<()
     )
     .await;
     let models = crate::models::Models::new(&runtime.agent.providers(), &config.chat.aliases);
-    let workspaces = Arc::new(Workspaces::new(
-        kb.clone(),
-        runtime.ingest.clone(),
-        runtime.ingestors.clone(),
-        Offload::current(),
-        config.store.follow_changes && kb.config().is_server(),
-        config.keeping(),
-    ));
+    let workspaces = Arc::new(workspaces(&config, &kb, &runtime));
     let caller = match key {
         None => crate::mcp::Caller::local(workspaces.default_workspace().clone()),
         Some(key) => {

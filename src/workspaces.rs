@@ -25,13 +25,13 @@ use crate::error::{ApiError, ErrorCode};
 use crate::offload::Offload;
 
 /// The workspace that always exists: the configured database.
-pub const DEFAULT: &str = "default";
+pub const DEFAULT: &str = kbq_store::DEFAULT_WORKSPACE;
 
 /// The header with which an `admin` key acts in another workspace.
 pub const HEADER: &str = "x-kbq-workspace";
 
 /// The longest name a workspace may have.
-pub const MAX_NAME_CHARS: usize = 63;
+pub const MAX_NAME_CHARS: usize = kbq_store::MAX_WORKSPACE_NAME_CHARS;
 
 /// The rule a workspace's name follows, as the API states it.
 pub const NAME_RULE: &str = "1-63 characters of a-z, 0-9 and '-', starting with a letter";
@@ -39,12 +39,10 @@ pub const NAME_RULE: &str = "1-63 characters of a-z, 0-9 and '-', starting with 
 /// [`NAME_RULE`] as a regular expression, for the OpenAPI document.
 pub const NAME_PATTERN: &str = "^[a-z][a-z0-9-]{0,62}$";
 
-/// True when `name` follows [`NAME_RULE`].
+/// True when `name` follows [`NAME_RULE`]: the store's rule
+/// ([`kbq_store::check_workspace_name`]), which the registry holds names to as well.
 pub fn valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b'a'..=b'z'))
-        && name.len() <= MAX_NAME_CHARS
-        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-'))
+    kbq_store::check_workspace_name(name).is_ok()
 }
 
 /// How long an open workspace is trusted to still exist before the registry is read again:
@@ -349,12 +347,7 @@ impl Workspaces {
                 continue;
             };
             let (queued, running, _) = workspace.ingestor.jobs_here();
-            let stats = workspace.kb.index_stats();
-            let bytes = stats.graph_bytes
-                + stats.names_bytes
-                + stats.vectors_bytes
-                + stats.keyword_bytes
-                + stats.documents_bytes;
+            let bytes = workspace.kb.index_stats().heap_bytes();
             let used = entry.value().last_used.load(Ordering::Relaxed);
             open.push((entry.key().clone(), used, bytes, queued + running > 0));
         }

@@ -3,10 +3,9 @@
 //! it (JSON), and nothing else on standard output.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Subcommand;
-use kbq_store::{KnowledgeBase, StoredKey};
+use kbq_store::{Counts, KnowledgeBase};
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -76,10 +75,14 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
         .map_err(failed)?;
     match command {
         WorkspacesCommand::List => {
-            let mut out = vec![view(&kb, DEFAULT, None).await?];
+            let counts = kb.counts().await.map_err(failed)?;
+            let memories = kb.memory_count().await.map_err(failed)?;
+            let mut out = vec![view(DEFAULT, None, counts, memories)];
+            // Counted in the store, as the admin API counts a workspace it has not opened:
+            // without opening it (defining its schema, building its indexes).
             for w in kb.workspaces().await.map_err(failed)? {
-                let sibling = kb.workspace_kb(&w.database);
-                out.push(view(&sibling, &w.name, Some(w.created_at)).await?);
+                let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
+                out.push(view(&w.name, Some(w.created_at), counts, memories));
             }
             Ok(json!({"workspaces": out}))
         }
@@ -135,16 +138,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             list.dedup();
             kbq_store::model::check_name("--key-name", &key_name)
                 .map_err(|e| usage(e.to_string()))?;
-            let key = crate::auth::new_key();
-            let hash = crate::auth::hash(&key);
-            let stored = StoredKey {
-                id: hex::encode(&hash[..16]),
-                name: key_name,
-                scopes: list,
-                workspace: name,
-                sha256: hex::encode(hash),
-                created_at: String::new(),
-            };
+            let (key, stored) = crate::auth::mint(key_name, list, name);
             kb.put_key(&stored).await.map_err(failed)?;
             Ok(json!({"id": stored.id, "key": key, "name": stored.name,
                 "scopes": stored.scopes, "workspace": stored.workspace}))
@@ -172,14 +166,8 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
 }
 
 /// A workspace as the admin API shows it.
-async fn view(
-    kb: &Arc<KnowledgeBase>,
-    name: &str,
-    created_at: Option<String>,
-) -> Result<Value, Failure> {
-    let counts = kb.counts().await.map_err(failed)?;
-    let memories = kb.memory_count().await.map_err(failed)?;
-    Ok(json!({
+fn view(name: &str, created_at: Option<String>, counts: Counts, memories: u64) -> Value {
+    json!({
         "name": name,
         "created_at": created_at,
         "counts": {
@@ -188,5 +176,5 @@ async fn view(
             "documents": counts.documents,
             "memories": memories,
         },
-    }))
+    })
 }

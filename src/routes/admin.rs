@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpResponse, web};
-use kbq_store::{StoredKey, WorkspaceRecord};
+use kbq_store::WorkspaceRecord;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -302,13 +302,7 @@ async fn view(
                 .offload
                 .run(async move { futures::try_join!(kb.counts(), kb.memory_count()) })
                 .await??;
-            let stats = workspace.kb.index_stats();
-            let bytes = stats.graph_bytes
-                + stats.names_bytes
-                + stats.vectors_bytes
-                + stats.keyword_bytes
-                + stats.documents_bytes;
-            (counts, memories, bytes)
+            (counts, memories, workspace.kb.index_stats().heap_bytes())
         }
         (None, Some(database)) => {
             let (counts, memories) = admin
@@ -466,16 +460,11 @@ async fn mint(
         ));
     }
     crate::extract::name("name", &req.name)?;
-    let key = auth::new_key();
-    let hash = auth::hash(&key);
-    let stored = StoredKey {
-        id: hex::encode(&hash[..16]),
-        name: req.name.clone(),
-        scopes: scopes.iter().map(|s| s.as_str().to_string()).collect(),
-        workspace: workspace.clone(),
-        sha256: hex::encode(hash),
-        created_at: String::new(),
-    };
+    let (key, stored) = auth::mint(
+        req.name.clone(),
+        scopes.iter().map(|s| s.as_str().to_string()).collect(),
+        workspace.clone(),
+    );
     let registry = all.registry().clone();
     let written = stored.clone();
     admin

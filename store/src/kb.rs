@@ -112,6 +112,17 @@ pub struct IndexStats {
     pub documents_bytes: u64,
 }
 
+impl IndexStats {
+    /// The heap bytes of every index together.
+    pub fn heap_bytes(&self) -> u64 {
+        self.graph_bytes
+            + self.names_bytes
+            + self.vectors_bytes
+            + self.keyword_bytes
+            + self.documents_bytes
+    }
+}
+
 pub struct KnowledgeBase {
     config: StoreConfig,
     embedder: Arc<dyn Embedder>,

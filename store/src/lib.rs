@@ -85,5 +85,7 @@ pub use related::{DocumentsQuery, GraphDocument, GraphDocuments, SELF_RELATIONSH
 pub use search::{DocumentFilter, DocumentHit};
 pub use text::TextIndex;
 pub use vectors::{DocTags, VectorIndex};
-pub use workspaces::{DEFAULT_WORKSPACE, StoredKey, WorkspaceRecord, check_workspace_name};
+pub use workspaces::{
+    DEFAULT_WORKSPACE, MAX_WORKSPACE_NAME_CHARS, StoredKey, WorkspaceRecord, check_workspace_name,
+};
 pub use write::EntityDeletion;
