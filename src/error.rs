@@ -124,7 +124,7 @@ impl ErrorCode {
             }
             ErrorCode::Conflict => "what the request would create exists already",
             ErrorCode::QuotaExceeded => {
-                "the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written"
+                "the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written"
             }
         }
     }

@@ -81,11 +81,30 @@ impl Default for Keeping {
     }
 }
 
-/// What a workspace may hold (`workspaces.max_entities`, `max_documents`); `None`: no bound.
+/// What a workspace may hold (`workspaces.max_entities`, `max_documents`,
+/// `max_document_bytes`); `None`: no bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Quota {
     pub entities: Option<u64>,
     pub documents: Option<u64>,
+    /// Bytes of the documents' content.
+    pub document_bytes: Option<u64>,
+}
+
+/// What a source is counted as adding when it is submitted: its chunks are not known until
+/// it is parsed, so a workspace at its quota of documents or of their bytes takes none.
+pub const SOURCE: Adding = Adding {
+    entities: 0,
+    documents: 1,
+    document_bytes: 1,
+};
+
+/// What a write would add to a workspace, as its quota counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Adding {
+    pub entities: u64,
+    pub documents: u64,
+    pub document_bytes: u64,
 }
 
 /// A request's workspace as the key middleware resolved it: its knowledge (what the actors,
@@ -100,26 +119,46 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// `403 quota_exceeded` unless the workspace has room for `entities` and `documents`
-    /// more records: its counts now (from its indexes when it has them) plus those, within
-    /// its quota.
-    pub async fn room_for(&self, entities: u64, documents: u64) -> Result<(), ApiError> {
-        if self.quota == Quota::default() || (entities == 0 && documents == 0) {
+    /// `403 quota_exceeded` unless the workspace has room for what a write `adding`: its
+    /// holdings now (from its indexes when it has them) plus those, within its quota.
+    pub async fn room_for(&self, adding: Adding) -> Result<(), ApiError> {
+        let quota = self.quota;
+        if quota == Quota::default() || adding == Adding::default() {
             return Ok(());
         }
         let now = self.kb.record_counts().await?;
-        for (what, held, adding, most) in [
-            ("entities", now.entities, entities, self.quota.entities),
-            ("documents", now.documents, documents, self.quota.documents),
+        let bytes = match quota.document_bytes {
+            Some(_) if adding.document_bytes > 0 => self.kb.document_bytes().await?,
+            _ => 0,
+        };
+        for (what, held, added, most) in [
+            ("entities", now.entities, adding.entities, quota.entities),
+            (
+                "documents",
+                now.documents,
+                adding.documents,
+                quota.documents,
+            ),
+            (
+                "document_bytes",
+                bytes,
+                adding.document_bytes,
+                quota.document_bytes,
+            ),
         ] {
             if let Some(most) = most
-                && adding > 0
-                && held + adding > most
+                && added > 0
+                && held + added > most
             {
+                let unit = if what == "document_bytes" {
+                    "bytes of documents"
+                } else {
+                    what
+                };
                 return Err(ApiError::new(
                     ErrorCode::QuotaExceeded,
                     format!(
-                        "the workspace may hold at most {most} {what} (workspaces.max_{what}); it holds {held}, and this would add {adding}: nothing was written"
+                        "the workspace may hold at most {most} {unit} (workspaces.max_{what}); it holds {held}, and this would add {added}: nothing was written"
                     ),
                 ));
             }

@@ -196,6 +196,7 @@ impl Config {
             quota: crate::workspaces::Quota {
                 entities: (w.max_entities > 0).then_some(w.max_entities),
                 documents: (w.max_documents > 0).then_some(w.max_documents),
+                document_bytes: (w.max_document_bytes > 0).then_some(w.max_document_bytes),
             },
         }
     }

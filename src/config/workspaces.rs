@@ -19,6 +19,9 @@ pub struct WorkspacesSection {
     pub max_entities: u64,
     /// Most documents a workspace other than `default` may hold; 0: no bound.
     pub max_documents: u64,
+    /// Most bytes of documents' content a workspace other than `default` may hold; 0: no
+    /// bound.
+    pub max_document_bytes: u64,
 }
 
 impl Default for WorkspacesSection {
@@ -29,6 +32,7 @@ impl Default for WorkspacesSection {
             open_timeout_secs: 30,
             max_entities: 0,
             max_documents: 0,
+            max_document_bytes: 0,
         }
     }
 }
@@ -64,6 +68,12 @@ impl WorkspacesSection {
             self.max_documents,
             0,
             1_000_000_000,
+        )?;
+        within(
+            "workspaces.max_document_bytes",
+            self.max_document_bytes,
+            0,
+            1 << 50,
         )
     }
 }

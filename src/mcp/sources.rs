@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{Effect, answered, arguments, invalid_arguments, not_found, object};
 use crate::offload::Offload;
 use crate::routes::sources::{SourceRequest, SourceRetraction, ingest_error};
-use crate::workspaces::Workspace;
+use crate::workspaces::{SOURCE, Workspace};
 
 pub const ADD_SOURCE: &str = "AddSourceTool";
 pub const INGEST_JOB: &str = "IngestJobTool";
@@ -49,7 +49,7 @@ impl Ingestion {
                 let input = arguments::<SourceRequest>(&args)?
                     .into_input()
                     .map_err(invalid_arguments)?;
-                workspace.room_for(0, 1).await.map_err(answered)?;
+                workspace.room_for(SOURCE).await.map_err(answered)?;
                 let view = self
                     .offload
                     .run(async move { ingestor.submit(input, &owner).await })

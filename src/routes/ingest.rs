@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{self, Items, Rules, name_in_path};
 use crate::offload::Offload;
-use crate::workspaces::Workspace;
+use crate::workspaces::{Adding, Workspace};
 
 /// How many records one JSON array holds.
 pub const BATCH: Items = Items {
@@ -179,24 +179,28 @@ impl IngestService {
 }
 
 /// `403 quota_exceeded` unless `workspace` has room for `records`: the entities among them
-/// that it does not hold yet, and every document (one that replaces a document counts too).
+/// that it does not hold yet, and every document with its content's bytes (one that replaces
+/// a document counts too).
 async fn room_for(workspace: &Workspace, records: &[(usize, Record)]) -> Result<(), ApiError> {
     if workspace.quota == crate::workspaces::Quota::default() {
         return Ok(());
     }
     let mut names = Vec::new();
-    let mut documents = 0u64;
+    let mut adding = Adding::default();
     for (_, record) in records {
         match record {
             Record::Entity(e) => names.push(e.name.clone()),
-            Record::Document(_) => documents += 1,
+            Record::Document(d) => {
+                adding.documents += 1;
+                adding.document_bytes += d.content.len() as u64;
+            }
             Record::Relationship(_) => {}
         }
     }
     names.sort();
     names.dedup();
-    let new = workspace.kb.missing_entities(&names).await?.len() as u64;
-    workspace.room_for(new, documents).await
+    adding.entities = workspace.kb.missing_entities(&names).await?.len() as u64;
+    workspace.room_for(adding).await
 }
 
 /// Why any ingest route answers 503.

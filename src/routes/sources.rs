@@ -19,7 +19,7 @@ use crate::auth::KeyIdentity;
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::{self, Rules};
 use crate::offload::Offload;
-use crate::workspaces::Workspace;
+use crate::workspaces::{SOURCE, Workspace};
 
 /// Room for a multipart or JSON envelope around the largest source.
 const ENVELOPE_BYTES: usize = 64 << 10;
@@ -204,9 +204,9 @@ async fn submit(
             .map_err(|e| ApiError::invalid("body", format!("the body could not be read: {e}")))?;
         extract::parse::<SourceRequest>(&body)?.into_input()?
     };
-    // A source becomes documents (its chunks): a workspace whose documents are at its quota
-    // takes none. How many chunks it makes is known once it is parsed.
-    ws.room_for(0, 1).await?;
+    // A source becomes documents (its chunks): a workspace whose documents, or their bytes,
+    // are at its quota takes none. How many chunks it makes is known once it is parsed.
+    ws.room_for(SOURCE).await?;
     let ingestor = ws.ingestor.clone();
     let view = sources
         .offload

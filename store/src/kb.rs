@@ -556,6 +556,29 @@ impl KnowledgeBase {
         }
     }
 
+    /// The bytes of the documents' content (UTF-8), from the keyword index when the graph
+    /// is indexed, else from the store: what `max_document_bytes` is checked against.
+    pub async fn document_bytes(&self) -> Result<u64> {
+        self.connection().await?;
+        match self.graph_index() {
+            Some(_) => Ok(self.text.read().content_bytes()),
+            None => self.stored_document_bytes().await,
+        }
+    }
+
+    /// The bytes of the documents' content as the store sums them (a scan of every document).
+    pub async fn stored_document_bytes(&self) -> Result<u64> {
+        let rows: Vec<Option<u64>> = self
+            .run(
+                &format!(
+                    "RETURN [math::sum((SELECT VALUE bytes::len(<bytes> content) FROM {DOCUMENT}))]"
+                ),
+                Object::new(),
+            )
+            .await?;
+        Ok(rows.into_iter().flatten().next().unwrap_or(0))
+    }
+
     pub async fn counts(&self) -> Result<Counts> {
         #[derive(serde::Deserialize)]
         struct Row {

@@ -127,6 +127,8 @@ pub struct Analysed {
     terms: Vec<(Box<str>, u16, u16)>,
     title_len: u32,
     content_len: u32,
+    /// The content's UTF-8 bytes (what a workspace's `max_document_bytes` counts).
+    content_bytes: u32,
     /// Identifies the text, so that a document written again unchanged is left alone.
     fingerprint: u64,
 }
@@ -157,6 +159,7 @@ impl Analysed {
             terms: counts.into_iter().map(|(t, [a, b])| (t, a, b)).collect(),
             title_len,
             content_len,
+            content_bytes: u32::try_from(content.len()).unwrap_or(u32::MAX),
             fingerprint: hasher.finish(),
         }
     }
@@ -189,6 +192,9 @@ pub struct TextIndex {
     tags: Vec<DocTags>,
     /// Per slot: title and content length in terms.
     lens: Vec<(u32, u32)>,
+    /// Per slot: the content's bytes; and their sum over the live slots.
+    bytes: Vec<u32>,
+    bytes_total: u64,
     fingerprints: Vec<u64>,
     slots: FxHashMap<VectorKey, u32>,
     /// Per entity name: the live slots of the documents linked to it.
@@ -233,6 +239,7 @@ impl TextIndex {
                 .map(|t| t.mentions.len() * size_of::<Arc<str>>())
                 .sum::<usize>()
             + heap::vec(&self.lens)
+            + heap::vec(&self.bytes)
             + heap::vec(&self.fingerprints)
             + heap::map(&self.slots)
             + heap::map(&self.by_entity)
@@ -250,6 +257,11 @@ impl TextIndex {
         self.slots.is_empty()
     }
 
+    /// The bytes of the documents' content, summed over the documents indexed.
+    pub fn content_bytes(&self) -> u64 {
+        self.bytes_total
+    }
+
     /// Distinct terms indexed.
     pub fn terms(&self) -> usize {
         self.term_ids.len()
@@ -263,6 +275,7 @@ impl TextIndex {
             let slot = slot as usize;
             if self.fingerprints[slot] == text.fingerprint
                 && self.lens[slot] == (text.title_len, text.content_len)
+                && self.bytes[slot] == text.content_bytes
             {
                 self.link(slot, tags.entity_name.clone());
                 self.remention(slot, tags.mentions.clone());
@@ -282,6 +295,8 @@ impl TextIndex {
         }
         self.tags.push(tags);
         self.lens.push((text.title_len, text.content_len));
+        self.bytes.push(text.content_bytes);
+        self.bytes_total += u64::from(text.content_bytes);
         self.fingerprints.push(text.fingerprint);
         self.title_total += u64::from(text.title_len);
         self.content_total += u64::from(text.content_len);
@@ -443,6 +458,7 @@ impl TextIndex {
             let (t, c) = self.lens[slot];
             self.title_total -= u64::from(t);
             self.content_total -= u64::from(c);
+            self.bytes_total -= u64::from(self.bytes[slot]);
             let tags = std::mem::take(&mut self.tags[slot]);
             for entity in tags.entities() {
                 self.unlink(entity, slot as u32);
@@ -467,6 +483,7 @@ impl TextIndex {
         let old_keys = std::mem::take(&mut self.keys);
         let old_tags = std::mem::take(&mut self.tags);
         let old_lens = std::mem::take(&mut self.lens);
+        let old_bytes = std::mem::take(&mut self.bytes);
         let old_fingerprints = std::mem::take(&mut self.fingerprints);
         self.alive.clear();
         self.key_prefixes.clear();
@@ -479,6 +496,7 @@ impl TextIndex {
             self.alive.push(true);
             self.tags.push(old_tags[slot].clone());
             self.lens.push(old_lens[slot]);
+            self.bytes.push(old_bytes[slot]);
             self.fingerprints.push(old_fingerprints[slot]);
             next += 1;
         }

@@ -1388,3 +1388,30 @@ async fn descriptions_of_reads_each_entitys_description_supports() {
     assert!(read[1].imported);
     assert!(read[2].texts.is_empty());
 }
+
+#[tokio::test]
+async fn document_bytes_count_content_bytes_on_both_paths() {
+    // Two documents, one of them not ASCII, then the second replaced by a shorter one.
+    let first = "{\"kind\":\"document\",\"title\":\"A\",\"content\":\"abc\",\"source\":\"t\",\"source_id\":\"a\",\"content_type\":\"text/plain\",\"url\":null,\"entity_name\":null}\n";
+    let second = |content: &str| {
+        format!(
+            "{{\"kind\":\"document\",\"title\":\"B\",\"content\":\"{content}\",\"source\":\"t\",\"source_id\":\"b\",\"content_type\":\"text/plain\",\"url\":null,\"entity_name\":null}}\n"
+        )
+    };
+    for index in [true, false] {
+        let kb = open(index).await;
+        assert_eq!(kb.document_bytes().await.unwrap(), 0);
+        let input = format!("{first}{}", second("Zürich café"));
+        import::import(&kb, input.as_bytes(), &Silent)
+            .await
+            .unwrap();
+        // "abc" is 3 bytes; "Zürich café" is 11 characters and 13 bytes.
+        assert_eq!(kb.document_bytes().await.unwrap(), 16, "index: {index}");
+        assert_eq!(kb.stored_document_bytes().await.unwrap(), 16);
+        import::import(&kb, second("x").as_bytes(), &Silent)
+            .await
+            .unwrap();
+        assert_eq!(kb.document_bytes().await.unwrap(), 4, "index: {index}");
+        assert_eq!(kb.stored_document_bytes().await.unwrap(), 4);
+    }
+}

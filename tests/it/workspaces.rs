@@ -1099,6 +1099,102 @@ async fn a_write_past_the_workspaces_quota_is_refused_and_writes_nothing() {
     t.stop().await;
 }
 
+/// `workspaces.max_document_bytes` bounds the bytes of a workspace's documents' content: a
+/// batch that would pass it is refused whole, one that replaces a document counts its new
+/// content in full, and a workspace at its bound takes no source.
+#[tokio::test]
+async fn a_write_past_the_workspaces_document_bytes_is_refused_and_writes_nothing() {
+    let mut config = crate::support::test_config();
+    config.workspaces.max_document_bytes = 20;
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let alpha = workspace_with_key(&t, "alpha").await;
+    let documents = |docs: &[(&str, &str)]| {
+        Some(Value::from(
+            docs.iter()
+                .map(|(id, content)| {
+                    json!({"title": id, "content": content, "source": "t", "source_id": id,
+                        "content_type": "text/plain"})
+                })
+                .collect::<Vec<_>>(),
+        ))
+    };
+    let path = "/data/v1/ingest/documents";
+    // 12 bytes: "Zürich" is 7 of them.
+    let (s, body) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        path,
+        documents(&[("a", "Zürich 1234")]),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    // 12 + 5 + 4 > 20: refused whole, the batch's first document with it.
+    let (s, refused) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        path,
+        documents(&[("b", "12345"), ("c", "1234")]),
+    )
+    .await;
+    assert_eq!(s, 403, "{refused}");
+    assert_error(&refused, "quota_exceeded", None);
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("max_document_bytes")
+            && message.contains("holds 12")
+            && message.contains("add 9"),
+        "{message}"
+    );
+    let (_, view) = t.get("/admin/v1/workspaces/alpha").await;
+    assert_eq!(view["counts"]["documents"], 1, "{view}");
+    let (s, _) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        path,
+        documents(&[("b", "12345678")]),
+    )
+    .await;
+    assert_eq!(s, 200, "12 + 8 = 20 fits");
+    let (s, refused) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        "/data/v1/ingest/sources",
+        Some(json!({"source": "n", "source_id": "1", "content": "More text."})),
+    )
+    .await;
+    assert_eq!(
+        s, 403,
+        "a workspace at its bytes takes no source: {refused}"
+    );
+    assert_error(&refused, "quota_exceeded", None);
+    // Within a workspace at its bound, replacing a document with a shorter one is counted
+    // in full (as the documents' quota counts a replacement), so only what fits passes.
+    let (s, _) = call_as(
+        &t,
+        &alpha,
+        None,
+        Method::POST,
+        path,
+        documents(&[("b", "1")]),
+    )
+    .await;
+    assert_eq!(s, 403);
+    t.stop().await;
+}
+
 /// `limits.workspace_graph_per_minute` is shared by every key of a workspace: past its
 /// burst, any of them gets 429 that names the workspace's budget; another workspace and its
 /// keys are not touched.
