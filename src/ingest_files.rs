@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use kbq_actors::Runtime;
 use kbq_actors::ingest::{JobCounts, JobStatus, JobView, SourceInput};
-use kbq_store::KnowledgeBase;
 
 use crate::config::Config;
 
@@ -24,7 +23,7 @@ const OWNER: &str = "cli";
 
 /// Ingests `paths` into the store of `config`. Exit status as `kbq import`'s: 0 when every
 /// file was ingested, 1 when any failed, 2 when the store or the paths could not be read.
-pub async fn run(config: Config, paths: Vec<PathBuf>) -> ExitCode {
+pub async fn run(config: Config, workspace: &str, paths: Vec<PathBuf>) -> ExitCode {
     let files = match files_of(&paths) {
         Ok(files) if files.is_empty() => {
             eprintln!(
@@ -38,14 +37,13 @@ pub async fn run(config: Config, paths: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
-    if let Err(e) = kb.ping().await {
-        eprintln!(
-            "kbq: cannot open the store {}: {e} (is a kbq server using this store? an embedded store has one user at a time: stop the server first)",
-            config.store.url
-        );
-        return ExitCode::from(2);
-    }
+    let kb = match crate::workspaces_cli::open_workspace(&config, workspace).await {
+        Ok(kb) => kb,
+        Err(message) => {
+            eprintln!("kbq: {message}");
+            return ExitCode::from(2);
+        }
+    };
     // The command runs its own files' jobs only: unfinished jobs in the store are a
     // server's to take over.
     let mut runtime_config = config.runtime_config();

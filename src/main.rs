@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use kbq::config::{Config, LogFormat};
 use kbq::server::{self, Options};
-use kbq_store::KnowledgeBase;
 use kbq_store::import::{self, Phase, Progress};
 
 #[derive(Parser)]
@@ -55,6 +54,9 @@ enum Command {
         /// Store URL (overrides store.url).
         #[arg(long)]
         store: Option<String>,
+        /// The workspace to import into (docs/workspaces.md).
+        #[arg(long, default_value = "default")]
+        workspace: String,
         file: PathBuf,
     },
     /// Ingest files and folders (recursively): Markdown, HTML, PDF, DOCX and text, chunked,
@@ -64,6 +66,9 @@ enum Command {
         /// Store URL (overrides store.url).
         #[arg(long)]
         store: Option<String>,
+        /// The workspace to ingest into (docs/workspaces.md).
+        #[arg(long, default_value = "default")]
+        workspace: String,
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
@@ -72,6 +77,9 @@ enum Command {
         /// Store URL (overrides store.url).
         #[arg(long)]
         store: Option<String>,
+        /// The workspace whose documents to embed again (docs/workspaces.md).
+        #[arg(long, default_value = "default")]
+        workspace: String,
     },
     /// Write a synthetic knowledge base in the import format: seeded, power-law degrees,
     /// generated document text. The same arguments always write the same file.
@@ -306,7 +314,7 @@ fn main() -> ExitCode {
         }
         Command::Import { store, .. }
         | Command::Ingest { store, .. }
-        | Command::Reindex { store }
+        | Command::Reindex { store, .. }
         | Command::Workspaces { store, .. } => {
             config.store.url = store.clone().unwrap_or(config.store.url);
         }
@@ -334,9 +342,13 @@ fn main() -> ExitCode {
     init_logs(&config, one_shot);
     match command {
         Command::Serve { .. } => runtime.block_on(serve(config)),
-        Command::Import { file, .. } => runtime.block_on(import_file(config, file)),
-        Command::Ingest { paths, .. } => runtime.block_on(kbq::ingest_files::run(config, paths)),
-        Command::Reindex { .. } => runtime.block_on(reindex(config)),
+        Command::Import {
+            file, workspace, ..
+        } => runtime.block_on(import_file(config, &workspace, file)),
+        Command::Ingest {
+            paths, workspace, ..
+        } => runtime.block_on(kbq::ingest_files::run(config, &workspace, paths)),
+        Command::Reindex { workspace, .. } => runtime.block_on(reindex(config, &workspace)),
         Command::Mcp { .. } => runtime.block_on(mcp(config)),
         Command::Workspaces { command, .. } => {
             runtime.block_on(kbq::workspaces_cli::run(config, command))
@@ -474,15 +486,14 @@ impl Progress for Bars {
     }
 }
 
-async fn import_file(config: Config, file: PathBuf) -> ExitCode {
-    let kb = KnowledgeBase::open(config.store_config(), config.embedder()).await;
-    if let Err(e) = kb.ping().await {
-        eprintln!(
-            "kbq: cannot open the store {}: {e} (is a kbq server using this store? an embedded store has one user at a time: stop the server first)",
-            config.store.url
-        );
-        return ExitCode::from(2);
-    }
+async fn import_file(config: Config, workspace: &str, file: PathBuf) -> ExitCode {
+    let kb = match kbq::workspaces_cli::open_workspace(&config, workspace).await {
+        Ok(kb) => kb,
+        Err(message) => {
+            eprintln!("kbq: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let started = std::time::Instant::now();
     let bars = Bars::new();
     let result = if file.as_os_str() == "-" {
@@ -519,17 +530,16 @@ async fn import_file(config: Config, file: PathBuf) -> ExitCode {
     kbq::cli::finish(&summary, !report.failures.is_empty())
 }
 
-async fn reindex(config: Config) -> ExitCode {
+async fn reindex(config: Config, workspace: &str) -> ExitCode {
     let embedder = config.embedder();
     let (name, dimension) = (embedder.name().to_string(), embedder.dimension());
-    let kb = KnowledgeBase::open_for_reembed(config.store_config(), embedder).await;
-    if let Err(e) = kb.ping().await {
-        eprintln!(
-            "kbq: cannot open the store {}: {e} (an embedded store has one user at a time: stop the server first)",
-            config.store.url
-        );
-        return ExitCode::from(2);
-    }
+    let kb = match kbq::workspaces_cli::open_for_reembed(&config, workspace).await {
+        Ok(kb) => kb,
+        Err(message) => {
+            eprintln!("kbq: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let started = std::time::Instant::now();
     let bars = Bars::new();
     let result = kb.reembed(&bars).await;

@@ -3,6 +3,7 @@
 //! it (JSON), and nothing else on standard output.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Subcommand;
 use kbq_store::{Counts, KnowledgeBase};
@@ -69,10 +70,10 @@ fn checked(name: &str) -> Result<(), Failure> {
 }
 
 async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value, Failure> {
-    let kb = KnowledgeBase::new(config.store_config(), config.embedder());
-    kb.connect(&kbq_store::progress::Silent)
-        .await
-        .map_err(failed)?;
+    // The registry and the counts are read, not the vectors: a store whose embedder is not
+    // the configured one is managed all the same (as for `kbq reindex`).
+    let kb = KnowledgeBase::open_for_reembed(config.store_config(), config.embedder()).await;
+    kb.ping().await.map_err(failed)?;
     match command {
         WorkspacesCommand::List => {
             let counts = kb.counts().await.map_err(failed)?;
@@ -151,6 +152,63 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             Ok(json!({"id": id, "revoked": true}))
         }
     }
+}
+
+/// The knowledge base of the workspace `name` in the configured store, connected and with
+/// its indexes built, for a command that writes to it (`kbq import`, `kbq ingest`). The
+/// message of an error says what to do.
+pub async fn open_workspace(config: &Config, name: &str) -> Result<Arc<KnowledgeBase>, String> {
+    open(config, name, false).await
+}
+
+/// As [`open_workspace`], for `kbq reindex`: documents another embedder wrote are accepted
+/// ([`KnowledgeBase::open_for_reembed`]).
+pub async fn open_for_reembed(config: &Config, name: &str) -> Result<Arc<KnowledgeBase>, String> {
+    open(config, name, true).await
+}
+
+async fn open(config: &Config, name: &str, reembed: bool) -> Result<Arc<KnowledgeBase>, String> {
+    let cannot_open = |e: &dyn std::fmt::Display| {
+        format!(
+            "cannot open the store {}: {e} (is a kbq server using this store? an embedded store has one user at a time: stop the server first)",
+            config.store.url
+        )
+    };
+    if name != DEFAULT && !valid_name(name) {
+        return Err(format!(
+            "--workspace `{name}` is no workspace name: {NAME_RULE}"
+        ));
+    }
+    // For another workspace, `default` is opened for its registry only: as for a reembed,
+    // its vectors are not loaded, and its embedder may differ.
+    let kb = if name == DEFAULT && !reembed {
+        KnowledgeBase::open(config.store_config(), config.embedder()).await
+    } else {
+        KnowledgeBase::open_for_reembed(config.store_config(), config.embedder()).await
+    };
+    kb.ping().await.map_err(|e| cannot_open(&e))?;
+    if name == DEFAULT {
+        return Ok(kb);
+    }
+    let record = kb
+        .workspace(name)
+        .await
+        .map_err(|e| cannot_open(&e))?
+        .ok_or_else(|| {
+            format!(
+                "there is no workspace `{name}` (create it with `kbq workspaces create {name}`)"
+            )
+        })?;
+    let workspace = if reembed {
+        kb.workspace_kb_for_reembed(&record.database)
+    } else {
+        kb.workspace_kb(&record.database)
+    };
+    workspace
+        .connect(&kbq_store::progress::Silent)
+        .await
+        .map_err(|e| cannot_open(&e))?;
+    Ok(workspace)
 }
 
 /// `Ok` when the workspace `name` exists (`default` always does).

@@ -178,13 +178,23 @@ impl KnowledgeBase {
     /// connection and selects `database` in it, then defines the schema and builds its own
     /// in-memory indexes there, as any knowledge base does on connecting.
     pub fn workspace_kb(self: &Arc<Self>, database: &str) -> Arc<KnowledgeBase> {
+        self.sibling(database, false)
+    }
+
+    /// As [`workspace_kb`](Self::workspace_kb), for [`reembed`](Self::reembed), as
+    /// [`open_for_reembed`](Self::open_for_reembed) opens the default one.
+    pub fn workspace_kb_for_reembed(self: &Arc<Self>, database: &str) -> Arc<KnowledgeBase> {
+        self.sibling(database, true)
+    }
+
+    fn sibling(self: &Arc<Self>, database: &str, adopt_embedder: bool) -> Arc<KnowledgeBase> {
         // A sibling's sibling shares the same connection and registry: the root's.
         let parent = self.parent.clone().unwrap_or_else(|| self.clone());
         let config = StoreConfig {
             database: database.to_string(),
             ..self.config.clone()
         };
-        Self::unconnected(config, self.embedder.clone(), false, Some(parent))
+        Self::unconnected(config, self.embedder.clone(), adopt_embedder, Some(parent))
     }
 
     /// As [`open`](Self::open), for [`reembed`](Self::reembed): a store whose documents

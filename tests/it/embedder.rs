@@ -208,6 +208,59 @@ async fn reindex_moves_a_store_to_another_embedder() {
         .sum();
     assert_eq!(inputs, 3);
 
+    // A workspace keeps the embedder that wrote it: written with the built-in one (the
+    // command reads only the registry of `default`, whose embedder now differs), refused to
+    // the new one until `kbq reindex --workspace` embeds its documents again.
+    let out = kbq_cli(&["workspaces", "--store", &store, "create", "team"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fixture = fixture.to_str().unwrap();
+    let out = kbq_cli(&["import", "--store", &store, "--workspace", "team", fixture]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let into_team = [
+        "import",
+        "--config",
+        openai,
+        "--store",
+        &store,
+        "--workspace",
+        "team",
+    ];
+    let empty = empty.to_str().unwrap();
+    let out = kbq_cli(&[&into_team[..], &[empty]].concat()).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("kbq reindex"));
+    let out = kbq_cli(&[
+        "reindex",
+        "--config",
+        openai,
+        "--store",
+        &store,
+        "--workspace",
+        "team",
+    ])
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("embedded 3 documents"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kbq_cli(&[&into_team[..], &[empty]].concat()).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let empty = std::path::Path::new(empty);
+
     // The store now refuses the old embedder, and serves with the new one.
     let out = kbq_cli(&["import", "--store", &store, empty.to_str().unwrap()]).await;
     assert_eq!(out.status.code(), Some(2));

@@ -10,6 +10,41 @@ fn kbq(args: &[&str]) -> std::process::Output {
         .expect("kbq runs")
 }
 
+/// `kbq import --workspace NAME` writes into that workspace only; a workspace that does not
+/// exist, or a name that breaks the rule, is exit status 2 and writes nothing.
+#[test]
+fn import_into_a_workspace_writes_there_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let file = dir.path().join("in.ndjson");
+    std::fs::write(&file, crate::support::FIXTURE).unwrap();
+    let path = file.to_str().unwrap();
+    let missing = kbq(&["import", "--store", &store, "--workspace", "team", path]);
+    assert_eq!(missing.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("there is no workspace `team`"), "{stderr}");
+    let bad = kbq(&["import", "--store", &store, "--workspace", "Team!", path]);
+    assert_eq!(bad.status.code(), Some(2));
+    let made = kbq(&["workspaces", "--store", &store, "create", "team"]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let done = kbq(&["import", "--store", &store, "--workspace", "team", path]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let list = kbq(&["workspaces", "--store", &store, "list"]);
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list["workspaces"][0]["counts"]["entities"], 0, "{list}");
+    assert_eq!(list["workspaces"][1]["name"], "team", "{list}");
+    assert_eq!(list["workspaces"][1]["counts"]["entities"], 10, "{list}");
+    assert_eq!(list["workspaces"][1]["counts"]["documents"], 3, "{list}");
+}
+
 #[test]
 fn import_reports_failed_lines_writes_the_rest_and_is_idempotent() {
     let dir = tempfile::tempdir().unwrap();

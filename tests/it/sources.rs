@@ -1195,6 +1195,64 @@ async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
     );
     assert_eq!(llm.requests().len(), 2, "no model call the second time");
 
+    // Into another workspace: its sources are its own, so the files are read again, and
+    // what they give lands there only.
+    let cli = |args: &[&str]| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+            .args(args)
+            .env("KBQ_CONFIG", &config)
+            .env("KBQ_DATA_DIR", dir.path())
+            .output()
+    };
+    let made = cli(&["workspaces", "--store", &store, "create", "team"])
+        .await
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let team = cli(&[
+        "ingest",
+        "--store",
+        &store,
+        "--workspace",
+        "team",
+        docs.to_str().unwrap(),
+    ])
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&team.stdout).into_owned();
+    assert!(team.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("3 entities and 2 relationships added"),
+        "{stdout}"
+    );
+    assert_eq!(llm.requests().len(), 4);
+    let list = cli(&["workspaces", "--store", &store, "list"])
+        .await
+        .unwrap();
+    let list: Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list["workspaces"][0]["counts"]["entities"], 3, "{list}");
+    assert_eq!(list["workspaces"][1]["name"], "team", "{list}");
+    assert_eq!(list["workspaces"][1]["counts"]["entities"], 3, "{list}");
+    let none = cli(&[
+        "ingest",
+        "--store",
+        &store,
+        "--workspace",
+        "nope",
+        docs.to_str().unwrap(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("there is no workspace `nope`"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+
     // A path that is not there: exit status 2, as `kbq import`'s.
     let missing = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
         .args(["ingest", "--store", &store, "/no/such/path"])
