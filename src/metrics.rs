@@ -344,6 +344,32 @@ impl MemoryReading {
         );
         header(
             out,
+            "kbq_workspace_index_bytes",
+            "gauge",
+            "Approximate heap bytes of an open workspace's indexes, for the workspaces.metrics_series open workspaces with the largest, at the last sweep. workspace_id is the admin API's id, never the name.",
+        );
+        for w in &self.workspaces.largest {
+            let _ = writeln!(
+                out,
+                "kbq_workspace_index_bytes{{workspace_id=\"{}\"}} {}",
+                w.id, w.index_bytes
+            );
+        }
+        header(
+            out,
+            "kbq_workspace_idle_seconds",
+            "gauge",
+            "Seconds since a request last used an open workspace, for the same workspaces as kbq_workspace_index_bytes; workspaces.idle_close_secs closes it.",
+        );
+        for w in &self.workspaces.largest {
+            let _ = writeln!(
+                out,
+                "kbq_workspace_idle_seconds{{workspace_id=\"{}\"}} {}",
+                w.id, w.idle_secs
+            );
+        }
+        header(
+            out,
             "kbq_workspaces_closed_total",
             "counter",
             "Workspaces this node closed, by reason: idle (workspaces.idle_close_secs) or budget (workspaces.index_budget_mb).",

@@ -13,6 +13,7 @@
 //! opened here the first time a request needs it: its knowledge base shares the store's
 //! connection and builds its own indexes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -68,6 +69,9 @@ pub struct Keeping {
     pub open_timeout: Duration,
     /// What each workspace but `default` may hold.
     pub quota: Quota,
+    /// How many open workspaces `/metrics` gives series of their own: those with the
+    /// largest indexes.
+    pub metrics_series: usize,
 }
 
 impl Default for Keeping {
@@ -77,6 +81,7 @@ impl Default for Keeping {
             index_budget: None,
             open_timeout: Duration::from_secs(30),
             quota: Quota::default(),
+            metrics_series: 20,
         }
     }
 }
@@ -210,13 +215,25 @@ pub struct Workspaces {
 }
 
 /// What [`Workspaces::sweep`] closed, and what stays open.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Swept {
     pub closed_idle: usize,
     pub closed_for_budget: usize,
     /// Workspaces other than `default` open after the sweep, and their indexes' heap bytes.
     pub open: usize,
     pub index_bytes: u64,
+    /// The `metrics_series` open workspaces with the largest indexes, largest first.
+    pub largest: Vec<OpenWorkspace>,
+}
+
+/// An open workspace as `/metrics` shows it: by its database, not its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenWorkspace {
+    /// Its database (`ws_` and a UUID): the admin API's `id`.
+    pub id: String,
+    pub index_bytes: u64,
+    /// Seconds since a request last used it.
+    pub idle_secs: u64,
 }
 
 impl Workspaces {
@@ -381,6 +398,7 @@ impl Workspaces {
         let now = self.now_ms();
         let mut swept = Swept::default();
         let mut open: Vec<(Arc<str>, u64, u64, bool)> = Vec::new();
+        let mut databases: HashMap<Arc<str>, String> = HashMap::new();
         for entry in self.open.iter() {
             let Some(workspace) = entry.value().workspace.get() else {
                 continue;
@@ -389,6 +407,7 @@ impl Workspaces {
             let bytes = workspace.kb.index_stats().heap_bytes();
             let used = entry.value().last_used.load(Ordering::Relaxed);
             open.push((entry.key().clone(), used, bytes, queued + running > 0));
+            databases.insert(entry.key().clone(), entry.value().database.clone());
         }
         let idle =
             |used: u64, limit: Duration| now.saturating_sub(used) >= limit.as_millis() as u64;
@@ -421,7 +440,19 @@ impl Workspaces {
         }
         swept.open = open.len();
         swept.index_bytes = total;
-        *self.last_sweep.lock() = swept;
+        open.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        swept.largest = open
+            .iter()
+            .take(self.keeping.metrics_series)
+            .filter_map(|(name, used, bytes, _)| {
+                Some(OpenWorkspace {
+                    id: databases.remove(name)?,
+                    index_bytes: *bytes,
+                    idle_secs: now.saturating_sub(*used) / 1000,
+                })
+            })
+            .collect();
+        *self.last_sweep.lock() = swept.clone();
         self.closed
             .0
             .fetch_add(swept.closed_idle as u64, Ordering::Relaxed);
@@ -441,7 +472,7 @@ impl Workspaces {
 
     /// What the last [`sweep`](Self::sweep) left open.
     pub fn last_sweep(&self) -> Swept {
-        *self.last_sweep.lock()
+        self.last_sweep.lock().clone()
     }
 
     /// How often to sweep: every [`SWEEP_EVERY`], or a quarter of `idle_close` when that is

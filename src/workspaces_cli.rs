@@ -78,12 +78,18 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
         WorkspacesCommand::List => {
             let counts = kb.counts().await.map_err(failed)?;
             let memories = kb.memory_count().await.map_err(failed)?;
-            let mut out = vec![view(DEFAULT, None, counts, memories)];
+            let mut out = vec![view(DEFAULT, kb.database(), None, counts, memories)];
             // Counted in the store, as the admin API counts a workspace it has not opened:
             // without opening it (defining its schema, building its indexes).
             for w in kb.workspaces().await.map_err(failed)? {
                 let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
-                out.push(view(&w.name, Some(w.created_at), counts, memories));
+                out.push(view(
+                    &w.name,
+                    &w.database,
+                    Some(w.created_at),
+                    counts,
+                    memories,
+                ));
             }
             Ok(json!({"workspaces": out}))
         }
@@ -224,9 +230,10 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
 }
 
 /// A workspace as the admin API shows it.
-fn view(name: &str, created_at: Option<String>, counts: Counts, memories: u64) -> Value {
+fn view(name: &str, id: &str, created_at: Option<String>, counts: Counts, memories: u64) -> Value {
     json!({
         "name": name,
+        "id": id,
         "created_at": created_at,
         "counts": {
             "entities": counts.entities,

@@ -193,6 +193,7 @@ impl Config {
             idle_close: (w.idle_close_secs > 0).then(|| Duration::from_secs(w.idle_close_secs)),
             index_budget: (w.index_budget_mb > 0).then_some(w.index_budget_mb << 20),
             open_timeout: Duration::from_secs(w.open_timeout_secs),
+            metrics_series: w.metrics_series as usize,
             quota: crate::workspaces::Quota {
                 entities: (w.max_entities > 0).then_some(w.max_entities),
                 documents: (w.max_documents > 0).then_some(w.max_documents),

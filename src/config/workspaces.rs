@@ -22,6 +22,9 @@ pub struct WorkspacesSection {
     /// Most bytes of documents' content a workspace other than `default` may hold; 0: no
     /// bound.
     pub max_document_bytes: u64,
+    /// How many open workspaces `/metrics` gives series of their own (those with the
+    /// largest indexes, labelled by id); 0: none.
+    pub metrics_series: u64,
 }
 
 impl Default for WorkspacesSection {
@@ -33,6 +36,7 @@ impl Default for WorkspacesSection {
             max_entities: 0,
             max_documents: 0,
             max_document_bytes: 0,
+            metrics_series: 20,
         }
     }
 }
@@ -74,6 +78,7 @@ impl WorkspacesSection {
             self.max_document_bytes,
             0,
             1 << 50,
-        )
+        )?;
+        within("workspaces.metrics_series", self.metrics_series, 0, 1000)
     }
 }

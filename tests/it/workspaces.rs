@@ -933,6 +933,70 @@ async fn an_idle_workspace_is_closed_and_opened_again_by_its_next_request() {
     t.stop().await;
 }
 
+/// `/metrics` gives the `workspaces.metrics_series` open workspaces with the largest indexes
+/// series of their own, labelled by the admin API's id, never by name.
+#[tokio::test]
+async fn metrics_give_the_largest_open_workspaces_series_labelled_by_id() {
+    use std::time::Duration;
+
+    let mut config = crate::support::test_config();
+    config.workspaces.metrics_series = 1;
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let small = workspace_with_key(&t, "small-one").await;
+    let large = workspace_with_key(&t, "large-one").await;
+    fill(&t, &small, "small-one").await;
+    fill(&t, &large, "large-one").await;
+    let lines: Vec<String> = (0..200)
+        .map(|i| {
+            json!({"kind": "document", "title": format!("doc {i}"), "content": format!("words w{i} more words"),
+                "source": "t", "source_id": format!("d{i}"), "content_type": "text/plain", "url": null, "entity_name": null})
+            .to_string()
+        })
+        .collect();
+    let res = t
+        .http
+        .post(t.url("/data/v1/ingest/ndjson"))
+        .bearer_auth(&large)
+        .header("content-type", "application/x-ndjson")
+        .body(lines.join("\n"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let (_, view) = t.get("/admin/v1/workspaces/large-one").await;
+    let id = view["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("ws_") && !id.contains("large"), "{view}");
+    let (_, small_view) = t.get("/admin/v1/workspaces/small-one").await;
+    let small_id = small_view["id"].as_str().unwrap().to_string();
+    assert_ne!(id, small_id);
+    let series = format!("kbq_workspace_index_bytes{{workspace_id=\"{id}\"}} ");
+    let shown = crate::support::eventually(Duration::from_secs(15), || async {
+        t.metrics_text().await.contains(&series)
+    })
+    .await;
+    assert!(shown, "no series for the largest workspace");
+    let metrics = t.metrics_text().await;
+    assert_eq!(
+        metrics.matches("kbq_workspace_index_bytes{").count(),
+        1,
+        "one series, as configured: {metrics}"
+    );
+    assert!(metrics.contains(&format!(
+        "kbq_workspace_idle_seconds{{workspace_id=\"{id}\"}} "
+    )));
+    assert!(!metrics.contains(&small_id), "{metrics}");
+    assert!(
+        !metrics.contains("large-one") && !metrics.contains("small-one"),
+        "no workspace's name: {metrics}"
+    );
+    t.stop().await;
+}
+
 /// Past `workspaces.index_budget_mb`, the least recently used workspace is closed first,
 /// and the others stay open.
 #[tokio::test]

@@ -969,7 +969,7 @@ export interface components {
          *     - `INVALID_API_KEY` (401): no API key, or one that kbq does not know
          *     - `insufficient_scope` (403): the key is valid but lacks the scope the route needs (`admin` holds all)
          *     - `workspace_forbidden` (403): the key named a workspace other than its own; only an admin key of `default` may
-         *     - `quota_exceeded` (403): the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written
+         *     - `quota_exceeded` (403): the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written
          *     - `not_found` (404): no such path, or an API version that kbq does not serve
          *     - `workspace_not_found` (404): the workspace named in `X-KBQ-Workspace` or in the path does not exist
          *     - `method_not_allowed` (405): the path exists but not with this method
@@ -1600,6 +1600,12 @@ export interface components {
             /** @description When it was created (RFC 3339); `null` for `default`, which always exists. */
             created_at: string | null;
             /**
+             * @description The workspace's SurrealDB database, never reused: `ws_` and a UUID, or the configured
+             *     `store.database` for `default`. `/metrics` labels a workspace's series with it
+             *     (`workspace_id`), never with its name.
+             */
+            id: string;
+            /**
              * Format: int64
              * @description Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when
              *     it is not open there.
@@ -1696,7 +1702,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
+        /** @description `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written */
         quota_exceeded: {
             headers: {
                 [name: string]: unknown;
@@ -2134,7 +2140,7 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2245,7 +2251,7 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2523,7 +2529,7 @@ export interface operations {
             };
             400: components["responses"]["invalid_request"];
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2638,7 +2644,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["INVALID_API_KEY"];
-            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`); nothing was written */
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may; or `quota_exceeded`: the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written */
             403: {
                 headers: {
                     [name: string]: unknown;
