@@ -442,6 +442,7 @@ async fn authenticate(
     };
     req.extensions_mut().insert(identity);
     if let Some(workspace) = workspace {
+        tracing::Span::current().record("workspace", &*workspace.name);
         req.extensions_mut().insert(workspace);
     }
     Ok(next.call(req).await?.map_into_left_body())

@@ -43,6 +43,7 @@ pub async fn request_id(
         method = %req.method(),
         path = %req.path(),
         key = tracing::field::Empty,
+        workspace = tracing::field::Empty,
     );
     let started = Instant::now();
     let result = next.call(req).instrument(span.clone()).await;

@@ -1423,3 +1423,176 @@ async fn remote_two_nodes_keep_workspaces_apart_and_share_them() {
     a.stop().await;
     b.stop().await;
 }
+
+/// A node's logs name, for each request, only the workspace it works in: requests of two
+/// workspaces (their writes, reads, RAG, the agent and its tools, errors, an attempt on the
+/// other's header) each log lines carrying their own workspace, and none of the other's
+/// name or data.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_requests_log_lines_name_no_other_workspace() {
+    use crate::support::ServeProcess;
+
+    let serve = ServeProcess::start(
+        &[
+            ("KBQ_API_KEYS", KEY),
+            ("KBQ_LOG__FORMAT", "json"),
+            ("KBQ_LOG__LEVEL", "debug,surrealdb=info,h2=info,hyper=info"),
+        ],
+        std::process::Stdio::piped(),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{}", serve.port);
+    let send = |key: String,
+                id: String,
+                header: Option<&'static str>,
+                method: Method,
+                path: &str,
+                body: Option<String>| {
+        let mut req = http
+            .request(method, format!("{base}{path}"))
+            .bearer_auth(key)
+            .header("X-Request-Id", id);
+        if let Some(w) = header {
+            req = req.header("X-KBQ-Workspace", w);
+        }
+        if let Some(b) = body {
+            let content_type = if path.ends_with("ndjson") {
+                "application/x-ndjson"
+            } else {
+                "application/json"
+            };
+            req = req.header("content-type", content_type).body(b);
+        }
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let names = ["alphaws", "betaws"];
+    let mut keys = Vec::new();
+    for name in names {
+        let s = send(
+            KEY.into(),
+            format!("setup-{name}"),
+            None,
+            Method::POST,
+            "/admin/v1/workspaces",
+            Some(json!({"name": name}).to_string()),
+        )
+        .await;
+        assert_eq!(s, 201);
+        let res = http
+            .post(format!("{base}/admin/v1/workspaces/{name}/keys"))
+            .bearer_auth(KEY)
+            .json(&json!({"scopes": ["read", "write", "agent"], "name": "k"}))
+            .send()
+            .await
+            .unwrap();
+        let key: Value = res.json().await.unwrap();
+        keys.push(key["key"].as_str().unwrap().to_string());
+    }
+    for (i, name) in names.iter().enumerate() {
+        let other = names[1 - i];
+        let key = keys[i].clone();
+        let m = format!("{name} Marker");
+        let ndjson = [
+            json!({"kind": "entity", "name": m, "entity_type": format!("{name}type"), "properties": {}}),
+            json!({"kind": "entity", "name": format!("{name} Friend"), "entity_type": format!("{name}type"), "properties": {}}),
+            json!({"kind": "relationship", "source_name": m, "target_name": format!("{name} Friend"), "relationship_type": "knows", "properties": {}}),
+            json!({"kind": "document", "title": m, "content": format!("{m} is described with {name}secret."), "source": "t", "source_id": name, "content_type": "text/plain", "url": null, "entity_name": m}),
+        ]
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
+        let id = |n: u32| format!("{name}-req-{n}");
+        let calls: Vec<(Option<&'static str>, Method, String, Option<String>, u16)> = vec![
+            (
+                None,
+                Method::POST,
+                "/data/v1/ingest/ndjson".into(),
+                Some(ndjson),
+                200,
+            ),
+            (
+                None,
+                Method::POST,
+                "/data/v1/query/graph".into(),
+                Some(json!({"entity_name": m, "depth": 2}).to_string()),
+                200,
+            ),
+            (
+                None,
+                Method::GET,
+                format!("/data/v1/query/graph/entity/{}", m.replace(' ', "%20")),
+                None,
+                200,
+            ),
+            (
+                None,
+                Method::GET,
+                "/data/v1/query/graph/entity/Nobody".into(),
+                None,
+                200,
+            ),
+            (
+                None,
+                Method::POST,
+                "/v1/rag/hybrid".into(),
+                Some(json!({"query": format!("{name}secret")}).to_string()),
+                200,
+            ),
+            (
+                None,
+                Method::POST,
+                "/v1/agent/chat".into(),
+                Some(json!({"message": format!("Who is {m}?")}).to_string()),
+                200,
+            ),
+            (
+                Some(if i == 0 { "betaws" } else { "alphaws" }),
+                Method::GET,
+                "/data/v1/query/graph/entity/Nobody".into(),
+                None,
+                403,
+            ),
+        ];
+        for (n, (header, method, path, body, want)) in calls.into_iter().enumerate() {
+            let s = send(key.clone(), id(n as u32), header, method, &path, body).await;
+            assert_eq!(s, want, "{name} {path}");
+        }
+        // The operator, in the workspace.
+        let s = send(
+            KEY.into(),
+            id(99),
+            Some(if i == 0 { "alphaws" } else { "betaws" }),
+            Method::GET,
+            &format!("/data/v1/query/graph/entity/{}", m.replace(' ', "%20")),
+            None,
+        )
+        .await;
+        assert_eq!(s, 200, "operator in {name}; other: {other}");
+    }
+    let mut child = serve.child;
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let logs = String::from_utf8(out.stderr).unwrap();
+    for (i, name) in names.iter().enumerate() {
+        let other = names[1 - i];
+        let own: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains(&format!("\"{name}-req-")))
+            .collect();
+        assert!(own.len() >= 8, "{name}'s requests logged: {own:#?}");
+        assert!(
+            own.iter()
+                .any(|l| l.contains(&format!("\"workspace\":\"{name}\""))),
+            "the lines carry the workspace: {own:#?}"
+        );
+        for line in own {
+            assert!(
+                !line.contains(other),
+                "{name}'s request logs {other}: {line}"
+            );
+        }
+    }
+}
