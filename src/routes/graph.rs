@@ -25,6 +25,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/query/graph/search").route(web::post().to(search)))
         .service(web::resource("/query/graph/documents").route(web::post().to(documents)))
         .service(web::resource("/query/graph/merges").route(web::post().to(merges)))
+        .service(web::resource("/query/graph/stats").route(web::get().to(stats)))
         .service(
             web::resource("/query/graph/entity/{entity_name:.*}").route(web::get().to(entity)),
         );
@@ -275,6 +276,44 @@ async fn entity(
         found = graph.entity(&ws.kb, target).await?;
     }
     Ok(HttpResponse::Ok().json(found))
+}
+
+// ---- stats ---------------------------------------------------------------------------------
+
+/// What the workspace's knowledge base holds.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GraphStats {
+    pub entities: u64,
+    pub relationships: u64,
+    pub documents: u64,
+}
+
+/// What the key's workspace holds: its entities, relationships and documents, counted by
+/// the node's indexes (by the store when the graph is not indexed).
+#[utoipa::path(
+    get,
+    path = "/data/v1/query/graph/stats",
+    tag = "graph",
+    responses(
+        (status = 200, description = "The counts", body = GraphStats),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers(UNAVAILABLE), body = ErrorBody),
+    ),
+    security(("bearer" = ["read"]), ("api_key" = ["read"])),
+)]
+async fn stats(
+    sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
+) -> Result<HttpResponse, ApiError> {
+    let kb = ws.kb.clone();
+    let counts = sources
+        .offload()
+        .run(async move { kb.record_counts().await })
+        .await??;
+    Ok(HttpResponse::Ok().json(GraphStats {
+        entities: counts.entities,
+        relationships: counts.relationships,
+        documents: counts.documents,
+    }))
 }
 
 // ---- merges -------------------------------------------------------------------------------

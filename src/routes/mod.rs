@@ -6,6 +6,7 @@ pub mod completions;
 pub mod docs;
 pub mod graph;
 pub mod ingest;
+pub mod key;
 pub mod openai;
 pub mod probes;
 pub mod rag;
@@ -63,6 +64,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .wrap(from_fn(|req, next| limits::limit(Route::Agent, req, next)))
                 .wrap(from_fn(require_key))
                 .configure(agent::configure)
+                .configure(key::configure)
                 .configure(completions::configure)
                 .configure(openai::configure),
         )

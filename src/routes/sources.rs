@@ -27,14 +27,18 @@ const ENVELOPE_BYTES: usize = 64 << 10;
 /// The body is read as a stream (not through `server.max_body_bytes`): a source may be up to
 /// `ingest.max_source_bytes`.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::resource("/sources").route(web::post().to(submit)))
-        .service(web::resource("/sources/{source}/{source_id}").route(web::delete().to(retract)))
-        .service(
-            web::resource("/jobs/{job_id}")
-                .route(web::get().to(job))
-                .route(web::delete().to(cancel)),
-        )
-        .service(web::resource("/jobs/{job_id}/events").route(web::get().to(events)));
+    cfg.service(
+        web::resource("/sources")
+            .route(web::post().to(submit))
+            .route(web::get().to(list)),
+    )
+    .service(web::resource("/sources/{source}/{source_id}").route(web::delete().to(retract)))
+    .service(
+        web::resource("/jobs/{job_id}")
+            .route(web::get().to(job))
+            .route(web::delete().to(cancel)),
+    )
+    .service(web::resource("/jobs/{job_id}/events").route(web::get().to(events)));
 }
 
 /// The default workspace's ingestion handle (its settings, and its jobs for metrics), and
@@ -53,6 +57,11 @@ impl SourcesService {
     /// The default workspace's ingestion handle.
     pub fn ingestor(&self) -> &Ingestor {
         &self.ingestor
+    }
+
+    /// Where the routes' store work runs.
+    pub fn offload(&self) -> &Offload {
+        &self.offload
     }
 
     pub fn max_source_bytes(&self) -> usize {
@@ -530,6 +539,75 @@ async fn retract(
         entities: done.entities,
         relationships: done.relationships,
     }))
+}
+
+/// Sources a listing shows at most.
+const LISTED: usize = 1000;
+
+/// A source as the listing shows it: its current version.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourceSummary {
+    pub source: String,
+    pub source_id: String,
+    pub title: String,
+    #[schema(required = true)]
+    pub url: Option<String>,
+    pub content_type: String,
+    /// Its chunks: the documents it became.
+    pub chunks: u64,
+    /// The model that extracted its entities and relationships; `null` when none did.
+    #[schema(required = true)]
+    pub extracted_by: Option<String>,
+    /// When this version was ingested (RFC 3339).
+    pub updated_at: String,
+}
+
+/// The workspace's sources, most recently ingested first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourceList {
+    /// At most 1,000: the most recent.
+    pub sources: Vec<SourceSummary>,
+    /// Sources in the workspace, listed or not.
+    pub total: u64,
+}
+
+/// Lists the sources ingested into the key's workspace: the 1,000 most recent, newest first,
+/// and how many there are.
+#[utoipa::path(
+    get,
+    path = "/data/v1/ingest/sources",
+    tag = "ingest",
+    responses(
+        (status = 200, description = "The sources, newest first", body = SourceList),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer now"), body = ErrorBody),
+    ),
+    security(("bearer" = ["write"]), ("api_key" = ["write"])),
+)]
+async fn list(
+    sources: web::Data<SourcesService>,
+    ws: web::ReqData<Workspace>,
+) -> Result<HttpResponse, ApiError> {
+    let kb = ws.kb.clone();
+    let (records, total) = sources
+        .offload
+        .run(async move { kb.recent_sources(LISTED).await })
+        .await??;
+    let sources = records
+        .into_iter()
+        .map(|r| SourceSummary {
+            chunks: r.chunks.len() as u64,
+            updated_at: chrono::DateTime::from_timestamp_millis(r.updated_at)
+                .unwrap_or_default()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            source: r.source,
+            source_id: r.source_id,
+            title: r.title,
+            url: r.url,
+            content_type: r.content_type,
+            extracted_by: r.extracted_by,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(SourceList { sources, total }))
 }
 
 fn owner(req: &HttpRequest) -> Result<String, ApiError> {

@@ -552,15 +552,18 @@ impl KnowledgeBase {
         stats
     }
 
-    /// Entities and documents (relationships are not counted: 0), from the in-memory indexes
-    /// when the graph is indexed, else from the store: what a quota is checked against.
+    /// Entities, relationships and documents, from the in-memory indexes when the graph is
+    /// indexed (no store read), else from the store: what a quota is checked against.
     pub async fn record_counts(&self) -> Result<Counts> {
         self.connection().await?;
         match self.graph_index() {
-            Some(index) => Ok(Counts {
-                entities: index.read().entity_count() as u64,
-                relationships: 0,
-                documents: self.text.read().len() as u64,
+            Some(index) => Ok({
+                let graph = index.read();
+                Counts {
+                    entities: graph.entity_count() as u64,
+                    relationships: graph.relationship_count() as u64,
+                    documents: self.text.read().len() as u64,
+                }
             }),
             None => self.counts().await,
         }

@@ -233,6 +233,30 @@ impl KnowledgeBase {
         Ok(rows.into_iter().next())
     }
 
+    /// The `limit` sources ingested most recently (newest first, then by source and id), and
+    /// how many there are in all.
+    pub async fn recent_sources(&self, limit: usize) -> Result<(Vec<SourceRecord>, u64)> {
+        #[derive(serde::Deserialize)]
+        struct Total {
+            total: u64,
+        }
+        let rows: Vec<SourceRecord> = self
+            .run(
+                &format!(
+                    "SELECT source, source_id, title, url, content_type, content_hash, chunks, extracted_by, updated_at FROM {SOURCE} ORDER BY updated_at DESC, source, source_id LIMIT $limit"
+                ),
+                obj([("limit", (limit as i64).into_value())]),
+            )
+            .await?;
+        let total: Vec<Total> = self
+            .run(
+                &format!("RETURN [{{ total: count(SELECT VALUE id FROM {SOURCE}) }}]"),
+                Object::new(),
+            )
+            .await?;
+        Ok((rows, total.first().map_or(0, |t| t.total)))
+    }
+
     /// Writes each of `records` as the current version of its source, in one transaction.
     pub async fn put_source_records(&self, records: &[SourceRecord]) -> Result<()> {
         if records.is_empty() {

@@ -145,6 +145,21 @@ const SKIPPED: &[(&str, &str, &str)] = &[
     ),
     ("get", "/v1/models", "the model names: no knowledge"),
     (
+        "get",
+        "/v1/key",
+        "the calling key: `stats_and_the_key_answer_for_the_requests_workspace`",
+    ),
+    (
+        "get",
+        "/data/v1/query/graph/stats",
+        "counts, no names: `stats_and_the_key_answer_for_the_requests_workspace`",
+    ),
+    (
+        "get",
+        "/data/v1/ingest/sources",
+        "sources: `sources_and_jobs_stay_in_their_workspace`",
+    ),
+    (
         "post",
         "/v1/embeddings",
         "embeds the request's text: no knowledge",
@@ -712,6 +727,16 @@ async fn sources_and_jobs_stay_in_their_workspace() {
         .post("/v1/rag/keyword", json!({"query": "alphaword"}))
         .await;
     assert_eq!(found["total"], 0, "{found}");
+    let list = "/data/v1/ingest/sources";
+    let (s, listed) = call_as(&t, &alpha, None, Method::GET, list, None).await;
+    assert_eq!(s, 200, "{listed}");
+    assert_eq!(listed["total"], 1, "{listed}");
+    assert_eq!(listed["sources"][0]["source_id"], "one", "{listed}");
+    assert_eq!(listed["sources"][0]["chunks"], 1, "{listed}");
+    let (_, listed) = call_as(&t, &beta, None, Method::GET, list, None).await;
+    assert_eq!(listed, json!({"sources": [], "total": 0}));
+    let (_, listed) = call_as(&t, KEY, Some("alpha"), Method::GET, list, None).await;
+    assert_eq!(listed["total"], 1, "the operator in alpha: {listed}");
     let source = "/data/v1/ingest/sources/notes/one";
     let (s, _) = call_as(&t, &beta, None, Method::DELETE, source, None).await;
     assert_eq!(s, 404, "beta has no such source");
@@ -719,6 +744,62 @@ async fn sources_and_jobs_stay_in_their_workspace() {
     assert_eq!(s, 200, "{retracted}");
     assert_eq!(retracted["chunks"], 1);
     t.stop().await;
+}
+
+/// `/data/v1/query/graph/stats` counts the request's workspace, and `/v1/key` names it,
+/// with the key's scopes, for a workspace's key and for the operator's header alike.
+#[tokio::test]
+async fn stats_and_the_key_answer_for_the_requests_workspace() {
+    let t = TestServer::start().await;
+    let alpha = workspace_with_key(&t, "alpha").await;
+    let beta = mint_after_create(&t, "beta", &["read"]).await;
+    fill(&t, &alpha, "alpha").await;
+    let stats = "/data/v1/query/graph/stats";
+    let (s, counts) = call_as(&t, &alpha, None, Method::GET, stats, None).await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        counts,
+        json!({"entities": 2, "relationships": 1, "documents": 1})
+    );
+    let (_, counts) = call_as(&t, &beta, None, Method::GET, stats, None).await;
+    assert_eq!(
+        counts,
+        json!({"entities": 0, "relationships": 0, "documents": 0})
+    );
+    let (_, counts) = call_as(&t, KEY, Some("alpha"), Method::GET, stats, None).await;
+    assert_eq!(counts["entities"], 2);
+    let (_, counts) = t.get(stats).await;
+    assert_eq!(
+        counts["entities"], 10,
+        "default holds the fixture: {counts}"
+    );
+
+    let (s, key) = call_as(&t, &beta, None, Method::GET, "/v1/key", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(key["workspace"], "beta");
+    assert_eq!(key["scopes"], json!(["read"]));
+    assert_eq!(
+        key["can"],
+        json!({"read": true, "write": false, "agent": false, "admin": false})
+    );
+    assert_eq!(key["operator"], false);
+    let (_, key) = call_as(&t, KEY, Some("beta"), Method::GET, "/v1/key", None).await;
+    assert_eq!(
+        (&key["workspace"], &key["operator"]),
+        (&json!("beta"), &json!(true))
+    );
+    assert_eq!(key["can"]["write"], true);
+    assert!(!key.to_string().contains(KEY), "never the secret: {key}");
+    let (s, _) = call_as(&t, "no-such-key", None, Method::GET, "/v1/key", None).await;
+    assert_eq!(s, 401);
+    t.stop().await;
+}
+
+/// Creates the workspace `name` and mints a key of `scopes` for it.
+async fn mint_after_create(t: &TestServer, name: &str, scopes: &[&str]) -> String {
+    let (s, made) = t.post("/admin/v1/workspaces", json!({"name": name})).await;
+    assert_eq!(s, 201, "{made}");
+    mint(t, name, scopes).await
 }
 
 /// The arguments of an MCP tool that ask for `workspace`'s data, or `None` for a tool tested

@@ -15,6 +15,10 @@ export type MergesRequest = Schemas["MergesRequest"];
 export type MergesResponse = Schemas["MergesResponse"];
 export type Merge = Schemas["Merge"];
 export type MergeChunk = Schemas["MergeChunk"];
+export type GraphStats = Schemas["GraphStats"];
+export type SourceList = Schemas["SourceList"];
+export type SourceSummary = Schemas["SourceSummary"];
+export type CallingKey = Schemas["CallingKey"];
 export type RagRequest = Schemas["RagRequest"];
 export type HybridRequest = Schemas["HybridRequest"];
 export type RagAnswer = Schemas["RagAnswer"];
@@ -143,12 +147,15 @@ export declare class Client {
   readonly baseUrl: string;
   /** The workspace named in `X-KBQ-Workspace` on every request, or null (the key's own). */
   readonly workspace: string | null;
+  /** The calling key (`GET /v1/key`): its name, id, scopes, what it may do, and its workspace. */
+  keyInfo(options?: RequestOptions): Promise<CallingKey>;
   readonly graph: {
     traverse(args: TraversalRequest, options?: RequestOptions): Promise<TraversalResponse>;
     search(args: SearchRequest, options?: RequestOptions): Promise<SearchResponse>;
     entity(name: string, options?: RequestOptions): Promise<Entity | null>;
     documents(args: DocumentsRequest, options?: RequestOptions): Promise<DocumentsResponse>;
     merges(args?: MergesRequest, options?: RequestOptions): Promise<MergesResponse>;
+    stats(options?: RequestOptions): Promise<GraphStats>;
   };
   readonly rag: {
     semantic(args: RagRequest, options?: RequestOptions): Promise<RagAnswer>;
@@ -169,6 +176,7 @@ export declare class Client {
     jobEvents(jobId: string, options?: RequestOptions): Promise<JobEventStream>;
     cancelJob(jobId: string, options?: RequestOptions): Promise<JobView>;
     deleteSource(source: string, sourceId: string, options?: RequestOptions): Promise<SourceRetraction>;
+    listSources(options?: RequestOptions): Promise<SourceList>;
   };
   readonly agent: {
     chat(args: ChatArgs, options?: RequestOptions): Promise<ChatResponse>;

@@ -152,6 +152,7 @@ export const OPERATIONS = {
   graph_entity: ["GET", "/data/v1/query/graph/entity/{entity_name}"],
   graph_documents: ["POST", "/data/v1/query/graph/documents"],
   graph_merges: ["POST", "/data/v1/query/graph/merges"],
+  graph_stats: ["GET", "/data/v1/query/graph/stats"],
   rag_semantic: ["POST", "/v1/rag/semantic"],
   rag_keyword: ["POST", "/v1/rag/keyword"],
   rag_hybrid: ["POST", "/v1/rag/hybrid"],
@@ -166,8 +167,10 @@ export const OPERATIONS = {
   ingest_events: ["GET", "/data/v1/ingest/jobs/{job_id}/events"],
   ingest_cancel: ["DELETE", "/data/v1/ingest/jobs/{job_id}"],
   ingest_retract: ["DELETE", "/data/v1/ingest/sources/{source}/{source_id}"],
+  ingest_list: ["GET", "/data/v1/ingest/sources"],
   agent_chat: ["POST", "/v1/agent/chat"],
   agent_health: ["GET", "/v1/agent/health"],
+  key_show: ["GET", "/v1/key"],
   admin_create: ["POST", "/admin/v1/workspaces"],
   admin_list: ["GET", "/admin/v1/workspaces"],
   admin_show: ["GET", "/admin/v1/workspaces/{workspace}"],
@@ -229,6 +232,11 @@ export class Client {
     this.ingest = new Ingest(this);
     this.agent = new Agent(this);
     this.admin = new Admin(this);
+  }
+
+  /** The calling key (`GET /v1/key`): its name, id, scopes, what it may do, and its workspace. */
+  keyInfo(options) {
+    return this._send(op("key_show"), options);
   }
 
   /** The answer of `c`, after any retries: a Response, not yet read. */
@@ -378,6 +386,11 @@ class Graph extends Resource {
   merges({ entity_name, after, limit } = {}, options) {
     return this._client._send(op("graph_merges", {}, { json: body({ entity_name, after, limit }) }), options);
   }
+
+  /** What the workspace holds: its entities, relationships and documents. */
+  stats(options) {
+    return this._client._send(op("graph_stats"), options);
+  }
 }
 
 /** Document retrieval (scope `read`). */
@@ -499,6 +512,11 @@ class Ingest extends Resource {
   /** Retracts a source: its chunks, and what no other source supports (NotFoundError when it was never ingested). */
   deleteSource(source, sourceId, options) {
     return this._client._send(op("ingest_retract", { source, source_id: sourceId }), options);
+  }
+
+  /** The sources ingested into the workspace: the 1,000 most recent, newest first, and `total`. */
+  listSources(options) {
+    return this._client._send(op("ingest_list"), options);
   }
 }
 

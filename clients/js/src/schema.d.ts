@@ -262,7 +262,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Lists the sources ingested into the key's workspace: the 1,000 most recent, newest first,
+         *     and how many there are.
+         */
+        get: operations["ingest_list"];
         put?: never;
         /**
          * Submits a source: Markdown, HTML, PDF (its text layer), DOCX or plain text.
@@ -395,6 +399,26 @@ export interface paths {
          *     each group.
          */
         post: operations["graph_search"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/data/v1/query/graph/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the key's workspace holds: its entities, relationships and documents, counted by
+         *     the node's indexes (by the store when the graph is not indexed).
+         */
+        get: operations["graph_stats"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -557,6 +581,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The calling key: its name, id, scopes and workspace. Any key may ask. */
+        get: operations["key_show"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/models": {
         parameters: {
             query?: never;
@@ -645,6 +686,27 @@ export interface components {
             received: number;
             /** @description Records written (inserted or updated); duplicates in one array count once. */
             written: number;
+        };
+        /** @description The calling key: never its secret. */
+        CallingKey: {
+            /** @description Whether it may do what each scope allows (`admin` included). */
+            can: components["schemas"]["KeyAllows"];
+            /** @description The key's id: the first half of its SHA-256, 32 hex digits. */
+            id: string;
+            /** @description The key's name, as logs show it. */
+            name: string;
+            /** @description An `admin` key of `default`: it may act in any workspace and use the admin API. */
+            operator: boolean;
+            /**
+             * @description Its scopes, each once, in the order read, write, agent, admin. `admin` holds the
+             *     others.
+             */
+            scopes: string[];
+            /**
+             * @description The workspace the request works in: the key's, or the one an operator's key names
+             *     in `X-KBQ-Workspace`.
+             */
+            workspace: string;
         };
         /** @description `POST /v1/chat/completions`, in OpenAI's `chat.completion` shape. */
         ChatCompletion: {
@@ -1025,6 +1087,15 @@ export interface components {
             title: string;
             url?: string | null;
         };
+        /** @description What the workspace's knowledge base holds. */
+        GraphStats: {
+            /** Format: int64 */
+            documents: number;
+            /** Format: int64 */
+            entities: number;
+            /** Format: int64 */
+            relationships: number;
+        };
         /**
          * @description The overall value.
          * @enum {string}
@@ -1166,6 +1237,13 @@ export interface components {
             status: components["schemas"]["JobStatus"];
             /** Format: int64 */
             updated_at: number;
+        };
+        /** @description What a key may do, scope by scope. */
+        KeyAllows: {
+            admin: boolean;
+            agent: boolean;
+            read: boolean;
+            write: boolean;
         };
         /**
          * @description The keys of a workspace minted at run time, oldest first. Configured keys
@@ -1438,6 +1516,16 @@ export interface components {
             results: components["schemas"]["Entity"][];
             total: number;
         };
+        /** @description The workspace's sources, most recently ingested first. */
+        SourceList: {
+            /** @description At most 1,000: the most recent. */
+            sources: components["schemas"]["SourceSummary"][];
+            /**
+             * Format: int64
+             * @description Sources in the workspace, listed or not.
+             */
+            total: number;
+        };
         /**
          * @description A source as JSON: its text in `content`. Binary formats (PDF, DOCX) come as a multipart
          *     upload instead.
@@ -1479,6 +1567,23 @@ export interface components {
             entities: number;
             /** Format: int64 */
             relationships: number;
+        };
+        /** @description A source as the listing shows it: its current version. */
+        SourceSummary: {
+            /**
+             * Format: int64
+             * @description Its chunks: the documents it became.
+             */
+            chunks: number;
+            content_type: string;
+            /** @description The model that extracted its entities and relationships; `null` when none did. */
+            extracted_by: string | null;
+            source: string;
+            source_id: string;
+            title: string;
+            /** @description When this version was ingested (RFC 3339). */
+            updated_at: string;
+            url: string | null;
         };
         /**
          * @description The parts of a multipart upload, as the OpenAPI document shows them; a part of another
@@ -2608,6 +2713,53 @@ export interface operations {
             };
         };
     };
+    ingest_list: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sources, newest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SourceList"];
+                };
+            };
+            400: components["responses"]["invalid_request"];
+            401: components["responses"]["INVALID_API_KEY"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     ingest_submit: {
         parameters: {
             query?: never;
@@ -3033,6 +3185,53 @@ export interface operations {
             };
         };
     };
+    graph_stats: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The counts */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GraphStats"];
+                };
+            };
+            400: components["responses"]["invalid_request"];
+            401: components["responses"]["INVALID_API_KEY"];
+            /** @description `insufficient_scope`: the key is valid but lacks the scope the route needs (`admin` holds all); or `workspace_forbidden`: the key named a workspace other than its own; only an admin key of `default` may */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: components["responses"]["workspace_not_found"];
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the knowledge base or the graph workers cannot answer now */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     probes_livez: {
         parameters: {
             query?: never;
@@ -3386,6 +3585,45 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+        };
+    };
+    key_show: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The workspace to act in, for an `admin` key of `default` only; any other key may name only its own. Without it, the key's own workspace. 1-63 characters of a-z, 0-9 and '-', starting with a letter. */
+                "X-KBQ-Workspace"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The calling key */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallingKey"];
+                };
+            };
+            400: components["responses"]["invalid_request"];
+            /** @description `INVALID_API_KEY`: no key, or one kbq does not know */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: components["responses"]["workspace_forbidden"];
+            404: components["responses"]["workspace_not_found"];
+            410: components["responses"]["version_sunset"];
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            503: components["responses"]["service_unavailable"];
         };
     };
     openai_models: {

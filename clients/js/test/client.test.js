@@ -46,6 +46,16 @@ describe("graph", () => {
     assert.ok(docs.results.length > 0 && docs.results.length <= 3);
   });
 
+  test("stats, the sources and the calling key", async () => {
+    const stats = await client.graph.stats();
+    assert.ok(stats.entities > 0 && stats.relationships > 0 && stats.documents > 0);
+    const listed = await client.ingest.listSources();
+    assert.equal(listed.total, listed.sources.length);
+    const me = await client.keyInfo();
+    assert.equal(me.workspace, "default");
+    assert.equal(me.can.read, true);
+  });
+
   test("merges: a page at a time, limit checked", async () => {
     // The demo has no ingested sources, hence no merges: one empty, last page.
     assert.deepEqual(await client.graph.merges({ limit: 10 }), { merges: [], next_after: null });

@@ -229,6 +229,24 @@ def test_chat_and_its_stream_end_in_the_same_answer(client):
     assert again == reply
 
 
+def test_stats_sources_and_the_calling_key(client):
+    stats = client.graph.stats()
+    assert isinstance(stats, t.GraphStats)
+    assert stats.entities > 0 and stats.relationships > 0 and stats.documents > 0
+    listed = client.ingest.list_sources()
+    assert isinstance(listed, t.SourceList)
+    assert listed.total == len(listed.sources)
+    me = client.key_info()
+    assert isinstance(me, t.CallingKey)
+    assert (me.workspace, me.can.read, "read" in me.scopes) == ("default", True, True)
+
+
+async def test_the_calling_key_async(aclient):
+    me = await aclient.key_info()
+    assert me.workspace == "default"
+    assert (await aclient.graph.stats()).entities > 0
+
+
 def test_health(client):
     report = client.agent.health()
     assert isinstance(report, t.HealthReport)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional
 import httpx
 
 from . import _base
+from . import _operations as _ops
 from ._operations import Call
 from ._resources import Admin, Agent, Graph, Ingest, Rag
 from ._streaming import STREAMS
@@ -28,6 +29,11 @@ class _Common:
         self.ingest = Ingest(self)
         self.agent = Agent(self)
         self.admin = Admin(self)
+
+    def key_info(self) -> Any:
+        """The calling key (``GET /v1/key``): its name, id, scopes, what it may do, and the
+        workspace it works in; never its secret."""
+        return self._send(_ops.key_info())
 
     @property
     def base_url(self) -> str:

@@ -18,6 +18,7 @@ PATHS = {
     "graph_entity": ("GET", "/data/v1/query/graph/entity/{entity_name}"),
     "graph_documents": ("POST", "/data/v1/query/graph/documents"),
     "graph_merges": ("POST", "/data/v1/query/graph/merges"),
+    "graph_stats": ("GET", "/data/v1/query/graph/stats"),
     "rag_semantic": ("POST", "/v1/rag/semantic"),
     "rag_keyword": ("POST", "/v1/rag/keyword"),
     "rag_hybrid": ("POST", "/v1/rag/hybrid"),
@@ -32,8 +33,10 @@ PATHS = {
     "ingest_events": ("GET", "/data/v1/ingest/jobs/{job_id}/events"),
     "ingest_cancel": ("DELETE", "/data/v1/ingest/jobs/{job_id}"),
     "ingest_retract": ("DELETE", "/data/v1/ingest/sources/{source}/{source_id}"),
+    "ingest_list": ("GET", "/data/v1/ingest/sources"),
     "agent_chat": ("POST", "/v1/agent/chat"),
     "agent_health": ("GET", "/v1/agent/health"),
+    "key_show": ("GET", "/v1/key"),
     "admin_create": ("POST", "/admin/v1/workspaces"),
     "admin_list": ("GET", "/admin/v1/workspaces"),
     "admin_show": ("GET", "/admin/v1/workspaces/{workspace}"),
@@ -147,6 +150,10 @@ def merges(entity_name: Optional[str], after: Optional[str], limit: Optional[int
         json=_body(entity_name=entity_name, after=after, limit=limit),
         parse=_parser(t.MergesResponse),
     )
+
+
+def stats() -> Call:
+    return Call("graph_stats", parse=_parser(t.GraphStats))
 
 
 Filters = Union[t.Filters, Mapping[str, Any]]
@@ -293,6 +300,10 @@ def delete_source(source: str, source_id: str) -> Call:
     )
 
 
+def list_sources() -> Call:
+    return Call("ingest_list", parse=_parser(t.SourceList))
+
+
 #: The statuses of a job that has ended.
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
 
@@ -335,6 +346,10 @@ def health() -> Call:
         answer_statuses=(503,),
         idempotent=False,
     )
+
+
+def key_info() -> Call:
+    return Call("key_show", parse=_parser(t.CallingKey))
 
 
 def create_workspace(name: str) -> Call:

@@ -73,6 +73,10 @@ class Graph(_Resource):
         the server's default 100). ``next_after`` is ``None`` on the last page."""
         return self._client._send(ops.merges(entity_name, after, limit))
 
+    def stats(self) -> t.GraphStats:
+        """What the workspace holds: its entities, relationships and documents."""
+        return self._client._send(ops.stats())
+
 
 class Rag(_Resource):
     """Document retrieval (scope ``read``); ``filters`` is a :class:`~kbq.types.Filters` or
@@ -195,6 +199,11 @@ class Ingest(_Resource):
         """Retracts a source: its chunks, and the entities and relationships no other source
         (nor an import) supports (``NotFoundError`` when it was never ingested)."""
         return self._client._send(ops.delete_source(source, source_id))
+
+    def list_sources(self) -> t.SourceList:
+        """The sources ingested into the workspace: the 1,000 most recent, newest first,
+        and ``total``, how many there are."""
+        return self._client._send(ops.list_sources())
 
 
 class Agent(_Resource):

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Literal, Optional, Union
 
 __all__ = [
     "BatchReport",
+    "CallingKey",
     "ChatCompletion",
     "ChatDelta",
     "ChatEvent",
@@ -40,6 +41,7 @@ __all__ = [
     "Failure",
     "Filters",
     "GraphDocumentResult",
+    "GraphStats",
     "Health",
     "HealthReport",
     "HistoryEntry",
@@ -50,6 +52,7 @@ __all__ = [
     "JobEvent",
     "JobStatus",
     "JobView",
+    "KeyAllows",
     "KeyList",
     "KeyRevocation",
     "KeyScope",
@@ -78,8 +81,10 @@ __all__ = [
     "Scores",
     "SearchRequest",
     "SearchResponse",
+    "SourceList",
     "SourceRequest",
     "SourceRetraction",
+    "SourceSummary",
     "SourceUpload",
     "StopReason",
     "StreamOptions",
@@ -102,6 +107,24 @@ class BatchReport:
     """Records in the array."""
     written: int
     """Records written (inserted or updated); duplicates in one array count once."""
+
+
+@dataclass(frozen=True)
+class CallingKey:
+    """The calling key: never its secret."""
+
+    can: KeyAllows
+    """Whether it may do what each scope allows (`admin` included)."""
+    id: str
+    """The key's id: the first half of its SHA-256, 32 hex digits."""
+    name: str
+    """The key's name, as logs show it."""
+    operator: bool
+    """An `admin` key of `default`: it may act in any workspace and use the admin API."""
+    scopes: List[str]
+    """Its scopes, each once, in the order read, write, agent, admin. `admin` holds the others."""
+    workspace: str
+    """The workspace the request works in: the key's, or the one an operator's key names in `X-KBQ-Workspace`."""
 
 
 @dataclass(frozen=True)
@@ -354,6 +377,15 @@ class GraphDocumentResult:
     related_entity: Optional[str] = None
     url: Optional[str] = None
 
+
+@dataclass(frozen=True)
+class GraphStats:
+    """What the workspace's knowledge base holds."""
+
+    documents: int
+    entities: int
+    relationships: int
+
 Health = Literal["healthy", "degraded", "unhealthy"]
 """The overall value."""
 
@@ -439,6 +471,16 @@ class JobView:
     updated_at: int
     error: Optional[str] = None
     """Why the job failed."""
+
+
+@dataclass(frozen=True)
+class KeyAllows:
+    """What a key may do, scope by scope."""
+
+    admin: bool
+    agent: bool
+    read: bool
+    write: bool
 
 
 @dataclass(frozen=True)
@@ -721,6 +763,16 @@ class SearchResponse:
 
 
 @dataclass(frozen=True)
+class SourceList:
+    """The workspace's sources, most recently ingested first."""
+
+    sources: List[SourceSummary]
+    """At most 1,000: the most recent."""
+    total: int
+    """Sources in the workspace, listed or not."""
+
+
+@dataclass(frozen=True)
 class SourceRequest:
     """A source as JSON: its text in `content`. Binary formats (PDF, DOCX) come as a multipart upload instead."""
 
@@ -747,6 +799,23 @@ class SourceRetraction:
     entities: int
     """Entities and relationships no other source (nor an import) supported, removed."""
     relationships: int
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    """A source as the listing shows it: its current version."""
+
+    chunks: int
+    """Its chunks: the documents it became."""
+    content_type: str
+    extracted_by: Optional[str]
+    """The model that extracted its entities and relationships; `null` when none did."""
+    source: str
+    source_id: str
+    title: str
+    updated_at: str
+    """When this version was ingested (RFC 3339)."""
+    url: Optional[str]
 
 
 @dataclass(frozen=True)
