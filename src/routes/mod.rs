@@ -11,6 +11,7 @@ pub mod openai;
 pub mod probes;
 pub mod rag;
 pub mod sources;
+pub mod ui;
 
 use actix_web::middleware::from_fn;
 use actix_web::web;
@@ -82,7 +83,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         // scopes, with the API's description, so that API requests are not first tried
         // against their patterns (Swagger UI's is a regular expression).
         .service(web::resource("/metrics").route(web::get().to(crate::metrics::metrics)))
-        .configure(docs::configure);
+        .configure(docs::configure)
+        .configure(ui::configure);
 }
 
 /// MCP at `/mcp` (crate::mcp): a key with the `read` scope, and the key's graph budget per
