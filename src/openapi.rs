@@ -41,7 +41,10 @@ pub const API_KEY: &str = "api_key";
             (`admin` holds every scope). Every key belongs to one workspace, whose knowledge \
             it works in; an `admin` key of `default` may name another in `X-KBQ-Workspace`. \
             The probes and this document need no key. Every error \
-            has the `ErrorBody` shape. docs/api.md has the rules that a schema cannot say."
+            has the `ErrorBody` shape. docs/api.md has the rules that a schema cannot say. \
+            kbq also serves a web page at `/ui/` (docs/ui.md), which signs in with a key and \
+            calls these routes; it is a page for people, not an operation, so it is not in \
+            `paths`."
     ),
     paths(
         routes::graph::traverse,

@@ -454,9 +454,9 @@ const graph = (() => {
     }
     box.hidden = false;
     const more = p.limit < MAX_LIMIT;
-    $("#truncated-text").textContent = `Showing ${walk.entities_found.length} of ${walk.total_entities} entities`
-      + ` and ${walk.relationships.length} of ${walk.total_relationships} relationships reached`
-      + (more ? "." : `: kbq answers at most ${MAX_LIMIT} entities a request; filter by relationship type, or expand an entity, to see others.`);
+    $("#truncated-text").textContent = `Showing the first ${walk.entities_found.length} entities reached`
+      + ` (the limit, ${p.limit}): more are reachable and not drawn.`
+      + (more ? "" : ` kbq answers at most ${MAX_LIMIT} entities a request; filter by relationship type, or expand an entity, to see others.`);
     $("#load-more").hidden = !more;
   }
 
@@ -474,7 +474,7 @@ const graph = (() => {
     layout();
     legend();
     await painted(started);
-    $("#graph-status").textContent = `Expanded ${name}: ${added} new entities${walk.truncated ? ` (${walk.total_entities} reached; the first ${walk.entities_found.length} asked)` : ""}.`;
+    $("#graph-status").textContent = `Expanded ${name}: ${added} new entities${walk.truncated ? ` (the first ${walk.entities_found.length} reached; more are not drawn)` : ""}.`;
     if (record && !p.expand.includes(name)) navigate({ expand: [...p.expand, name] });
     if (selected === name) select(name);
   }
@@ -781,8 +781,8 @@ const sources = (() => {
   async function remove(s) {
     try {
       const done = await api("DELETE", `/data/v1/ingest/sources/${encodeURIComponent(s.source)}/${encodeURIComponent(s.source_id)}`);
-      $("#sources-total").textContent = `Deleted ${s.source_id}: ${done.chunks} chunks, ${done.entities} entities and ${done.relationships} relationships only it gave.`;
       await show();
+      $("#sources-total").textContent = `Deleted ${s.source_id}: ${done.chunks} chunks, and ${done.entities} entities and ${done.relationships} relationships only it gave.`;
     } catch (e) {
       $("#sources-total").textContent = message(e);
     }

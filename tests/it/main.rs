@@ -34,5 +34,6 @@ mod sources;
 mod startup;
 mod supervision;
 mod support;
+mod ui;
 mod versions;
 mod workspaces;

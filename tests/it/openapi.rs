@@ -18,9 +18,10 @@ use serde_json::Value;
 
 use crate::support::{TestServer, read, test_config};
 
-/// Mounted paths that the document leaves out, and why: the Swagger UI's pages and files are
-/// for people, not operations of the API (`/docs` only redirects to `/docs/`).
-const NOT_OPERATIONS: [&str; 2] = ["/docs", "/docs/{_}"];
+/// Mounted paths that the document leaves out, and why: the Swagger UI's pages and files, and
+/// the page at `/ui/`, are for people, not operations of the API (`/docs` and `/ui` only
+/// redirect to their slash).
+const NOT_OPERATIONS: [&str; 4] = ["/docs", "/docs/{_}", "/ui", "/ui/{file}"];
 
 const METHODS: [Method; 8] = [
     Method::GET,
