@@ -347,10 +347,24 @@ const graph = (() => {
       return;
     }
     if (!p.entity) {
+      // Nothing asked yet: start from the most connected entity, and offer the others.
       g.clear();
       legend();
-      $("#graph-status").textContent = "Find an entity to open its neighbourhood.";
       $("#truncated").hidden = true;
+      let most = [];
+      try {
+        most = (await api("GET", "/data/v1/query/graph/stats")).most_connected;
+      } catch (e) {
+        $("#graph-status").textContent = message(e);
+        return;
+      }
+      startFrom(most);
+      if (!most.length) {
+        $("#graph-status").textContent = "The knowledge base has no entity yet: add sources, or find one by name.";
+        return;
+      }
+      navigate({ entity: most[0].name });
+      await open(params());
       return;
     }
     await open(p);
@@ -444,6 +458,14 @@ const graph = (() => {
       $("#graph-status").textContent = `${p.entity}: ${g.order} entities, ${g.size} relationships.`;
       select(walk.entity_name && g.hasNode(walk.entity_name) ? walk.entity_name : p.entity);
     }
+  }
+
+  /** Links to the most connected entities, to start exploring from. */
+  function startFrom(most) {
+    const box = $("#start-from");
+    box.hidden = most.length === 0;
+    fill($("#start-list"), most.map((e) => el("li", {}, graphLink(e.name),
+      el("span", { class: "hint" }, ` ${e.entity_type}, ${e.relationships}`))));
   }
 
   function truncated(walk, p) {

@@ -286,10 +286,25 @@ pub struct GraphStats {
     pub entities: u64,
     pub relationships: u64,
     pub documents: u64,
+    /// The 10 entities with the most relationships, most first (ties by name): where to
+    /// start exploring. Empty when the node does not index the graph (`graph.index`).
+    pub most_connected: Vec<ConnectedEntity>,
 }
 
+/// An entity and how many relationships it has, in and out.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConnectedEntity {
+    pub name: String,
+    pub entity_type: String,
+    pub relationships: u64,
+}
+
+/// How many entities `GraphStats::most_connected` lists.
+const MOST_CONNECTED: usize = 10;
+
 /// What the key's workspace holds: its entities, relationships and documents, counted by
-/// the node's indexes (by the store when the graph is not indexed).
+/// the node's indexes (by the store when the graph is not indexed), and its most connected
+/// entities.
 #[utoipa::path(
     get,
     path = "/data/v1/query/graph/stats",
@@ -305,14 +320,25 @@ async fn stats(
     ws: web::ReqData<Workspace>,
 ) -> Result<HttpResponse, ApiError> {
     let kb = ws.kb.clone();
-    let counts = sources
-        .offload()
-        .run(async move { kb.record_counts().await })
-        .await??;
+    let (counts, most) =
+        sources
+            .offload()
+            .run(async move {
+                futures::try_join!(kb.record_counts(), kb.most_connected(MOST_CONNECTED))
+            })
+            .await??;
     Ok(HttpResponse::Ok().json(GraphStats {
         entities: counts.entities,
         relationships: counts.relationships,
         documents: counts.documents,
+        most_connected: most
+            .into_iter()
+            .map(|(e, n)| ConnectedEntity {
+                name: e.name,
+                entity_type: e.entity_type,
+                relationships: n,
+            })
+            .collect(),
     }))
 }
 

@@ -571,6 +571,26 @@ impl GraphIndex {
             + heap::map(&self.type_ids)
     }
 
+    /// The `k` entities with the most relationships (in and out), most first, ties by name;
+    /// with their counts. One pass over the nodes.
+    pub fn most_connected(&self, k: usize) -> Vec<(EntityRef, usize)> {
+        let mut best: Vec<&Node> = Vec::with_capacity(k + 1);
+        let better = |a: &Node, b: &Node| {
+            a.adj.len() > b.adj.len() || (a.adj.len() == b.adj.len() && a.name < b.name)
+        };
+        for node in &self.nodes {
+            if best.len() == k && best.last().is_none_or(|last| !better(node, last)) {
+                continue;
+            }
+            let at = best.partition_point(|b| better(b, node));
+            best.insert(at, node);
+            best.truncate(k);
+        }
+        best.into_iter()
+            .map(|n| (n.entity.clone(), n.adj.len()))
+            .collect()
+    }
+
     pub fn relationship_count(&self) -> usize {
         self.edges.len()
     }

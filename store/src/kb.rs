@@ -569,6 +569,21 @@ impl KnowledgeBase {
         }
     }
 
+    /// The `k` entities with the most relationships, most first, with their counts: from the
+    /// graph index, so empty when the graph is not indexed.
+    pub async fn most_connected(&self, k: usize) -> Result<Vec<(crate::model::Entity, u64)>> {
+        self.connection().await?;
+        Ok(match self.graph_index() {
+            Some(index) => index
+                .read()
+                .most_connected(k)
+                .into_iter()
+                .map(|(e, n)| ((*e).clone(), n as u64))
+                .collect(),
+            None => Vec::new(),
+        })
+    }
+
     /// The bytes of the documents' content (UTF-8), from the keyword index when the graph
     /// is indexed, else from the store: what `max_document_bytes` is checked against.
     pub async fn document_bytes(&self) -> Result<u64> {

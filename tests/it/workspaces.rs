@@ -759,12 +759,15 @@ async fn stats_and_the_key_answer_for_the_requests_workspace() {
     assert_eq!(s, 200);
     assert_eq!(
         counts,
-        json!({"entities": 2, "relationships": 1, "documents": 1})
+        json!({"entities": 2, "relationships": 1, "documents": 1, "most_connected": [
+            {"name": "Alpha Marker", "entity_type": "alphatype", "relationships": 1},
+            {"name": "Alpha Marker Friend", "entity_type": "alphatype", "relationships": 1},
+        ]})
     );
     let (_, counts) = call_as(&t, &beta, None, Method::GET, stats, None).await;
     assert_eq!(
         counts,
-        json!({"entities": 0, "relationships": 0, "documents": 0})
+        json!({"entities": 0, "relationships": 0, "documents": 0, "most_connected": []})
     );
     let (_, counts) = call_as(&t, KEY, Some("alpha"), Method::GET, stats, None).await;
     assert_eq!(counts["entities"], 2);
@@ -773,6 +776,15 @@ async fn stats_and_the_key_answer_for_the_requests_workspace() {
         counts["entities"], 10,
         "default holds the fixture: {counts}"
     );
+    // The fixture's most connected entity first; at most 10, by relationships, then name.
+    let most = counts["most_connected"].as_array().unwrap();
+    assert_eq!(most.len(), 10);
+    let degrees: Vec<u64> = most
+        .iter()
+        .map(|e| e["relationships"].as_u64().unwrap())
+        .collect();
+    assert!(degrees.windows(2).all(|w| w[0] >= w[1]), "{degrees:?}");
+    assert_eq!(most[0]["name"], "Ada", "{counts}");
 
     let (s, key) = call_as(&t, &beta, None, Method::GET, "/v1/key", None).await;
     assert_eq!(s, 200);

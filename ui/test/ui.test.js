@@ -173,7 +173,11 @@ test("a wrong key gets a clear message and shows nothing else", async () => {
 test("explore: search Turing, open Alan Turing, expand a neighbour, filter a type, open a document", async () => {
   const page = await tab();
   await signIn(page);
-  await page.waitForSelector("#view-graph:not([hidden])");
+  // With nothing asked, the view opens the most connected entity and lists the others.
+  const start = await drawn(page, 1);
+  assert.ok(start.nodes > 10, `the starting view: ${start.nodes}`);
+  assert.ok((await page.locator("#start-list li").count()) === 10);
+  assert.match(page.url(), /#\/graph\?entity=/);
   await shot(page, "sign-in");
   // By keyboard: type, arrow down to Alan Turing, Enter.
   await page.focus("#search");
@@ -183,7 +187,7 @@ test("explore: search Turing, open Alan Turing, expand a neighbour, filter a typ
   const at = names.findIndex((n) => n.startsWith("Alan Turing"));
   for (let i = 0; i < at; i++) await page.keyboard.press("ArrowDown");
   await page.keyboard.press("Enter");
-  const opened = await drawn(page, 1);
+  const opened = await drawn(page, 2);
   assert.ok(opened.nodes >= 10, `Alan Turing's neighbourhood: ${opened.nodes}`);
   assert.equal(await page.textContent("#panel-title"), "Alan Turing");
   assert.match(page.url(), /#\/graph\?entity=Alan\+Turing/);
@@ -193,7 +197,7 @@ test("explore: search Turing, open Alan Turing, expand a neighbour, filter a typ
   await page.click("#panel-rels button:text-is('Max Newman')");
   await page.waitForFunction(() => document.querySelector("#panel-title").textContent === "Max Newman");
   await page.click("#expand");
-  const expanded = await drawn(page, 2);
+  const expanded = await drawn(page, 3);
   assert.ok(expanded.nodes > opened.nodes, `${expanded.nodes} after expanding, ${opened.nodes} before`);
   assert.match(page.url(), /expand=Max\+Newman/);
 
@@ -320,7 +324,7 @@ test("timings: first paint, and drawing 50, 200 and 2,000 entities", async () =>
   timings.first_contentful_paint_ms = await page.evaluate(() => performance.getEntriesByName("first-contentful-paint")[0].startTime);
   await page.fill("#key", KEY);
   await page.click("#signin-form button[type=submit]");
-  await page.waitForSelector("#view-graph:not([hidden])");
+  await drawn(page, 1);
   const views = [
     ["50", "#/graph?entity=Hub+of+49"],
     ["200", "#/graph?entity=Hub+of+199&limit=200"],

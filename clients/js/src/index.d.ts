@@ -16,6 +16,7 @@ export type MergesResponse = Schemas["MergesResponse"];
 export type Merge = Schemas["Merge"];
 export type MergeChunk = Schemas["MergeChunk"];
 export type GraphStats = Schemas["GraphStats"];
+export type ConnectedEntity = Schemas["ConnectedEntity"];
 export type SourceList = Schemas["SourceList"];
 export type SourceSummary = Schemas["SourceSummary"];
 export type CallingKey = Schemas["CallingKey"];

@@ -414,7 +414,8 @@ export interface paths {
         };
         /**
          * What the key's workspace holds: its entities, relationships and documents, counted by
-         *     the node's indexes (by the store when the graph is not indexed).
+         *     the node's indexes (by the store when the graph is not indexed), and its most connected
+         *     entities.
          */
         get: operations["graph_stats"];
         put?: never;
@@ -914,6 +915,13 @@ export interface components {
             /** @constant */
             stream: true;
         });
+        /** @description An entity and how many relationships it has, in and out. */
+        ConnectedEntity: {
+            entity_type: string;
+            name: string;
+            /** Format: int64 */
+            relationships: number;
+        };
         /**
          * @description Which edges a walk may follow from an entity.
          * @enum {string}
@@ -1093,6 +1101,11 @@ export interface components {
             documents: number;
             /** Format: int64 */
             entities: number;
+            /**
+             * @description The 10 entities with the most relationships, most first (ties by name): where to
+             *     start exploring. Empty when the node does not index the graph (`graph.index`).
+             */
+            most_connected: components["schemas"]["ConnectedEntity"][];
             /** Format: int64 */
             relationships: number;
         };

@@ -21,6 +21,7 @@ __all__ = [
     "ChatUsage",
     "ChunkEvent",
     "CompletionRequest",
+    "ConnectedEntity",
     "Direction",
     "Document",
     "DocumentDeletion",
@@ -205,6 +206,15 @@ class ChunkEvent:
 
 CompletionRequest = Any
 
+
+@dataclass(frozen=True)
+class ConnectedEntity:
+    """An entity and how many relationships it has, in and out."""
+
+    entity_type: str
+    name: str
+    relationships: int
+
 Direction = Literal["in", "out", "both"]
 """Which edges a walk may follow from an entity."""
 
@@ -384,6 +394,8 @@ class GraphStats:
 
     documents: int
     entities: int
+    most_connected: List[ConnectedEntity]
+    """The 10 entities with the most relationships, most first (ties by name): where to start exploring. Empty when the node does not index the graph (`graph.index`)."""
     relationships: int
 
 Health = Literal["healthy", "degraded", "unhealthy"]
