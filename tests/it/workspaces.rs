@@ -1561,6 +1561,9 @@ async fn remote_two_nodes_keep_workspaces_apart_and_share_them() {
     b.stop().await;
 }
 
+/// A request the logs test sends: the header's workspace, method, path, body, status.
+type LoggedCall = (Option<&'static str>, Method, String, Option<String>, u16);
+
 /// A node's logs name, for each request, only the workspace it works in: requests of two
 /// workspaces (their writes, reads, RAG, the agent and its tools, errors, an attempt on the
 /// other's header) each log lines carrying their own workspace, and none of the other's
@@ -1642,7 +1645,7 @@ async fn a_requests_log_lines_name_no_other_workspace() {
         .collect::<Vec<_>>()
         .join("\n");
         let id = |n: u32| format!("{name}-req-{n}");
-        let calls: Vec<(Option<&'static str>, Method, String, Option<String>, u16)> = vec![
+        let calls: Vec<LoggedCall> = vec![
             (
                 None,
                 Method::POST,
