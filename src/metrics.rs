@@ -346,13 +346,13 @@ impl MemoryReading {
             out,
             "kbq_workspace_index_bytes",
             "gauge",
-            "Approximate heap bytes of an open workspace's indexes, for the workspaces.metrics_series open workspaces with the largest, at the last sweep. workspace_id is the admin API's id, never the name.",
+            "Approximate heap bytes of an open workspace's indexes, for the workspaces.metrics_series open workspaces with the largest, at the last sweep. database is the workspace's (the admin API shows it), never its name.",
         );
         for w in &self.workspaces.largest {
             let _ = writeln!(
                 out,
-                "kbq_workspace_index_bytes{{workspace_id=\"{}\"}} {}",
-                w.id, w.index_bytes
+                "kbq_workspace_index_bytes{{database=\"{}\"}} {}",
+                w.database, w.index_bytes
             );
         }
         header(
@@ -364,8 +364,8 @@ impl MemoryReading {
         for w in &self.workspaces.largest {
             let _ = writeln!(
                 out,
-                "kbq_workspace_idle_seconds{{workspace_id=\"{}\"}} {}",
-                w.id, w.idle_secs
+                "kbq_workspace_idle_seconds{{database=\"{}\"}} {}",
+                w.database, w.idle_secs
             );
         }
         header(

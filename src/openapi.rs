@@ -167,7 +167,8 @@ impl Live<'_> {
 
 /// Links from what a write returns to the reads and deletes of what it wrote, for clients
 /// and for stateful testing (`scripts/fuzz` follows them): an ingested entity to its lookup
-/// and its delete, an ingested relationship to its source's lookup.
+/// and its delete, an ingested relationship to its source's lookup, a created workspace (by
+/// its `name`, not its `id`) to its view, its keys and its delete.
 fn links(doc: &mut serde_json::Value) {
     use serde_json::json;
     let link = |operation: &str, parameter: &str, value: &str, description: &str| {
@@ -184,12 +185,20 @@ fn links(doc: &mut serde_json::Value) {
     let relationships = json!({
         "SourceByName": link("graph_entity", "entity_name", "$request.body#/0/source_name", "The first relationship's source"),
     });
-    for (path, links) in [
-        ("/data/v1/ingest/entities", entities),
-        ("/data/v1/ingest/relationships", relationships),
+    let workspace = "$response.body#/name";
+    let workspaces = json!({
+        "ShowWorkspace": link("admin_show", "workspace", workspace, "The workspace created"),
+        "WorkspaceKeys": link("admin_keys", "workspace", workspace, "Its keys"),
+        "MintKey": link("admin_mint", "workspace", workspace, "Mints a key for it"),
+        "DeleteWorkspace": link("admin_delete", "workspace", workspace, "Deletes it"),
+    });
+    for (path, status, links) in [
+        ("/data/v1/ingest/entities", "200", entities),
+        ("/data/v1/ingest/relationships", "200", relationships),
+        ("/admin/v1/workspaces", "201", workspaces),
     ] {
-        let ok = &mut doc["paths"][path]["post"]["responses"]["200"];
-        assert!(ok.is_object(), "POST {path} documents no 200");
+        let ok = &mut doc["paths"][path]["post"]["responses"][status];
+        assert!(ok.is_object(), "POST {path} documents no {status}");
         ok["links"] = links;
     }
     // Every link names an operation of the document.
@@ -201,7 +210,14 @@ fn links(doc: &mut serde_json::Value) {
         .flat_map(|item| item.values())
         .filter_map(|op| op["operationId"].as_str().map(str::to_owned))
         .collect();
-    for id in ["graph_entity", "ingest_delete_entity"] {
+    for id in [
+        "graph_entity",
+        "ingest_delete_entity",
+        "admin_show",
+        "admin_keys",
+        "admin_mint",
+        "admin_delete",
+    ] {
         assert!(ids.iter().any(|i| i == id), "no operation {id} for a link");
     }
 }

@@ -229,8 +229,8 @@ pub struct Swept {
 /// An open workspace as `/metrics` shows it: by its database, not its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenWorkspace {
-    /// Its database (`ws_` and a UUID): the admin API's `id`.
-    pub id: String,
+    /// Its database (`ws_` and a UUID), as the admin API shows it.
+    pub database: String,
     pub index_bytes: u64,
     /// Seconds since a request last used it.
     pub idle_secs: u64,
@@ -446,7 +446,7 @@ impl Workspaces {
             .take(self.keeping.metrics_series)
             .filter_map(|(name, used, bytes, _)| {
                 Some(OpenWorkspace {
-                    id: databases.remove(name)?,
+                    database: databases.remove(name)?,
                     index_bytes: *bytes,
                     idle_secs: now.saturating_sub(*used) / 1000,
                 })

@@ -230,10 +230,16 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
 }
 
 /// A workspace as the admin API shows it.
-fn view(name: &str, id: &str, created_at: Option<String>, counts: Counts, memories: u64) -> Value {
+fn view(
+    name: &str,
+    database: &str,
+    created_at: Option<String>,
+    counts: Counts,
+    memories: u64,
+) -> Value {
     json!({
         "name": name,
-        "id": id,
+        "database": database,
         "created_at": created_at,
         "counts": {
             "entities": counts.entities,

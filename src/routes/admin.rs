@@ -93,8 +93,8 @@ pub struct WorkspaceView {
     pub name: String,
     /// The workspace's SurrealDB database, never reused: `ws_` and a UUID, or the configured
     /// `store.database` for `default`. `/metrics` labels a workspace's series with it
-    /// (`workspace_id`), never with its name.
-    pub id: String,
+    /// (`database`), never with its name.
+    pub database: String,
     /// When it was created (RFC 3339); `null` for `default`, which always exists.
     #[schema(required = true)]
     pub created_at: Option<String>,
@@ -150,7 +150,7 @@ async fn create(
         .ok_or_else(|| exists(&req.name))?;
     Ok(HttpResponse::Created().json(WorkspaceView {
         name: made.name,
-        id: made.database,
+        database: made.database,
         created_at: Some(made.created_at),
         counts: WorkspaceCounts::default(),
         loaded: false,
@@ -300,7 +300,7 @@ async fn view(
         Some(r) => (Some(r.created_at), Some(r.database)),
         None => (None, None),
     };
-    let id = match (&database, &open) {
+    let database_name = match (&database, &open) {
         (Some(database), _) => database.clone(),
         (None, Some(workspace)) => workspace.kb.database().to_string(),
         (None, None) => return Err(workspaces::not_found(name)),
@@ -325,7 +325,7 @@ async fn view(
     };
     Ok(WorkspaceView {
         name: name.to_string(),
-        id,
+        database: database_name,
         created_at,
         counts: WorkspaceCounts {
             entities: counts.entities,

@@ -1073,7 +1073,7 @@ async fn an_idle_workspace_is_closed_and_opened_again_by_its_next_request() {
 /// `/metrics` gives the `workspaces.metrics_series` open workspaces with the largest indexes
 /// series of their own, labelled by the admin API's id, never by name.
 #[tokio::test]
-async fn metrics_give_the_largest_open_workspaces_series_labelled_by_id() {
+async fn metrics_give_the_largest_open_workspaces_series_labelled_by_database() {
     use std::time::Duration;
 
     let mut config = crate::support::test_config();
@@ -1106,12 +1106,12 @@ async fn metrics_give_the_largest_open_workspaces_series_labelled_by_id() {
         .unwrap();
     assert_eq!(res.status(), 200);
     let (_, view) = t.get("/admin/v1/workspaces/large-one").await;
-    let id = view["id"].as_str().unwrap().to_string();
+    let id = view["database"].as_str().unwrap().to_string();
     assert!(id.starts_with("ws_") && !id.contains("large"), "{view}");
     let (_, small_view) = t.get("/admin/v1/workspaces/small-one").await;
-    let small_id = small_view["id"].as_str().unwrap().to_string();
+    let small_id = small_view["database"].as_str().unwrap().to_string();
     assert_ne!(id, small_id);
-    let series = format!("kbq_workspace_index_bytes{{workspace_id=\"{id}\"}} ");
+    let series = format!("kbq_workspace_index_bytes{{database=\"{id}\"}} ");
     let shown = crate::support::eventually(Duration::from_secs(15), || async {
         t.metrics_text().await.contains(&series)
     })
@@ -1123,9 +1123,7 @@ async fn metrics_give_the_largest_open_workspaces_series_labelled_by_id() {
         1,
         "one series, as configured: {metrics}"
     );
-    assert!(metrics.contains(&format!(
-        "kbq_workspace_idle_seconds{{workspace_id=\"{id}\"}} "
-    )));
+    assert!(metrics.contains(&format!("kbq_workspace_idle_seconds{{database=\"{id}\"}} ")));
     assert!(!metrics.contains(&small_id), "{metrics}");
     assert!(
         !metrics.contains("large-one") && !metrics.contains("small-one"),

@@ -1720,9 +1720,9 @@ export interface components {
             /**
              * @description The workspace's SurrealDB database, never reused: `ws_` and a UUID, or the configured
              *     `store.database` for `default`. `/metrics` labels a workspace's series with it
-             *     (`workspace_id`), never with its name.
+             *     (`database`), never with its name.
              */
-            id: string;
+            database: string;
             /**
              * Format: int64
              * @description Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when

@@ -946,8 +946,8 @@ class WorkspaceView:
     counts: WorkspaceCounts
     created_at: Optional[str]
     """When it was created (RFC 3339); `null` for `default`, which always exists."""
-    id: str
-    """The workspace's SurrealDB database, never reused: `ws_` and a UUID, or the configured `store.database` for `default`. `/metrics` labels a workspace's series with it (`workspace_id`), never with its name."""
+    database: str
+    """The workspace's SurrealDB database, never reused: `ws_` and a UUID, or the configured `store.database` for `default`. `/metrics` labels a workspace's series with it (`database`), never with its name."""
     index_bytes: int
     """Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when it is not open there."""
     loaded: bool
