@@ -306,6 +306,7 @@ const graph = (() => {
       hide: (current?.get("hide") ?? "").split(",").filter(Boolean),
       limit: Math.min(MAX_LIMIT, Number(current?.get("limit") ?? DEFAULT_LIMIT)),
       expand: (current?.get("expand") ?? "").split("|").filter(Boolean),
+      pruned: (current?.get("pruned") ?? "").split("|").filter(Boolean),
     };
   }
 
@@ -314,7 +315,7 @@ const graph = (() => {
     const next = new URLSearchParams(current ?? "");
     for (const [k, v] of Object.entries(changes)) {
       if (v === null || v === "" || (Array.isArray(v) && v.length === 0)) next.delete(k);
-      else next.set(k, Array.isArray(v) ? v.join(k === "expand" ? "|" : ",") : String(v));
+      else next.set(k, Array.isArray(v) ? v.join(k === "expand" || k === "pruned" ? "|" : ",") : String(v));
     }
     const hash = `#/graph?${next}`;
     if (push) location.hash = hash;
@@ -339,9 +340,11 @@ const graph = (() => {
     if (before === now) return;
     const sameWalk = before !== null && old.entity === p.entity && old.depth === p.depth
       && old.direction === p.direction && old.rel.join() === p.rel.join() && old.limit === p.limit
-      && p.expand.slice(0, old.expand.length).join("|") === old.expand.join("|");
+      && p.expand.slice(0, old.expand.length).join("|") === old.expand.join("|")
+      && p.pruned.slice(0, old.pruned.length).join("|") === old.pruned.join("|");
     if (sameWalk) {
       for (const name of p.expand.slice(old.expand.length)) await expand(name, { record: false });
+      for (const name of p.pruned.slice(old.pruned.length)) prune(name, { record: false });
       legend();
       sigma.refresh();
       return;
@@ -376,12 +379,16 @@ const graph = (() => {
     return api("POST", "/data/v1/query/graph", body);
   }
 
-  /** Adds a traversal's entities and relationships; new entities start near `near`. */
+  /**
+   * Adds a traversal's entities and relationships, but those pruned; new entities start near
+   * `near`.
+   */
   function merge(walk, near) {
     const origin = near && g.hasNode(near) ? g.getNodeAttributes(near) : { x: 0, y: 0 };
+    const pruned = new Set(params().pruned);
     let added = 0;
     for (const found of walk.entities_found) {
-      if (g.hasNode(found.name)) continue;
+      if (g.hasNode(found.name) || pruned.has(found.name)) continue;
       const angle = Math.random() * 2 * Math.PI;
       const r = 1 + Math.random() * 5;
       g.addNode(found.name, {
@@ -458,6 +465,7 @@ const graph = (() => {
     p.expand.forEach((name, i) => {
       if (expansions[i] && g.hasNode(name)) merge(expansions[i], name);
     });
+    for (const name of p.pruned) if (g.hasNode(name)) g.dropNode(name);
     layout();
     legend();
     truncated(walk, p);
@@ -510,9 +518,11 @@ const graph = (() => {
     if (selected === name) select(name);
   }
 
-  function prune(name) {
+  function prune(name, { record = true } = {}) {
     if (!g.hasNode(name)) return;
     g.dropNode(name);
+    const p = params();
+    if (record && !p.pruned.includes(name)) navigate({ pruned: [...p.pruned, name] });
     if (selected === name) {
       selected = null;
       $("#panel").hidden = true;
@@ -613,7 +623,7 @@ const graph = (() => {
   function choose(name) {
     close();
     search.value = name;
-    navigate({ entity: name, expand: null, limit: null }, { push: true });
+    navigate({ entity: name, expand: null, pruned: null, limit: null }, { push: true });
   }
 
   search.addEventListener("input", () => {
@@ -656,15 +666,16 @@ const graph = (() => {
       direction: $("#direction").value,
       rel: $("#rel-types").value.split(",").map((s) => s.trim()).filter(Boolean),
       expand: null,
+      pruned: null,
       limit: null,
     }, { push: true });
   });
   $("#load-more").addEventListener("click", () => {
-    navigate({ limit: Math.min(MAX_LIMIT, params().limit * 2), expand: null }, { push: true });
+    navigate({ limit: Math.min(MAX_LIMIT, params().limit * 2), expand: null, pruned: null }, { push: true });
   });
   $("#expand").addEventListener("click", () => selected && expand(selected));
   $("#prune").addEventListener("click", () => selected && prune(selected));
-  $("#center").addEventListener("click", () => selected && navigate({ entity: selected, expand: null, limit: null }, { push: true }));
+  $("#center").addEventListener("click", () => selected && navigate({ entity: selected, expand: null, pruned: null, limit: null }, { push: true }));
 
   return { show, reset };
 })();

@@ -209,11 +209,21 @@ test("explore: search Turing, open Alan Turing, expand a neighbour, filter a typ
   assert.match(page.url(), /hide=organization/);
   await shot(page, "graph-expanded-filtered");
 
+  // Prune an entity Max Newman's expansion reached: gone, and the address says so.
+  await page.click("#node-list-box summary");
+  await page.click("#node-list button:text-is('Tommy Flowers')");
+  await page.waitForFunction(() => document.querySelector("#panel-title").textContent === "Tommy Flowers");
+  await page.click("#prune");
+  const pruned = Number(await page.getAttribute("#graph", "data-nodes"));
+  assert.equal(pruned, expanded.nodes - 1);
+  assert.match(page.url(), /pruned=Tommy\+Flowers/);
+  await page.click("#node-list-box summary");
+
   // The address bar holds the view: a new tab opens the same one.
   const same = await tab();
   await signIn(same, `#${page.url().split("#")[1]}`);
   const again = await drawn(same, 1);
-  assert.equal(again.nodes, expanded.nodes);
+  assert.equal(again.nodes, pruned);
   assert.equal(await same.getAttribute("#graph", "data-visible"), await page.getAttribute("#graph", "data-visible"));
   await same.done();
 
