@@ -185,3 +185,109 @@ fn gen_writes_a_seeded_power_law_graph_that_imports() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--entities"));
 }
+
+/// `scripts/debian-kb` turns a Packages file into the import format: packages, the names
+/// they only mention (virtual when provided), a relationship per field and alternative, a
+/// document per description; `kbq import` takes all of it.
+#[test]
+fn debian_kb_turns_a_packages_file_into_an_importable_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let packages = dir.path().join("Packages");
+    std::fs::write(
+        &packages,
+        "Package: libc6\nVersion: 2.36-9\nArchitecture: amd64\nSection: libs\nProvides: libc6-amd64 (= 2.36)\nDescription: GNU C Library: Shared libraries\n Contains the standard libraries.\n .\n Second paragraph.\n\n\
+Package: mawk\nVersion: 1.3.4\nPre-Depends: libc6 (>= 2.34)\nProvides: awk\nDescription: Pattern scanning\n\n\
+Package: gawk\nVersion: 1:5.2.1\nDepends: libc6 (>= 2.34), libmpfr6:any | libgmp10\nBreaks: gawk-doc\nProvides: awk\nDescription: GNU awk\n",
+    )
+    .unwrap();
+    let out = dir.path().join("debian.ndjson");
+    let run = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/debian-kb"))
+        .args([
+            "--packages",
+            packages.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |kind: &str| {
+        records
+            .iter()
+            .filter(|r| r["kind"] == kind)
+            .collect::<Vec<_>>()
+    };
+    let types: Vec<(&str, &str)> = of("entity")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["entity_type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("gawk", "package"),
+            ("libc6", "package"),
+            ("mawk", "package"),
+            ("awk", "virtual"),
+            ("gawk-doc", "missing"),
+            ("libc6-amd64", "virtual"),
+            ("libgmp10", "missing"),
+            ("libmpfr6", "missing"),
+        ]
+    );
+    let edge = |s: &str, t: &str, k: &str| {
+        of("relationship")
+            .into_iter()
+            .find(|r| r["source_name"] == s && r["target_name"] == t && r["relationship_type"] == k)
+            .unwrap_or_else(|| panic!("no {s} -{k}-> {t}"))
+            .clone()
+    };
+    assert_eq!(
+        edge("mawk", "libc6", "pre_depends")["properties"],
+        serde_json::json!({"version": ">= 2.34"})
+    );
+    assert_eq!(
+        edge("gawk", "libmpfr6", "depends")["properties"],
+        serde_json::json!({"alternative": true})
+    );
+    edge("gawk", "libgmp10", "depends");
+    edge("gawk", "gawk-doc", "breaks");
+    edge("libc6", "libc6-amd64", "provides");
+    assert_eq!(of("relationship").len(), 8);
+    let doc = of("document")
+        .into_iter()
+        .find(|d| d["source_id"] == "libc6")
+        .unwrap()
+        .clone();
+    assert_eq!(doc["title"], "libc6: GNU C Library: Shared libraries");
+    assert_eq!(
+        doc["content"],
+        "Contains the standard libraries.\n\nSecond paragraph."
+    );
+
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let import = kbq(&["import", "--store", &store, out.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&import.stdout);
+    assert!(
+        import.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    assert!(
+        stdout.contains("imported 8 entities, 8 relationships, 3 documents"),
+        "{stdout}"
+    );
+}
