@@ -1,25 +1,6 @@
 #!/usr/bin/env bash
 # Gets the JavaScript client's tests ready to run (tests/it/clients.rs): its pinned
-# development packages (npm ci, from the npm registry the first time) and Debian's Chromium
-# for the browser test (apt-get, when missing and this runs as root).
+# development packages and Debian's Chromium for the browser test (tests/npm-setup.sh).
 #
 #   tests/clients/setup-js.sh
-set -euo pipefail
-js="$(cd "$(dirname "$0")/../../clients/js" && pwd)"
-command -v node >/dev/null && command -v npm >/dev/null || { echo "setup-js.sh: node and npm are needed (Node 18 or newer)" >&2; exit 1; }
-cd "$js"
-# npm ci again only when the lock file changed since the last one.
-if ! cmp -s package-lock.json node_modules/.kbq-installed-lock 2>/dev/null; then
-  npm ci --no-audit --no-fund --loglevel=error
-  cp package-lock.json node_modules/.kbq-installed-lock
-fi
-if [ -z "${CHROMIUM:-}" ] && ! [ -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "setup-js.sh: installing Debian's chromium for the browser test" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-  else
-    echo "setup-js.sh: no /usr/bin/chromium: install Debian's chromium package, or set CHROMIUM" >&2
-    exit 1
-  fi
-fi
+exec "$(dirname "$0")/../npm-setup.sh" clients/js --chromium

@@ -68,30 +68,14 @@ async fn the_python_client_passes_its_tests_against_kbq() {
 
 #[tokio::test]
 async fn the_js_client_passes_its_tests_against_kbq() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let setup = tokio::process::Command::new("bash")
-        .arg(root.join("tests/clients/setup-js.sh"))
-        .status()
-        .await
-        .expect("bash runs");
-    assert!(
-        setup.success(),
-        "tests/clients/setup-js.sh failed: it needs node 18+ with npm, a reachable npm registry, and Debian's chromium"
-    );
     // The tests start their own servers from this build of kbq (test/support/servers.js).
-    let out = tokio::process::Command::new("npm")
-        .args(["test", "--silent"])
-        .current_dir(root.join("clients/js"))
-        .env("KBQ_BIN", env!("CARGO_BIN_EXE_kbq"))
-        .env_remove("KBQ_BASE_URL")
-        .env_remove("KBQ_API_KEY")
-        .output()
-        .await
-        .expect("npm runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the JavaScript client's tests failed:\n{stdout}\n{stderr}"
-    );
+    crate::support::npm_tests(
+        "tests/clients/setup-js.sh",
+        "clients/js",
+        "the JavaScript client's tests",
+        |npm| {
+            npm.env_remove("KBQ_BASE_URL").env_remove("KBQ_API_KEY");
+        },
+    )
+    .await;
 }

@@ -382,6 +382,37 @@ pub async fn assert_not_ready(t: &TestServer, message: &str) {
     assert_eq!(headers["retry-after"], "1");
 }
 
+/// Runs the npm tests of the package `dir` (a path under the repository) against this build
+/// of kbq (`KBQ_BIN`), after `setup` (a script under the repository that readies them);
+/// `command` adds what the package's tests need. Fails the test, naming `what`, unless both
+/// succeed.
+pub async fn npm_tests(
+    setup: &str,
+    dir: &str,
+    what: &str,
+    command: impl FnOnce(&mut tokio::process::Command),
+) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ready = tokio::process::Command::new("bash")
+        .arg(root.join(setup))
+        .status()
+        .await
+        .expect("bash runs");
+    assert!(
+        ready.success(),
+        "{setup} failed: it needs node 18+ with npm, a reachable npm registry, and Debian's chromium"
+    );
+    let mut npm = tokio::process::Command::new("npm");
+    npm.args(["test", "--silent"])
+        .current_dir(root.join(dir))
+        .env("KBQ_BIN", env!("CARGO_BIN_EXE_kbq"));
+    command(&mut npm);
+    let out = npm.output().await.expect("npm runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+}
+
 /// Runs `script` (a path under the repository, e.g. `tests/compat/setup.sh`) to make the
 /// Python virtual environment `name` under the tests' temporary directory, and returns it.
 /// The scripts install pinned packages, from PyPI the first time.

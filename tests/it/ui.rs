@@ -130,32 +130,17 @@ async fn the_page_and_its_files_are_served_with_the_headers_a_page_needs() {
 
 #[tokio::test]
 async fn the_page_passes_its_browser_tests() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let setup = tokio::process::Command::new("bash")
-        .arg(root.join("tests/ui/setup.sh"))
-        .status()
-        .await
-        .expect("bash runs");
-    assert!(
-        setup.success(),
-        "tests/ui/setup.sh failed: it needs node 18+ with npm, a reachable npm registry, and Debian's chromium"
-    );
     // The tests start their own kbq from this build.
-    let out = tokio::process::Command::new("npm")
-        .args(["test", "--silent"])
-        .current_dir(root.join("ui"))
-        .env("KBQ_BIN", env!("CARGO_BIN_EXE_kbq"))
-        .env(
-            "KBQ_UI_SHOTS",
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"),
-        )
-        .output()
-        .await
-        .expect("npm runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "the page's browser tests failed:\n{stdout}\n{stderr}"
-    );
+    crate::support::npm_tests(
+        "tests/ui/setup.sh",
+        "ui",
+        "the page's browser tests",
+        |npm| {
+            npm.env(
+                "KBQ_UI_SHOTS",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots"),
+            );
+        },
+    )
+    .await;
 }
