@@ -13,7 +13,6 @@
 //! opened here the first time a request needs it: its knowledge base shares the store's
 //! connection and builds its own indexes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -395,61 +394,67 @@ impl Workspaces {
     /// last second. A request that holds a closed workspace finishes with it; the next one
     /// opens it again. It walks every open index: run it off the async threads.
     pub fn sweep(&self) -> Swept {
+        /// An open workspace as the sweep sees it.
+        struct Seen {
+            name: Arc<str>,
+            database: String,
+            used: u64,
+            bytes: u64,
+            busy: bool,
+        }
         let now = self.now_ms();
         let mut swept = Swept::default();
-        let mut open: Vec<(Arc<str>, u64, u64, bool)> = Vec::new();
-        let mut databases: HashMap<Arc<str>, String> = HashMap::new();
+        let mut open: Vec<Seen> = Vec::new();
         for entry in self.open.iter() {
             let Some(workspace) = entry.value().workspace.get() else {
                 continue;
             };
             let (queued, running, _) = workspace.ingestor.jobs_here();
-            let bytes = workspace.kb.index_stats().heap_bytes();
-            let used = entry.value().last_used.load(Ordering::Relaxed);
-            open.push((entry.key().clone(), used, bytes, queued + running > 0));
-            databases.insert(entry.key().clone(), entry.value().database.clone());
+            open.push(Seen {
+                name: entry.key().clone(),
+                database: entry.value().database.clone(),
+                used: entry.value().last_used.load(Ordering::Relaxed),
+                bytes: workspace.kb.index_stats().heap_bytes(),
+                busy: queued + running > 0,
+            });
         }
         let idle =
             |used: u64, limit: Duration| now.saturating_sub(used) >= limit.as_millis() as u64;
         if let Some(limit) = self.keeping.idle_close {
-            open.retain(|(name, used, _, busy)| {
-                let close = !busy && idle(*used, limit);
+            open.retain(|w| {
+                let close = !w.busy && idle(w.used, limit);
                 if close {
-                    tracing::info!(workspace = %name, "closed an idle workspace");
-                    self.close(name);
+                    tracing::info!(workspace = %w.name, "closed an idle workspace");
+                    self.close(&w.name);
                     swept.closed_idle += 1;
                 }
                 !close
             });
         }
-        let mut total: u64 = open.iter().map(|o| o.2).sum();
+        let mut total: u64 = open.iter().map(|w| w.bytes).sum();
         if let Some(budget) = self.keeping.index_budget {
-            open.sort_by_key(|o| o.1);
-            let mut kept = Vec::new();
-            for (name, used, bytes, busy) in open {
-                if total > budget && !busy && idle(used, IN_USE) {
-                    tracing::info!(workspace = %name, index_bytes = bytes, "closed a workspace to keep the index budget");
-                    self.close(&name);
-                    total -= bytes;
+            open.sort_by_key(|w| w.used);
+            open.retain(|w| {
+                let close = total > budget && !w.busy && idle(w.used, IN_USE);
+                if close {
+                    tracing::info!(workspace = %w.name, index_bytes = w.bytes, "closed a workspace to keep the index budget");
+                    self.close(&w.name);
+                    total -= w.bytes;
                     swept.closed_for_budget += 1;
-                } else {
-                    kept.push((name, used, bytes, busy));
                 }
-            }
-            open = kept;
+                !close
+            });
         }
         swept.open = open.len();
         swept.index_bytes = total;
-        open.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        open.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
         swept.largest = open
-            .iter()
+            .into_iter()
             .take(self.keeping.metrics_series)
-            .filter_map(|(name, used, bytes, _)| {
-                Some(OpenWorkspace {
-                    database: databases.remove(name)?,
-                    index_bytes: *bytes,
-                    idle_secs: now.saturating_sub(*used) / 1000,
-                })
+            .map(|w| OpenWorkspace {
+                database: w.database,
+                index_bytes: w.bytes,
+                idle_secs: now.saturating_sub(w.used) / 1000,
             })
             .collect();
         *self.last_sweep.lock() = swept.clone();
