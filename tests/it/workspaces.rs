@@ -985,7 +985,16 @@ async fn kbq_workspaces_manages_a_store_as_the_admin_api_does() {
     assert_eq!(found, Value::Null, "default does not hold it");
     t.stop().await;
 
-    let (code, list, err) = run(args(&["list"])).await;
+    // The stopped server's engine shuts down, and gives up the store's lock file, in the
+    // background once its last handle is dropped: until then the command finds it locked.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (code, list, err) = loop {
+        let (code, list, err) = run(args(&["list"])).await;
+        if !err.contains("already locked") || std::time::Instant::now() > deadline {
+            break (code, list, err);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(list["workspaces"][0]["name"], "default");
     assert_eq!(list["workspaces"][0]["counts"]["entities"], 10);
