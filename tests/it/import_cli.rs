@@ -188,7 +188,8 @@ fn gen_writes_a_seeded_power_law_graph_that_imports() {
 
 /// `scripts/debian-kb` turns a Packages file into the import format: packages, the names
 /// they only mention (virtual when provided), a relationship per field and alternative, a
-/// document per description; `kbq import` takes all of it.
+/// document per long description (from the Packages entry or a Translation-en file), and
+/// labelled queries from the synopses; `kbq import` takes all of it.
 #[test]
 fn debian_kb_turns_a_packages_file_into_an_importable_graph() {
     let dir = tempfile::tempdir().unwrap();
@@ -197,16 +198,29 @@ fn debian_kb_turns_a_packages_file_into_an_importable_graph() {
         &packages,
         "Package: libc6\nVersion: 2.36-9\nArchitecture: amd64\nSection: libs\nProvides: libc6-amd64 (= 2.36)\nDescription: GNU C Library: Shared libraries\n Contains the standard libraries.\n .\n Second paragraph.\n\n\
 Package: mawk\nVersion: 1.3.4\nPre-Depends: libc6 (>= 2.34)\nProvides: awk\nDescription: Pattern scanning\n\n\
-Package: gawk\nVersion: 1:5.2.1\nDepends: libc6 (>= 2.34), libmpfr6:any | libgmp10\nBreaks: gawk-doc\nProvides: awk\nDescription: GNU awk\n",
+Package: gawk\nVersion: 1:5.2.1\nDepends: libc6 (>= 2.34), libmpfr6:any | libgmp10\nBreaks: gawk-doc\nProvides: awk\nDescription: GNU awk\nDescription-md5: 0123\n",
+    )
+    .unwrap();
+    let translations = dir.path().join("Translation-en");
+    std::fs::write(
+        &translations,
+        "Package: gawk\nDescription-md5: 0123\nDescription-en: GNU awk\n The GNU implementation of awk.\n\n\
+Package: gawk\nDescription-md5: 4567\nDescription-en: GNU awk\n An older description.\n\n\
+Package: mawk\nDescription-md5: 89ab\nDescription-en: Pattern scanning and text processing\n Mawk.\n",
     )
     .unwrap();
     let out = dir.path().join("debian.ndjson");
+    let eval = dir.path().join("eval.ndjson");
     let run = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/debian-kb"))
         .args([
             "--packages",
             packages.to_str().unwrap(),
+            "--translations",
+            translations.to_str().unwrap(),
             "-o",
             out.to_str().unwrap(),
+            "--eval",
+            eval.to_str().unwrap(),
         ])
         .output()
         .expect("python3 runs");
@@ -272,10 +286,41 @@ Package: gawk\nVersion: 1:5.2.1\nDepends: libc6 (>= 2.34), libmpfr6:any | libgmp
         .find(|d| d["source_id"] == "libc6")
         .unwrap()
         .clone();
-    assert_eq!(doc["title"], "libc6: GNU C Library: Shared libraries");
+    assert_eq!(doc["title"], "libc6");
     assert_eq!(
         doc["content"],
         "Contains the standard libraries.\n\nSecond paragraph."
+    );
+    let libc6 = of("entity")
+        .into_iter()
+        .find(|e| e["name"] == "libc6")
+        .unwrap();
+    assert_eq!(
+        libc6["properties"]["synopsis"],
+        "GNU C Library: Shared libraries"
+    );
+    let content = |name: &str| {
+        of("document")
+            .into_iter()
+            .find(|d| d["source_id"] == name)
+            .unwrap()["content"]
+            .clone()
+    };
+    // The translation whose checksum the entry names; none for mawk's (another checksum),
+    // which keeps its synopsis.
+    assert_eq!(content("gawk"), "The GNU implementation of awk.");
+    assert_eq!(content("mawk"), "Pattern scanning");
+    let queries: Vec<serde_json::Value> = std::fs::read_to_string(&eval)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        queries,
+        [
+            serde_json::json!({"id": "gawk", "query": "GNU awk", "relevant": ["gawk"]}),
+            serde_json::json!({"id": "libc6", "query": "GNU C Library: Shared libraries", "relevant": ["libc6"]}),
+        ]
     );
 
     let store = format!("surrealkv://{}", dir.path().join("kb").display());
