@@ -29,6 +29,21 @@ pub struct OpenAiEmbedderConfig {
     pub timeout: Duration,
     /// Retries of a transient failure (timeouts, connection errors, 408, 429, 5xx).
     pub max_retries: usize,
+    /// How documents are sent: models such as e5 embed a query and the passage it looks for
+    /// differently, and are told which one they are given.
+    pub documents: Modality,
+    /// How queries are sent.
+    pub queries: Modality,
+}
+
+/// How the texts of one kind (documents or queries) are sent to the model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Modality {
+    /// Sent as the request's `input_type` (a field servers for e5, Voyage or NVIDIA models
+    /// read); not sent when `None`.
+    pub input_type: Option<String>,
+    /// Put before each text (e5's `query: ` and `passage: `, for servers that add nothing).
+    pub prefix: String,
 }
 
 pub struct OpenAiEmbedder {
@@ -49,11 +64,22 @@ impl OpenAiEmbedder {
         &self,
         texts: &[String],
         dimensions: Option<usize>,
+        modality: &Modality,
     ) -> Result<Vec<Vec<f32>>, ProviderError> {
+        let input: Vec<String> = if modality.prefix.is_empty() {
+            texts.to_vec()
+        } else {
+            (texts.iter())
+                .map(|t| format!("{}{t}", modality.prefix))
+                .collect()
+        };
         let mut body =
-            json!({"model": self.config.model, "input": texts, "encoding_format": "float"});
+            json!({"model": self.config.model, "input": input, "encoding_format": "float"});
         if let Some(d) = dimensions {
             body["dimensions"] = json!(d);
+        }
+        if let Some(kind) = &modality.input_type {
+            body["input_type"] = json!(kind);
         }
         let embeddings = self.client.embeddings();
         let call = async {
@@ -110,6 +136,7 @@ impl OpenAiEmbedder {
         &self,
         texts: &[String],
         dimensions: Option<usize>,
+        modality: &Modality,
     ) -> kbq_store::Result<Vec<Vec<f32>>> {
         let mut out = Vec::with_capacity(texts.len());
         for batch in texts.chunks(self.config.batch_size.max(1)) {
@@ -118,7 +145,7 @@ impl OpenAiEmbedder {
                 min_delay: Duration::from_millis(100),
                 max_delay: Duration::from_secs(2),
             };
-            let vectors = with_retries(|| self.attempt(batch, dimensions), retry)
+            let vectors = with_retries(|| self.attempt(batch, dimensions, modality), retry)
                 .await
                 .map_err(|e| match e {
                     ProviderError::Transient { message, .. } => StoreError::Unavailable(format!(
@@ -157,7 +184,13 @@ impl Embedder for OpenAiEmbedder {
 
     async fn embed(&self, texts: &[String]) -> kbq_store::Result<Vec<Vec<f32>>> {
         let dims = self.config.send_dimensions.then_some(self.config.dimension);
-        self.embed_batches(texts, dims).await
+        self.embed_batches(texts, dims, &self.config.documents)
+            .await
+    }
+
+    async fn embed_queries(&self, texts: &[String]) -> kbq_store::Result<Vec<Vec<f32>>> {
+        let dims = self.config.send_dimensions.then_some(self.config.dimension);
+        self.embed_batches(texts, dims, &self.config.queries).await
     }
 
     fn can_shorten(&self) -> bool {
@@ -178,6 +211,7 @@ impl Embedder for OpenAiEmbedder {
                 ),
             });
         }
-        self.embed_batches(texts, Some(dimensions)).await
+        self.embed_batches(texts, Some(dimensions), &self.config.documents)
+            .await
     }
 }

@@ -87,7 +87,7 @@ pub use chat::{
     ToolCallCompleted, ToolCallRecord, ToolCallStarted,
 };
 pub use config::{ProviderConfig, ProviderKind, RuntimeConfig};
-pub use embedder::{OpenAiEmbedder, OpenAiEmbedderConfig};
+pub use embedder::{Modality, OpenAiEmbedder, OpenAiEmbedderConfig};
 pub use graph::{GraphError, GraphLane, GraphPool, GraphRequest, GraphWorker};
 pub use health::{Health, HealthBoard, HealthPolicy, HealthReport};
 pub use pool::PoolStats;

@@ -219,6 +219,14 @@ impl Config {
                     batch_size: e.batch_size,
                     timeout: Duration::from_millis(e.timeout_ms),
                     max_retries: e.max_retries,
+                    documents: kbq_actors::Modality {
+                        input_type: e.document_input_type.clone(),
+                        prefix: e.document_prefix.clone(),
+                    },
+                    queries: kbq_actors::Modality {
+                        input_type: e.query_input_type.clone(),
+                        prefix: e.query_prefix.clone(),
+                    },
                 },
             )),
         }

@@ -120,6 +120,14 @@ pub struct EmbedderSection {
     pub timeout_ms: u64,
     /// For `openai`: retries of a transient failure.
     pub max_retries: usize,
+    /// For `openai`: the `input_type` sent with documents to embed (unset: none).
+    pub document_input_type: Option<String>,
+    /// For `openai`: the `input_type` sent with queries (unset: none).
+    pub query_input_type: Option<String>,
+    /// For `openai`: put before each document's text.
+    pub document_prefix: String,
+    /// For `openai`: put before each query.
+    pub query_prefix: String,
 }
 
 impl Default for EmbedderSection {
@@ -134,6 +142,10 @@ impl Default for EmbedderSection {
             batch_size: 64,
             timeout_ms: 30_000,
             max_retries: 2,
+            document_input_type: None,
+            query_input_type: None,
+            document_prefix: String::new(),
+            query_prefix: String::new(),
         }
     }
 }
@@ -148,6 +160,14 @@ impl EmbedderSection {
             within("embedder.timeout_ms", self.timeout_ms, 1, 600_000)?;
             if self.max_retries > 10 {
                 return bad("embedder.max_retries", "must be at most 10");
+            }
+            for (field, value) in [
+                ("embedder.document_input_type", &self.document_input_type),
+                ("embedder.query_input_type", &self.query_input_type),
+            ] {
+                if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                    return bad(field, "must not be blank (leave it unset to send none)");
+                }
             }
         }
         Ok(())

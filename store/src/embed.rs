@@ -12,6 +12,12 @@ pub trait Embedder: Send + Sync + 'static {
     fn name(&self) -> &str;
     fn dimension(&self) -> usize;
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>>;
+    /// Queries' vectors. Some models embed a query and the passage it looks for differently
+    /// (e5's `query: ` and `passage: `); [`embed`](Self::embed) is for what is stored
+    /// (documents, memories), this for what is searched with. By default they are the same.
+    async fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        self.embed(texts).await
+    }
     /// Whether [`embed`](Self::embed) computes its answer in this process without waiting on
     /// anything (no network, no lock held across an await), so that its future is ready at
     /// its first poll. The graph-documents path runs beside the HTTP workers only then

@@ -505,11 +505,21 @@ impl KnowledgeBase {
         self.exec_on(&c, sql, vars).await
     }
 
-    /// The embedding of one text.
+    /// The embedding of one text to store (a memory).
     pub(crate) async fn embed_one(&self, text: &str) -> Result<Vec<f32>> {
         Ok(self
             .embedder
             .embed(&[text.to_string()])
+            .await?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// The embedding of one query (see [`Embedder::embed_queries`]).
+    pub(crate) async fn embed_query(&self, text: &str) -> Result<Vec<f32>> {
+        Ok(self
+            .embedder
+            .embed_queries(&[text.to_string()])
             .await?
             .pop()
             .unwrap_or_default())

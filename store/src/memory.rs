@@ -150,7 +150,7 @@ impl KnowledgeBase {
         text: &str,
         limit: usize,
     ) -> Result<Vec<MemoryHit>> {
-        let q = self.embed_one(text).await?;
+        let q = self.embed_query(text).await?;
         let mut hits = self
             .recall(owner, &BY_VECTOR, ("q", vector(q)), limit)
             .await?;

@@ -212,7 +212,7 @@ impl KnowledgeBase {
         let Some(found) = self.linked_documents(names, numbered) else {
             return Ok(Vec::new());
         };
-        let q = self.embed_one(text).await?;
+        let q = self.embed_query(text).await?;
         let chosen = self.choose(names, found, depths, &q, limit).await?;
         let expected: FxHashMap<VectorKey, usize> =
             chosen.iter().map(|(key, i, _)| (key.clone(), *i)).collect();

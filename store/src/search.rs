@@ -120,7 +120,7 @@ impl KnowledgeBase {
         let limit = limit.clamp(1, MAX_HITS);
         // The vector index is loaded on connecting: without a connection it knows nothing.
         self.connection().await?;
-        let q = self.embed_one(text).await?;
+        let q = self.embed_query(text).await?;
         let vectors = self.vectors().clone();
         let filter = filter.clone();
         let filtered = filter != DocumentFilter::default();
@@ -244,7 +244,7 @@ impl KnowledgeBase {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let q = self.embed_one(text).await?;
+        let q = self.embed_query(text).await?;
         let similarities = self.vectors().read().similarities(&keys, &q);
         let scored: Vec<(VectorKey, f32)> = keys
             .into_iter()

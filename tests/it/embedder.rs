@@ -282,3 +282,45 @@ async fn reindex_moves_a_store_to_another_embedder() {
     t.stop().await;
     llm.stop().await;
 }
+
+/// A model that embeds queries and passages differently (e5) is told which it is given: by
+/// `input_type`, by a prefix, or both, as configured; `/v1/embeddings` embeds as documents.
+#[tokio::test]
+async fn documents_and_queries_are_sent_as_the_model_asks() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = with_openai_embedder(test_config(), &llm);
+    config.embedder.document_input_type = Some("passage".into());
+    config.embedder.query_input_type = Some("query".into());
+    config.embedder.document_prefix = "passage: ".into();
+    config.embedder.query_prefix = "query: ".into();
+    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let sent = llm.embedding_requests();
+    assert!(!sent.is_empty());
+    for r in &sent {
+        assert_eq!(r["input_type"], "passage", "{r}");
+        for input in r["input"].as_array().unwrap() {
+            assert!(input.as_str().unwrap().starts_with("passage: "), "{r}");
+        }
+    }
+    let (status, body) = t
+        .post(
+            "/v1/rag/semantic",
+            json!({"query": "zebra quantum harp", "limit": 2}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let last = llm.embedding_requests().last().unwrap().clone();
+    assert_eq!(last["input_type"], "query");
+    assert_eq!(last["input"], json!(["query: zebra quantum harp"]));
+    let (status, _) = t
+        .post("/v1/embeddings", json!({"model": MODEL, "input": "zebra"}))
+        .await;
+    assert_eq!(status, 200);
+    let last = llm.embedding_requests().last().unwrap().clone();
+    assert_eq!(
+        (&last["input_type"], &last["input"]),
+        (&json!("passage"), &json!(["passage: zebra"]))
+    );
+    t.stop().await;
+    llm.stop().await;
+}
