@@ -36,6 +36,7 @@ pub mod config;
 pub mod cors;
 pub mod demo;
 pub mod error;
+pub mod eval;
 pub mod extract;
 pub mod huge_pages;
 pub mod ingest_files;

@@ -81,6 +81,28 @@ enum Command {
         #[arg(long, default_value = "default")]
         workspace: String,
     },
+    /// Measure retrieval quality: run each labelled query of FILE (docs/eval.md) through
+    /// semantic, keyword and hybrid search and print recall at 1, 5 and 10, MRR, nDCG at 10
+    /// and each method's query times.
+    Eval {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        /// The workspace to search (docs/workspaces.md).
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        /// Hops hybrid search walks from each entity the query names, as the API's
+        /// `graph_depth` (0 to 3).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=3))]
+        graph_depth: u32,
+        /// Only this many queries, spread evenly over the file (0: all).
+        #[arg(long, default_value_t = 0)]
+        queries: usize,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        file: PathBuf,
+    },
     /// Write a synthetic knowledge base in the import format: seeded, power-law degrees,
     /// generated document text. The same arguments always write the same file.
     Gen {
@@ -313,6 +335,7 @@ fn main() -> ExitCode {
             config.store.load_demo &= !no_demo;
         }
         Command::Import { store, .. }
+        | Command::Eval { store, .. }
         | Command::Ingest { store, .. }
         | Command::Reindex { store, .. }
         | Command::Workspaces { store, .. } => {
@@ -335,6 +358,7 @@ fn main() -> ExitCode {
     let one_shot = matches!(
         command,
         Command::Import { .. }
+            | Command::Eval { .. }
             | Command::Ingest { .. }
             | Command::Reindex { .. }
             | Command::Workspaces { .. }
@@ -349,6 +373,14 @@ fn main() -> ExitCode {
             paths, workspace, ..
         } => runtime.block_on(kbq::ingest_files::run(config, &workspace, paths)),
         Command::Reindex { workspace, .. } => runtime.block_on(reindex(config, &workspace)),
+        Command::Eval {
+            workspace,
+            graph_depth,
+            queries,
+            json,
+            file,
+            ..
+        } => runtime.block_on(eval(config, &workspace, file, queries, graph_depth, json)),
         Command::Mcp { .. } => runtime.block_on(mcp(config)),
         Command::Workspaces { command, .. } => {
             runtime.block_on(kbq::workspaces_cli::run(config, command))
@@ -528,6 +560,66 @@ async fn import_file(config: Config, workspace: &str, file: PathBuf) -> ExitCode
         report.failures.len()
     );
     kbq::cli::finish(&summary, !report.failures.is_empty())
+}
+
+async fn eval(
+    config: Config,
+    workspace: &str,
+    file: PathBuf,
+    sample: usize,
+    graph_depth: u32,
+    json: bool,
+) -> ExitCode {
+    use kbq_tools::rag::Method;
+    let queries = match std::fs::File::open(&file) {
+        Ok(f) => kbq::eval::read_queries(BufReader::new(f)),
+        Err(e) => Err(format!("cannot read it: {e}")),
+    };
+    let queries = match queries {
+        Ok(q) => kbq::eval::spread(q, sample),
+        Err(e) => {
+            eprintln!("kbq: {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let kb = match kbq::workspaces_cli::open_workspace(&config, workspace).await {
+        Ok(kb) => kb,
+        Err(message) => {
+            eprintln!("kbq: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let methods = [Method::Semantic, Method::Keyword, Method::Hybrid];
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new((queries.len() * methods.len()) as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>8} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix("searches");
+    let report = kbq::eval::run(kb, &queries, &methods, graph_depth, || bar.inc(1)).await;
+    bar.finish_and_clear();
+    match report {
+        Ok(r) if json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&r).expect("reports serialize")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(r) => {
+            print!("{}", r.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kbq: eval stopped: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn reindex(config: Config, workspace: &str) -> ExitCode {

@@ -11,6 +11,7 @@ mod cors;
 mod doc_examples;
 mod embedder;
 mod errors;
+mod eval;
 mod graph;
 mod import_cli;
 mod ingest;
