@@ -25,6 +25,7 @@ mod options;
 mod report;
 mod requests;
 mod route;
+pub mod sample;
 mod turns;
 
 use std::sync::Arc;
@@ -75,6 +76,44 @@ async fn wait_until_ready(http: &reqwest::Client, o: &LoadOptions) -> Result<(),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The entity names and the queries of a run: from `--data` when given, else from the
+/// server's answers (names from its name search; queries from the documents a keyword search
+/// for those names finds).
+async fn names_and_queries(
+    http: &reqwest::Client,
+    o: &LoadOptions,
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut rng = Rng::new(o.seed ^ 0x5a5a_5a5a);
+    if let Some(path) = &o.data {
+        let file =
+            std::fs::File::open(path).map_err(|e| format!("--data {}: {e}", path.display()))?;
+        let (degrees, texts) = sample::read_data(std::io::BufReader::new(file))
+            .map_err(|e| format!("--data {}: {e}", path.display()))?;
+        let names = sample::by_degree(&degrees, o.names, &mut rng);
+        return Ok((names, sample::queries_from(&texts, o.queries, &mut rng)));
+    }
+    let names = entity_names(http, o).await?;
+    let mut texts = Vec::new();
+    for name in names.iter().take(200) {
+        let res = http
+            .post(format!("{}/v1/rag/keyword", o.url))
+            .bearer_auth(&o.key)
+            .header("content-type", "application/json")
+            .body(json!({"query": name, "limit": 10}).to_string())
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach {}: {e}", o.url))?;
+        let body: Value = res.json().await.unwrap_or(Value::Null);
+        texts.extend(
+            (body["results"].as_array().into_iter().flatten())
+                .filter_map(|d| d["content"].as_str().map(str::to_string)),
+        );
+    }
+    texts.sort_unstable();
+    texts.dedup();
+    Ok((names, sample::queries_from(&texts, o.queries, &mut rng)))
 }
 
 /// Entity names to query: a sample from the server's own search.
@@ -293,12 +332,21 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
     check_loopback(&o.url)?;
     let http = http_client(o.concurrency)?;
     wait_until_ready(&http, &o).await?;
-    let names = entity_names(&http, &o).await?;
-    let requests = Requests::new(&o.url, &o.key, &names, o.search_len)?;
+    let (names, queries) = names_and_queries(&http, &o).await?;
+    // Without queries, each name gives one (`What is NAME?`).
+    let asked = (
+        names.len(),
+        if queries.is_empty() {
+            names.len()
+        } else {
+            queries.len()
+        },
+    );
+    let requests = Requests::new(&o.url, &o.key, &names, &queries, o.search_len)?;
     let dedicated_requests = match &o.dedicated_url {
         Some(url) => {
             check_loopback(url)?;
-            Some(Requests::new(url, &o.key, &names, o.search_len)?)
+            Some(Requests::new(url, &o.key, &names, &queries, o.search_len)?)
         }
         None => None,
     };
@@ -376,7 +424,7 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
             RouteReport::summarize(route, kind, clients, mine, measured_s(slot))
         })
         .collect();
-    Ok(LoadReport::new(&o, elapsed, routes))
+    Ok(LoadReport::new(&o, asked, elapsed, routes))
 }
 
 /// [`run`] on a runtime of its own with `o.client_threads` threads (one: a single-threaded

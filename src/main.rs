@@ -174,6 +174,18 @@ enum Command {
         /// dedicated clients have a thread of their own.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// The import file the server's knowledge base was loaded from: the entity names are
+        /// sampled from it by degree, and the queries made from its documents (default: from
+        /// the server's own answers). See docs/operations.md.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Entity names to ask about, sampled by degree (with --data).
+        #[arg(long, default_value_t = 2000)]
+        names: usize,
+        /// Distinct RAG and chat queries, each six words of a document; more than the run
+        /// sends makes every query a first-time one, a few makes them repeated.
+        #[arg(long, default_value_t = 5000)]
+        queries: usize,
         /// Print the report as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -247,6 +259,9 @@ fn main() -> ExitCode {
         search_len,
         turns_ms,
         threads,
+        data,
+        names,
+        queries,
         json,
     }) = &cli.command
     {
@@ -281,6 +296,9 @@ fn main() -> ExitCode {
             search_len: *search_len,
             client_threads: *threads,
             turns: turns_ms.map(std::time::Duration::from_millis),
+            data: data.clone(),
+            names: *names,
+            queries: *queries,
         };
         return match kbq::load::run_blocking(options) {
             Ok(report) if *json => {

@@ -19,6 +19,9 @@ const MAX_SECONDS: u64 = 86_400;
 const MAX_SEARCH_LEN: usize = 256;
 /// The most threads the client's own runtime may have.
 const MAX_THREADS: usize = 64;
+/// Most entity names and queries a run samples.
+const MAX_NAMES: usize = 1_000_000;
+const MAX_QUERIES: usize = 1_000_000;
 /// The shortest and the longest turn unit (`--turns-ms`): a turn of 10 ms settles for 2.
 const TURN_UNIT_MS: std::ops::RangeInclusive<u128> = 10..=3_600_000;
 
@@ -55,6 +58,14 @@ pub struct LoadOptions {
     /// `--turns-ms`: the mix's routes take turns of weight × this, each measured over its own
     /// turns (see [`Turns`](super::Turns)), instead of each request's route drawn by weight.
     pub turns: Option<Duration>,
+    /// `--data`: the import file the server's knowledge base was loaded from; names and
+    /// queries are sampled from it (see [`sample`](super::sample)) rather than from the
+    /// server's answers.
+    pub data: Option<std::path::PathBuf>,
+    /// Entity names to ask about, sampled by degree (with `data`).
+    pub names: usize,
+    /// Distinct RAG and chat queries, made from the documents.
+    pub queries: usize,
 }
 
 impl LoadOptions {
@@ -88,6 +99,12 @@ impl LoadOptions {
             .is_some_and(|n| !(1..=MAX_SEARCH_LEN).contains(&n))
         {
             return Err(format!("--search-len must be 1 to {MAX_SEARCH_LEN}"));
+        }
+        if !(1..=MAX_NAMES).contains(&self.names) {
+            return Err(format!("--names must be 1 to {MAX_NAMES}"));
+        }
+        if !(1..=MAX_QUERIES).contains(&self.queries) {
+            return Err(format!("--queries must be 1 to {MAX_QUERIES}"));
         }
         if !(1..=MAX_THREADS).contains(&self.client_threads) {
             return Err(format!("--threads must be 1 to {MAX_THREADS}"));
@@ -254,6 +271,9 @@ mod tests {
             search_len: None,
             client_threads: 1,
             turns: None,
+            data: None,
+            names: 2000,
+            queries: 5000,
         }
     }
 

@@ -154,6 +154,11 @@ pub struct LoadReport {
     /// Characters per search query (`None`: an entity name's first four).
     pub search_len: Option<usize>,
     pub client_threads: usize,
+    /// The entity names asked about, and the distinct RAG and chat queries asked.
+    pub names: usize,
+    pub queries: usize,
+    /// Where they came from: `data` (`--data`) or `server`.
+    pub sampled_from: &'static str,
     /// The unit of the mix's turns (`--turns-ms`), when its routes took turns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub turns_ms: Option<f64>,
@@ -170,7 +175,13 @@ pub struct LoadReport {
 
 impl LoadReport {
     /// The run's report from its routes' reports, with the totals summed from them.
-    pub fn new(o: &LoadOptions, elapsed_s: f64, routes: Vec<RouteReport>) -> LoadReport {
+    /// `asked`: the names and the queries the run drew from.
+    pub fn new(
+        o: &LoadOptions,
+        asked: (usize, usize),
+        elapsed_s: f64,
+        routes: Vec<RouteReport>,
+    ) -> LoadReport {
         let requests = routes.iter().map(|r| r.requests).sum();
         let completed = routes.iter().map(|r| r.completed).sum();
         LoadReport {
@@ -186,6 +197,9 @@ impl LoadReport {
             seed: o.seed,
             search_len: o.search_len,
             client_threads: o.client_threads,
+            names: asked.0,
+            queries: asked.1,
+            sampled_from: if o.data.is_some() { "data" } else { "server" },
             turns_ms: o.turns.map(|t| t.as_secs_f64() * 1e3),
             elapsed_s,
             requests,
@@ -354,6 +368,9 @@ mod tests {
             search_len: Some(2),
             client_threads: 1,
             turns: None,
+            data: None,
+            names: 2000,
+            queries: 5000,
         };
         let mix_livez = RouteReport::summarize(
             Route::Livez,
@@ -373,7 +390,7 @@ mod tests {
             ]),
             2.0,
         );
-        let report = LoadReport::new(&o, 2.0, vec![mix_livez, probe]);
+        let report = LoadReport::new(&o, (400, 5000), 2.0, vec![mix_livez, probe]);
         assert_eq!((report.requests, report.errors, report.shed), (4, 2, 1));
         assert_eq!(report.throughput_per_s, 2.0);
         let json = serde_json::to_value(&report).unwrap();
@@ -382,6 +399,10 @@ mod tests {
         assert_eq!(json["mix"]["traverse"], 3);
         assert_eq!(json["warmup_s"], 3.0);
         assert_eq!(json["search_len"], 2);
+        assert_eq!(
+            (&json["names"], &json["queries"], &json["sampled_from"]),
+            (&400.into(), &5000.into(), &"server".into())
+        );
         assert_eq!(json["routes"][0]["route"], "livez");
         assert_eq!(json["routes"][0]["clients"], "mix");
         assert_eq!(json["routes"][1]["clients"], "dedicated");

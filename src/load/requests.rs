@@ -16,10 +16,14 @@ struct Target {
     entity_url: Url,
     traverse: Bytes,
     documents: Bytes,
-    rag: Bytes,
-    chat: Bytes,
     /// One body per search query this name gives (see [`search_queries`]).
     searches: Vec<Bytes>,
+}
+
+/// What the requests of one query send: RAG and chat ask in words, not about a name.
+struct Asked {
+    rag: Bytes,
+    chat: Bytes,
 }
 
 /// The requests of a run, about the entities it samples.
@@ -33,17 +37,20 @@ pub struct Requests {
     health_url: Url,
     livez_url: Url,
     targets: Vec<Target>,
+    asked: Vec<Asked>,
 }
 
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 impl Requests {
     /// The requests to `base` (no trailing `/`) with `key`, about `names` (not empty), with
-    /// search queries of `search_len` characters (`None`: each name's first four).
+    /// search queries of `search_len` characters (`None`: each name's first four), and RAG
+    /// and chat requests asking `queries` (`What is NAME?` of each name when empty).
     pub fn new(
         base: &str,
         key: &str,
         names: &[String],
+        queries: &[String],
         search_len: Option<usize>,
     ) -> Result<Requests, String> {
         let url = |path: &str| {
@@ -59,8 +66,6 @@ impl Requests {
                     entity_url: url(&format!("/data/v1/query/graph/entity/{encoded}"))?,
                     traverse: body(json!({"entity_name": name, "depth": 2, "limit": 50})),
                     documents: body(json!({"entity_name": name, "max_depth": 1, "limit": 10})),
-                    rag: body(json!({"query": format!("What is {name}?"), "limit": 5})),
-                    chat: body(json!({"message": format!("Tell me about {name}")})),
                     searches: search_queries(name, search_len)
                         .into_iter()
                         .map(|q| body(json!({"query": q, "limit": 10})))
@@ -71,6 +76,17 @@ impl Requests {
         if targets.is_empty() {
             return Err("no entity names to query".into());
         }
+        let asked = if queries.is_empty() {
+            names.iter().map(|n| format!("What is {n}?")).collect()
+        } else {
+            queries.to_vec()
+        };
+        let asked = (asked.into_iter())
+            .map(|q| Asked {
+                rag: body(json!({"query": q, "limit": 5})),
+                chat: body(json!({"message": q})),
+            })
+            .collect();
         Ok(Requests {
             auth: HeaderValue::try_from(format!("Bearer {key}"))
                 .map_err(|_| "the key is not a valid header value".to_string())?,
@@ -82,13 +98,15 @@ impl Requests {
             health_url: url("/v1/agent/health")?,
             livez_url: url("/livez")?,
             targets,
+            asked,
         })
     }
 
-    /// A request of `route` about an entity drawn from `rng` (drawn for every route, so that a
-    /// seed gives the same sequence whatever the mix).
+    /// A request of `route` about an entity and a query drawn from `rng` (both drawn for
+    /// every route, so that a seed gives the same sequence whatever the mix).
     pub fn request(&self, http: &Client, route: Route, rng: &mut Rng) -> RequestBuilder {
         let t = &self.targets[rng.below(self.targets.len())];
+        let asked = &self.asked[rng.below(self.asked.len())];
         let post = |url: &Url, body: &Bytes| {
             http.post(url.clone())
                 .header(AUTHORIZATION, self.auth.clone())
@@ -104,8 +122,8 @@ impl Requests {
             Route::Search => post(&self.search_url, &t.searches[rng.below(t.searches.len())]),
             Route::Entity => get(&t.entity_url),
             Route::Documents => post(&self.documents_url, &t.documents),
-            Route::Rag => post(&self.rag_url, &t.rag),
-            Route::Chat => post(&self.chat_url, &t.chat),
+            Route::Rag => post(&self.rag_url, &asked.rag),
+            Route::Chat => post(&self.chat_url, &asked.chat),
             Route::Health => get(&self.health_url),
             // The probe as an orchestrator sends it: no key.
             Route::Livez => http.get(self.livez_url.clone()),

@@ -58,6 +58,44 @@ async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
         assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{r}");
     }
     assert_eq!(sum, 240);
+    // From the server's answers: names from its search, queries from the documents found.
+    assert_eq!(report["sampled_from"], "server");
+    assert!(report["queries"].as_u64().unwrap() >= 3, "{report}");
+
+    // From the file the store was loaded from: every entity of the fixture (fewer than
+    // asked for), and its documents' runs of words.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("kb.ndjson");
+    std::fs::write(&data, crate::support::FIXTURE).unwrap();
+    let report = kbq_load_json(
+        &t,
+        &[
+            "--requests",
+            "40",
+            "--mix",
+            "rag=1,chat=1,traverse=1",
+            "--data",
+            data.to_str().unwrap(),
+            "--names",
+            "100",
+        ],
+    )
+    .await;
+    assert_eq!(report["sampled_from"], "data");
+    assert_eq!(report["names"], 10, "{report}");
+    assert!(report["queries"].as_u64().unwrap() >= 3, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    let out = kbq_load(&[
+        "--url",
+        &t.base,
+        "--key",
+        KEY,
+        "--data",
+        "/nonexistent/kb.ndjson",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data /nonexistent/kb.ndjson"));
 
     // A wrong key shows up as errors by status, not as a crash.
     let out = kbq_load(&["--url", &t.base, "--key", "wrong", "--requests", "5"]).await;
