@@ -212,9 +212,7 @@ impl KnowledgeBase {
         let limit = limit.clamp(1, MAX_HITS);
         let index = self.text().clone();
         let filter = filter.clone();
-        let reads = index
-            .read()
-            .search_reads(&terms, filter != DocumentFilter::default());
+        let reads = index.read().search_reads(&terms);
         let search = move || {
             index
                 .read()
