@@ -154,6 +154,7 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
     }
 
     let workspaces = web::Data::new(workspaces(&config, &kb, &runtime));
+    let extractor = workspaces.default_workspace().knowledge.extractor.clone();
     let sweeper = workspaces.clone().into_inner().keep_sweeping();
     let keys = web::Data::new(keys.with_minted(kb.clone(), Offload::current()));
     let versions = web::Data::new(Versions::new(&config.versions, options.clock.clone()));
@@ -314,12 +315,24 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         );
     }
     let follower = Arc::new(parking_lot::Mutex::new(None));
-    let startup = tokio::spawn(start_up(
+    let (kb_for_start, readiness_for_start, load_demo) = (
         kb.clone(),
         readiness.clone().into_inner(),
         config.store.load_demo,
-        (config.store.follow_changes && kb.config().is_server()).then(|| follower.clone()),
-    ));
+    );
+    let follow_from_start =
+        (config.store.follow_changes && kb.config().is_server()).then(|| follower.clone());
+    let startup = tokio::spawn(async move {
+        start_up(
+            kb_for_start,
+            readiness_for_start,
+            load_demo,
+            follow_from_start,
+        )
+        .await;
+        // Hybrid search's first request would otherwise build the entity automaton itself.
+        extractor.warm();
+    });
     Ok(Server {
         addr,
         probes,
