@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kbq_store::{Document, DocumentFilter, KnowledgeBase};
 use kbq_tools::EntityExtractor;
-use kbq_tools::rag::{self, Method, RagQuery};
+use kbq_tools::rag::{self, FusionWeights, Method, RagQuery};
 use serde::{Deserialize, Serialize};
 
 /// Results asked of each method: the metrics look no further than 10.
@@ -133,14 +133,30 @@ pub struct Report {
     pub documents: u64,
     pub embedder: String,
     pub graph_depth: u32,
+    /// Hybrid search's fusion weights (`[rag]`).
+    pub weights: Weights,
     pub methods: Vec<MethodReport>,
+}
+
+/// [`FusionWeights`] as the report shows them.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Weights {
+    pub semantic: f64,
+    pub keyword: f64,
+    pub graph: f64,
 }
 
 impl Report {
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{} queries over {} documents, embedder {}, hybrid graph_depth {}\n\n",
-            self.queries, self.documents, self.embedder, self.graph_depth
+            "{} queries over {} documents, embedder {}, hybrid graph_depth {} and weights semantic {}, keyword {}, graph {}\n\n",
+            self.queries,
+            self.documents,
+            self.embedder,
+            self.graph_depth,
+            self.weights.semantic,
+            self.weights.keyword,
+            self.weights.graph
         );
         out.push_str(
             "method    recall@1  recall@5  recall@10  MRR    nDCG@10  missed  p50 ms  p99 ms  max ms  slowest\n",
@@ -181,6 +197,7 @@ pub async fn run(
     queries: &[Labelled],
     methods: &[Method],
     graph_depth: u32,
+    weights: FusionWeights,
     tick: impl Fn(),
 ) -> Result<Report, String> {
     let extractor = EntityExtractor::new(kb.clone());
@@ -202,6 +219,7 @@ pub async fn run(
                 } else {
                     0
                 },
+                weights,
             };
             let started = Instant::now();
             let answer = rag::search(&kb, &extractor, method, &ask)
@@ -248,6 +266,11 @@ pub async fn run(
         documents,
         embedder: kb.embedder().name().to_string(),
         graph_depth,
+        weights: Weights {
+            semantic: weights.semantic,
+            keyword: weights.keyword,
+            graph: weights.graph,
+        },
         methods: reports,
     })
 }

@@ -619,7 +619,8 @@ async fn eval(
             .progress_chars("=> "),
     );
     bar.set_prefix("searches");
-    let report = kbq::eval::run(kb, &queries, &methods, graph_depth, || bar.inc(1)).await;
+    let weights = config.rag.weights(&config.embedder);
+    let report = kbq::eval::run(kb, &queries, &methods, graph_depth, weights, || bar.inc(1)).await;
     bar.finish_and_clear();
     match report {
         Ok(r) if json => {

@@ -370,12 +370,13 @@ fn workspaces(config: &Config, kb: &Arc<KnowledgeBase>, runtime: &Runtime) -> Wo
     )
 }
 
-/// RAG search on `offload`, within `graph.call_timeout_ms`: for the RAG routes and the MCP
-/// tools.
+/// RAG search on `offload`, within `graph.call_timeout_ms`, hybrid fusing with `[rag]`'s
+/// weights: for the RAG routes and the MCP tools.
 fn rag_service(config: &Config, offload: Offload) -> web::Data<RagService> {
     web::Data::new(RagService::new(
         offload,
         std::time::Duration::from_millis(config.graph.call_timeout_ms),
+        config.rag.weights(&config.embedder),
     ))
 }
 

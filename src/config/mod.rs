@@ -35,7 +35,7 @@ pub use edge::{
     VersionStatus, is_version_name, parse_date,
 };
 pub use ingest::IngestSection;
-pub use store::{EmbedderKind, EmbedderSection, GraphSection, StoreSection};
+pub use store::{EmbedderKind, EmbedderSection, GraphSection, RagSection, StoreSection};
 pub use workspaces::WorkspacesSection;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -47,6 +47,8 @@ pub struct Config {
     pub store: StoreSection,
     /// What embeds documents and queries.
     pub embedder: EmbedderSection,
+    /// RAG search.
+    pub rag: RagSection,
     pub graph: GraphSection,
     pub agent: AgentSection,
     /// LLM providers in priority order; none means the built-in provider alone.
@@ -76,6 +78,7 @@ impl Default for Config {
             providers: Vec::new(),
             chat: ChatSection::default(),
             embedder: EmbedderSection::default(),
+            rag: RagSection::default(),
             health: HealthSection::default(),
             ingest: IngestSection::default(),
             workspaces: WorkspacesSection::default(),
@@ -183,6 +186,7 @@ impl Config {
         }
         self.log.validate()?;
         self.embedder.validate()?;
+        self.rag.validate()?;
         self.chat.validate(&self.providers)
     }
 

@@ -174,6 +174,46 @@ impl EmbedderSection {
     }
 }
 
+/// RAG search (`[rag]`): how hybrid search weighs each method's list when it fuses them.
+/// Unset: by the embedder, [`FusionWeights::MODEL`](kbq_tools::rag::FusionWeights::MODEL) for
+/// `openai`, [`FusionWeights::LEXICAL`](kbq_tools::rag::FusionWeights::LEXICAL) for the
+/// built-in one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RagSection {
+    pub semantic_weight: Option<f64>,
+    pub keyword_weight: Option<f64>,
+    pub graph_weight: Option<f64>,
+}
+
+impl RagSection {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (key, value) in [
+            ("rag.semantic_weight", self.semantic_weight),
+            ("rag.keyword_weight", self.keyword_weight),
+            ("rag.graph_weight", self.graph_weight),
+        ] {
+            if let Some(v) = value {
+                within(key, v, 0.0, 100.0)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The weights hybrid search fuses with, with `embedder`.
+    pub fn weights(&self, embedder: &EmbedderSection) -> kbq_tools::rag::FusionWeights {
+        let base = match embedder.kind {
+            EmbedderKind::Hashing => kbq_tools::rag::FusionWeights::LEXICAL,
+            EmbedderKind::Openai => kbq_tools::rag::FusionWeights::MODEL,
+        };
+        kbq_tools::rag::FusionWeights {
+            semantic: self.semantic_weight.unwrap_or(base.semantic),
+            keyword: self.keyword_weight.unwrap_or(base.keyword),
+            graph: self.graph_weight.unwrap_or(base.graph),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct GraphSection {

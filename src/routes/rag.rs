@@ -9,7 +9,7 @@ use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use kbq_store::DocumentFilter;
 use kbq_tools::Workspace;
-use kbq_tools::rag::{self, Method, RagAnswer, RagQuery};
+use kbq_tools::rag::{self, FusionWeights, Method, RagAnswer, RagQuery};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -115,7 +115,7 @@ impl Rules for Filters {
     const NAMES: &'static [&'static str] = &["source", "content_type", "entity_name"];
 }
 
-fn query(req: RagRequest, graph_depth: u32) -> Result<RagQuery, ApiError> {
+fn query(req: RagRequest, graph_depth: u32, weights: FusionWeights) -> Result<RagQuery, ApiError> {
     if req.query.trim().is_empty() {
         return Err(ApiError::invalid("query", "query must not be blank"));
     }
@@ -143,6 +143,7 @@ fn query(req: RagRequest, graph_depth: u32) -> Result<RagQuery, ApiError> {
             entity_name: filters.entity_name,
         },
         graph_depth,
+        weights,
         query: req.query,
     })
 }
@@ -153,11 +154,17 @@ pub struct RagService {
     offload: Offload,
     /// How long one search may take (`graph.call_timeout_ms`).
     timeout: Duration,
+    /// Hybrid search's fusion (`[rag]`).
+    weights: FusionWeights,
 }
 
 impl RagService {
-    pub fn new(offload: Offload, timeout: Duration) -> Self {
-        RagService { offload, timeout }
+    pub fn new(offload: Offload, timeout: Duration, weights: FusionWeights) -> Self {
+        RagService {
+            offload,
+            timeout,
+            weights,
+        }
     }
 
     /// Checks the request, then searches `workspace` by `method` on the main runtime within
@@ -169,7 +176,7 @@ impl RagService {
         body: impl SearchBody,
     ) -> Result<RagAnswer, ApiError> {
         let (req, graph_depth) = body.into_parts()?;
-        let q = query(req, graph_depth)?;
+        let q = query(req, graph_depth, self.weights)?;
         let (kb, extractor, limit) = (
             workspace.kb.clone(),
             workspace.extractor.clone(),
@@ -248,7 +255,7 @@ search!(
 );
 
 search!(
-    /// Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
+    /// Semantic and keyword search plus graph expansion, fused by their weighted relative scores.
     ///
     /// Graph expansion adds the documents around the entities named in the query, up to
     /// `graph_depth` hops from each.

@@ -94,6 +94,27 @@ async fn kbq_eval_scores_each_method_against_labelled_queries() {
     }
 }
 
+/// Hybrid search is at least as good as the better of semantic and keyword search on the
+/// demo's questions (nDCG at 10), with the built-in embedder's fusion weights, and better than
+/// the rank fusion it replaced (0.815).
+#[tokio::test]
+async fn hybrid_is_at_least_as_good_as_either_method_on_the_demo() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = demo_store(dir.path()).await;
+    let questions = concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo/eval.ndjson");
+    let out = kbq_cli(&["eval", "--store", &store, "--json", questions]).await;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["weights"],
+        serde_json::json!({"semantic": 0.3, "keyword": 1.0, "graph": 0.1})
+    );
+    let ndcg = |m: &str| method(&report, m)["ndcg_10"].as_f64().unwrap();
+    assert!(
+        ndcg("hybrid") >= ndcg("semantic").max(ndcg("keyword")) && ndcg("hybrid") > 0.815,
+        "{report}"
+    );
+}
+
 /// A bad file is named with its first bad line, and nothing is searched (exit 2); so is a
 /// depth out of range.
 #[tokio::test]
@@ -221,6 +242,11 @@ async fn a_real_embedding_model_finds_what_paraphrased_questions_mean() {
     );
     let (code, semantic, err) = eval(with_e5).await;
     assert_eq!(code, Some(0), "{err}");
+    let ndcg = |m: &str| method(&semantic, m)["ndcg_10"].as_f64().unwrap();
+    assert!(
+        ndcg("hybrid") >= ndcg("semantic").max(ndcg("keyword")),
+        "hybrid below either method with e5: {semantic}"
+    );
     let (before, after) = (method(&lexical, "semantic"), method(&semantic, "semantic"));
     let figure = |m: &Value, f: &str| m[f].as_f64().unwrap();
     assert!(

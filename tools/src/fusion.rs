@@ -1,5 +1,7 @@
-//! Reciprocal rank fusion: merges ranked lists from different methods by
-//! `score(d) = sum over lists of 1 / (K + rank)`, with rank starting at 1.
+//! Fusion of ranked lists from different methods: reciprocal rank fusion, `score(d) = sum
+//! over lists of 1 / (K + rank)` with rank starting at 1 (the agent's hybrid tool), and
+//! relative score fusion, `score(d) = sum over lists of weight * (s - min) / (max - min)`
+//! with each list's own scores (RAG hybrid search, docs/eval.md).
 
 use std::hash::Hash;
 
@@ -49,6 +51,48 @@ pub fn rrf<'a, T, Q: Hash + Eq + ?Sized + 'a>(
     out
 }
 
+/// Relative score fusion: each list's scores scaled to 0..1 by its own lowest and highest
+/// (1 for every item of a list whose scores are all equal), times the list's weight, summed
+/// per item. Unlike rank fusion it keeps how far apart a method put its results: a keyword
+/// match far above the rest stays far above. Ties keep first-seen order.
+pub fn relative_score<'a, T, Q: Hash + Eq + ?Sized + 'a>(
+    lists: &[(&'static str, f64, &'a [T])],
+    key: impl Fn(&'a T) -> &'a Q,
+    score: impl Fn(&T) -> f64,
+) -> Vec<Fused<'a, T>> {
+    let mut at: FxHashMap<&Q, usize> = FxHashMap::default();
+    let mut out: Vec<Fused<'a, T>> = Vec::new();
+    for &(source, weight, items) in lists {
+        let (lo, hi) = (items.iter().map(&score))
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| {
+                (lo.min(s), hi.max(s))
+            });
+        for item in items {
+            let scaled = if hi > lo {
+                (score(item) - lo) / (hi - lo)
+            } else {
+                1.0
+            };
+            let next = out.len();
+            let i = *at.entry(key(item)).or_insert(next);
+            if i == next {
+                out.push(Fused {
+                    item,
+                    score: weight * scaled,
+                    sources: vec![source],
+                });
+                continue;
+            }
+            out[i].score += weight * scaled;
+            if !out[i].sources.contains(&source) {
+                out[i].sources.push(source);
+            }
+        }
+    }
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,5 +120,32 @@ mod tests {
         assert_eq!(got, vec![("p", 1), ("q", 1)]);
         assert_eq!(fused[0].score, fused[1].score);
         assert!(rrf::<(&str, i32), str>(&[], |t| t.0).is_empty());
+    }
+
+    #[test]
+    fn relative_scores_keep_the_gaps_and_the_weights() {
+        // (name, score)
+        let keyword = [("a", 12.0), ("b", 3.0), ("c", 2.0)];
+        let semantic = [("c", 0.9), ("b", 0.8), ("a", 0.5)];
+        let fused = relative_score(
+            &[
+                ("keyword", 1.0, &keyword[..]),
+                ("semantic", 0.5, &semantic[..]),
+            ],
+            |t: &(&str, f64)| t.0,
+            |t| t.1,
+        );
+        let got: Vec<(&str, f64)> = fused.iter().map(|f| (f.item.0, f.score)).collect();
+        // a: 1 + 0; b: 0.1 + 0.5 * 0.75; c: 0 + 0.5 * 1.
+        assert_eq!(got[0].0, "a");
+        assert!((got[0].1 - 1.0).abs() < 1e-12);
+        assert_eq!(got[1].0, "c");
+        assert!((got[1].1 - 0.5).abs() < 1e-12);
+        assert!((got[2].1 - (0.1 + 0.375)).abs() < 1e-12);
+        assert_eq!(fused[0].sources, ["keyword", "semantic"]);
+        // One item, or equal scores: each counts in full.
+        let one = [("x", 0.2)];
+        let fused = relative_score(&[("s", 0.3, &one[..])], |t: &(&str, f64)| t.0, |t| t.1);
+        assert!((fused[0].score - 0.3).abs() < 1e-12);
     }
 }

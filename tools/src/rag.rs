@@ -1,5 +1,5 @@
 //! Retrieval for the RAG endpoints: semantic (vector KNN), keyword (BM25) and hybrid (both,
-//! plus the documents around entities named in the query, fused by reciprocal rank fusion),
+//! plus the documents around entities named in the query, fused by weighted relative scores),
 //! each under the same document filters.
 
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::extract::EntityExtractor;
-use crate::fusion::rrf;
+use crate::fusion::relative_score;
 
 /// Most entities from one query whose neighbourhoods hybrid search expands.
 pub const MAX_QUERY_ENTITIES: usize = 5;
@@ -32,6 +32,36 @@ pub struct RagQuery {
     pub filter: DocumentFilter,
     /// Hybrid only: hops walked from each entity named in the query (0: no graph expansion).
     pub graph_depth: u32,
+    /// Hybrid only: how much each method's list counts in the fusion.
+    pub weights: FusionWeights,
+}
+
+/// The weight of each method's list in hybrid search's relative score fusion (see
+/// [`crate::fusion::relative_score`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FusionWeights {
+    pub semantic: f64,
+    pub keyword: f64,
+    pub graph: f64,
+}
+
+impl FusionWeights {
+    /// Measured with `kbq eval` on the demo's questions and Debian's synopses (docs/eval.md):
+    /// hybrid is at least as good as the better of semantic and keyword when the weaker of
+    /// the two counts less. With a real embedding model semantic search is the better;
+    /// the built-in embedder is lexical, weaker than keyword search at what keyword search
+    /// does. The documents around the entities a query names help little on both sets (a
+    /// weight of 0.3 made hybrid worse than keyword search alone on Debian's).
+    pub const MODEL: FusionWeights = FusionWeights {
+        semantic: 1.0,
+        keyword: 0.5,
+        graph: 0.1,
+    };
+    pub const LEXICAL: FusionWeights = FusionWeights {
+        semantic: 0.3,
+        keyword: 1.0,
+        graph: 0.1,
+    };
 }
 
 /// Each method's own score for a result; `None` when that method did not find it.
@@ -277,13 +307,15 @@ async fn hybrid(
     let via: FxHashMap<&str, &GraphDocument> = (reached.iter())
         .map(|r| (r.document.id.as_str(), r))
         .collect();
-    let fused = rrf(
+    let w = q.weights;
+    let fused = relative_score(
         &[
-            ("semantic", &semantic[..]),
-            ("keyword", &keyword),
-            ("graph", &graph),
+            ("semantic", w.semantic, &semantic[..]),
+            ("keyword", w.keyword, &keyword),
+            ("graph", w.graph, &graph),
         ],
         id,
+        |h| h.score,
     );
     let results = (fused.into_iter().take(q.limit))
         .map(|f| {
