@@ -598,7 +598,8 @@ impl TextIndex {
     }
 
     /// One posting's part of its document's score. Every path sums these, per document, in
-    /// the order of the query's terms, starting from zero: so each gives the same floats.
+    /// the query's reading order (`reading_order`), starting from zero: so each gives the same
+    /// floats.
     #[inline]
     fn part(&self, p: &Posting, w: &Weights, norms: &Norms) -> f32 {
         let (title_len, content_len) = self.lens[p.slot as usize];
@@ -616,33 +617,22 @@ impl TextIndex {
         s
     }
 
-    /// Adds every live posting of the terms `ids` to its document's score in `scratch`.
+    /// Adds every live posting of the terms `ids`, in that order, to its document's score in
+    /// `scratch` (the tests' full evaluation).
+    #[cfg(test)]
     fn accumulate(&self, ids: &[u32], scratch: &mut Scratch) {
         let norms = self.norms();
         if scratch.scores.len() < self.keys.len() {
             scratch.scores.resize(self.keys.len(), 0.0);
         }
-        let Scratch { scores, touched } = scratch;
         for &id in ids {
             let w = self.weights(id, &norms);
-            #[cfg(test)]
-            POSTINGS_READ.with(|r| r.set(r.get() + self.postings[id as usize].len()));
-            for p in &self.postings[id as usize] {
-                let slot = p.slot as usize;
-                if !self.alive[slot] {
-                    continue;
-                }
-                let s = self.part(p, &w, &norms);
-                if scores[slot] == 0.0 {
-                    touched.push(p.slot);
-                }
-                scores[slot] += s;
-            }
+            self.add_postings(id, &w, &norms, scratch);
         }
     }
 
     /// The best `limit` of the documents scored in `scratch` that `keep` accepts, best first;
-    /// leaves `scratch` as [`accumulate`](Self::accumulate) found it (every score zero).
+    /// leaves every score in `scratch` zero.
     fn best_touched(
         &self,
         limit: usize,
@@ -657,10 +647,32 @@ impl TextIndex {
         best.ranked()
     }
 
+    /// The query's words `ids` in the order a search reads and sums them: by what a word can
+    /// add to a score, most first (see the module docs, "Pruning"), then shorter list first,
+    /// then query order; with that bound of each.
+    fn reading_order(&self, ids: &[u32], norms: &Norms) -> (Vec<u32>, Vec<f32>) {
+        // Most a word can add to a document's score: each field's part is below
+        // `(K1 + 1) * idf` (its tf / (tf + ...) is below 1), and nothing for a field the word
+        // is in no document's of.
+        let bound = |id: u32| {
+            let [df_title, df_content] = self.df[id as usize];
+            let w = self.weights(id, norms);
+            (K1 + 1.0)
+                * (if df_title > 0 { w.idf_title } else { 0.0 }
+                    + if df_content > 0 { w.idf_content } else { 0.0 })
+        };
+        let mut words: Vec<(u32, f32)> = ids.iter().map(|&id| (id, bound(id))).collect();
+        let len = |id: u32| self.postings[id as usize].len();
+        words.sort_by(|a, b| b.1.total_cmp(&a.1).then(len(a.0).cmp(&len(b.0))));
+        words.into_iter().unzip()
+    }
+
     /// The best `limit` documents for the terms `ids` (see the module docs, "Pruning"):
-    /// exactly [`accumulate`](Self::accumulate) then [`best_touched`](Self::best_touched)'s
-    /// answer, reading the words' lists in order of what they can add, until the unread ones
-    /// cannot change it.
+    /// exactly the answer of scoring every posting of the words in [`reading_order`] then
+    /// [`best_touched`](Self::best_touched), reading the lists in that order until the
+    /// unread ones cannot change it.
+    ///
+    /// [`reading_order`]: Self::reading_order
     fn search_pruned(
         &self,
         ids: &[u32],
@@ -669,86 +681,75 @@ impl TextIndex {
         scratch: &mut Scratch,
     ) -> Vec<(u32, f32)> {
         let norms = self.norms();
+        let (ids, bounds) = self.reading_order(ids, &norms);
         let weights: Vec<Weights> = ids.iter().map(|&id| self.weights(id, &norms)).collect();
-        // Most a word can add to a document's score: each field's part is below
-        // `(K1 + 1) * idf` (its tf / (tf + ...) is below 1), and nothing for a field the word
-        // is in no document's of.
-        let bound = |i: usize| {
-            let [df_title, df_content] = self.df[ids[i] as usize];
-            let w = &weights[i];
-            (K1 + 1.0)
-                * (if df_title > 0 { w.idf_title } else { 0.0 }
-                    + if df_content > 0 { w.idf_content } else { 0.0 })
-        };
-        let len = |i: usize| self.postings[ids[i] as usize].len();
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by(|&a, &b| bound(b).total_cmp(&bound(a)).then(len(a).cmp(&len(b))));
-        // unread[j]: the most the words from `order[j]` on can add together.
+        // unread[j]: the most the words from the `j`-th on can add together.
         let mut unread = vec![0.0f32; ids.len() + 1];
         for j in (0..ids.len()).rev() {
-            unread[j] = unread[j + 1] + bound(order[j]);
+            unread[j] = unread[j + 1] + bounds[j];
         }
-        // Floats are summed in another order here than in a document's score: compare with
-        // room for their rounding, so that a document is passed over only when it is plainly
-        // below.
+        // Bounds are summed apart from the scores: compare with room for their rounding, so
+        // that a document is passed over only when it is plainly below.
         let below = |score: f32, threshold: f32| score * (1.0 + 1e-4) + 1e-6 < threshold;
         if scratch.scores.len() < self.keys.len() {
             scratch.scores.resize(self.keys.len(), 0.0);
         }
-        for j in 0..ids.len() {
-            let i = order[j];
-            let w = &weights[i];
-            let Scratch { scores, touched } = &mut *scratch;
-            #[cfg(test)]
-            POSTINGS_READ.with(|r| r.set(r.get() + self.postings[ids[i] as usize].len()));
-            for p in &self.postings[ids[i] as usize] {
-                let slot = p.slot as usize;
-                if !self.alive[slot] {
-                    continue;
-                }
-                if scores[slot] == 0.0 {
-                    touched.push(p.slot);
-                }
-                scores[slot] += self.part(p, w, &norms);
-            }
+        // Before the last word, each word read may end the reading.
+        for j in 0..ids.len().saturating_sub(1) {
+            self.add_postings(ids[j], &weights[j], &norms, scratch);
             let rest = unread[j + 1];
-            let last = j + 1 == ids.len();
             // No score so far exceeds what the words read can add: none can exceed the rest.
-            if !last && (scratch.touched.len() < limit || !below(rest, unread[0] - rest)) {
+            if scratch.touched.len() < limit || !below(rest, unread[0] - rest) {
                 continue;
             }
-            let threshold = self.kth_score(limit, keep, scratch);
-            if !last && !threshold.is_some_and(|t| below(rest, t)) {
+            let Some(threshold) = self.kth_score(limit, keep, scratch) else {
+                continue;
+            };
+            if !below(rest, threshold) {
                 continue;
             }
             // A document no word read reaches scores at most `rest`, below the `limit`
             // documents already at `threshold` or more: the best are among those reached, and
-            // only those that the unread words could lift to `threshold` need their score,
-            // summed as the full evaluation sums it. (With every word read and fewer than
-            // `limit` documents accepted, every document reached.)
-            let threshold = threshold.unwrap_or(f32::NEG_INFINITY);
+            // only those that the unread words could lift to `threshold` need their score.
             let reached: Vec<u32> = (scratch.touched.iter().copied())
                 .filter(|&slot| !below(scratch.scores[slot as usize] + rest, threshold))
                 .collect();
             // Thousands of equal scores (a word in every document of one shape) are cheaper
-            // summed again in one pass than looked up one by one.
+            // summed in one pass than looked up one by one: read on.
             if reached.len() > MAX_LOOKUPS + limit {
-                break;
+                continue;
             }
             for slot in scratch.touched.drain(..) {
                 scratch.scores[slot as usize] = 0.0;
             }
             let mut best = Best::new(self, limit, keep);
             for slot in reached {
-                best.offer(slot, self.score_of(slot, ids, &weights, &norms));
+                best.offer(slot, self.score_of(slot, &ids, &weights, &norms));
             }
             return best.ranked();
         }
-        for slot in scratch.touched.drain(..) {
-            scratch.scores[slot as usize] = 0.0;
+        // Every word read: the scores are whole.
+        if let Some(&last) = ids.last() {
+            self.add_postings(last, &weights[ids.len() - 1], &norms, scratch);
         }
-        self.accumulate(ids, scratch);
         self.best_touched(limit, keep, scratch)
+    }
+
+    /// Adds every live posting of the word `id` to its document's score in `scratch`.
+    fn add_postings(&self, id: u32, w: &Weights, norms: &Norms, scratch: &mut Scratch) {
+        let Scratch { scores, touched } = scratch;
+        #[cfg(test)]
+        POSTINGS_READ.with(|r| r.set(r.get() + self.postings[id as usize].len()));
+        for p in &self.postings[id as usize] {
+            let slot = p.slot as usize;
+            if !self.alive[slot] {
+                continue;
+            }
+            if scores[slot] == 0.0 {
+                touched.push(p.slot);
+            }
+            scores[slot] += self.part(p, w, norms);
+        }
     }
 
     /// The `limit`-th best score in `scratch` among the live documents `keep` accepts, if
@@ -779,9 +780,10 @@ impl TextIndex {
             .flatten()
     }
 
-    /// The score of `slot` for the terms `ids`, summed in query order from zero as
-    /// [`accumulate`](Self::accumulate) sums it, so both give the same float. Posting lists
-    /// are in slot order: slots are only ever appended, and compaction keeps their order.
+    /// The score of `slot` for the terms `ids` (in reading order, with their `weights`),
+    /// summed from zero in that order as the scan sums it, so both give the same float.
+    /// Posting lists are in slot order: slots are only ever appended, and compaction keeps
+    /// their order.
     fn score_of(&self, slot: u32, ids: &[u32], weights: &[Weights], norms: &Norms) -> f32 {
         let mut score = 0.0;
         for (&id, w) in ids.iter().zip(weights) {
@@ -1301,7 +1303,7 @@ mod tests {
             limit: usize,
             keep: &dyn Fn(&DocTags) -> bool,
         ) -> Vec<(VectorKey, f32)> {
-            let ids = index.ids(terms);
+            let (ids, _) = index.reading_order(&index.ids(terms), &index.norms());
             let mut scratch = Scratch::default();
             index.accumulate(&ids, &mut scratch);
             (index.best_touched(limit, keep, &mut scratch).into_iter())
@@ -1367,9 +1369,9 @@ mod tests {
             assert_eq!(got, full(&index, &terms, 3, &|_| true));
             assert_eq!(got.len(), 3);
             // Only zebra's five documents were scored, each from every word.
-            let ids = index.ids(&terms);
-            let mut scratch = Scratch::default();
             let norms = index.norms();
+            let (ids, _) = index.reading_order(&index.ids(&terms), &norms);
+            let mut scratch = Scratch::default();
             let weights: Vec<Weights> = ids.iter().map(|&id| index.weights(id, &norms)).collect();
             let pruned = index.search_pruned(&ids, 3, &|_| true, &mut scratch);
             assert!(scratch.touched.is_empty() && scratch.scores.iter().all(|s| *s == 0.0));
