@@ -626,7 +626,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Semantic and keyword search plus graph expansion, fused by reciprocal rank fusion.
+         * Semantic and keyword search plus graph expansion, fused by their weighted relative scores.
          * @description Graph expansion adds the documents around the entities named in the query, up to
          *     `graph_depth` hops from each.
          */
