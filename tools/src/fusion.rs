@@ -25,11 +25,56 @@ pub fn rrf<'a, T, Q: Hash + Eq + ?Sized + 'a>(
     lists: &[(&'static str, &'a [T])],
     key: impl Fn(&'a T) -> &'a Q,
 ) -> Vec<Fused<'a, T>> {
+    fuse(lists, key, |_, rank, _| 1.0 / (K + rank as f64 + 1.0))
+}
+
+/// Relative score fusion: each list's scores scaled to 0..1 by its own lowest and highest
+/// (1 for every item of a list whose scores are all equal), times the list's weight, summed
+/// per item. Unlike rank fusion it keeps how far apart a method put its results: a keyword
+/// match far above the rest stays far above. Ties keep first-seen order.
+pub fn relative_score<'a, T, Q: Hash + Eq + ?Sized + 'a>(
+    lists: &[(&'static str, f64, &'a [T])],
+    key: impl Fn(&'a T) -> &'a Q,
+    score: impl Fn(&T) -> f64,
+) -> Vec<Fused<'a, T>> {
+    // Per list: its weight, lowest and highest score.
+    let scales: Vec<(f64, f64, f64)> = (lists.iter())
+        .map(|&(_, weight, items)| {
+            let (lo, hi) = (items.iter().map(&score))
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| {
+                    (lo.min(s), hi.max(s))
+                });
+            (weight, lo, hi)
+        })
+        .collect();
+    let lists: Vec<(&'static str, &'a [T])> = lists
+        .iter()
+        .map(|&(source, _, items)| (source, items))
+        .collect();
+    fuse(&lists, key, |list, _, item| {
+        let (weight, lo, hi) = scales[list];
+        weight
+            * if hi > lo {
+                (score(item) - lo) / (hi - lo)
+            } else {
+                1.0
+            }
+    })
+}
+
+/// Sums, per item of `lists` (by `key`), what `add` gives it in each list it is in (`add`
+/// of the list's place, the item's rank from 0, the item); best first, ties in first-seen
+/// order, each item the first of its key seen.
+fn fuse<'a, T, Q: Hash + Eq + ?Sized + 'a>(
+    lists: &[(&'static str, &'a [T])],
+    key: impl Fn(&'a T) -> &'a Q,
+    add: impl Fn(usize, usize, &T) -> f64,
+) -> Vec<Fused<'a, T>> {
     let mut at: FxHashMap<&Q, usize> = FxHashMap::default();
     let mut out: Vec<Fused<'a, T>> = Vec::new();
-    for &(source, items) in lists {
+    for (list, &(source, items)) in lists.iter().enumerate() {
         for (rank, item) in items.iter().enumerate() {
-            let add = 1.0 / (K + rank as f64 + 1.0);
+            let add = add(list, rank, item);
             let next = out.len();
             let i = *at.entry(key(item)).or_insert(next);
             if i == next {
@@ -47,48 +92,6 @@ pub fn rrf<'a, T, Q: Hash + Eq + ?Sized + 'a>(
         }
     }
     // A stable sort keeps first-seen order among equal scores.
-    out.sort_by(|a, b| b.score.total_cmp(&a.score));
-    out
-}
-
-/// Relative score fusion: each list's scores scaled to 0..1 by its own lowest and highest
-/// (1 for every item of a list whose scores are all equal), times the list's weight, summed
-/// per item. Unlike rank fusion it keeps how far apart a method put its results: a keyword
-/// match far above the rest stays far above. Ties keep first-seen order.
-pub fn relative_score<'a, T, Q: Hash + Eq + ?Sized + 'a>(
-    lists: &[(&'static str, f64, &'a [T])],
-    key: impl Fn(&'a T) -> &'a Q,
-    score: impl Fn(&T) -> f64,
-) -> Vec<Fused<'a, T>> {
-    let mut at: FxHashMap<&Q, usize> = FxHashMap::default();
-    let mut out: Vec<Fused<'a, T>> = Vec::new();
-    for &(source, weight, items) in lists {
-        let (lo, hi) = (items.iter().map(&score))
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), s| {
-                (lo.min(s), hi.max(s))
-            });
-        for item in items {
-            let scaled = if hi > lo {
-                (score(item) - lo) / (hi - lo)
-            } else {
-                1.0
-            };
-            let next = out.len();
-            let i = *at.entry(key(item)).or_insert(next);
-            if i == next {
-                out.push(Fused {
-                    item,
-                    score: weight * scaled,
-                    sources: vec![source],
-                });
-                continue;
-            }
-            out[i].score += weight * scaled;
-            if !out[i].sources.contains(&source) {
-                out[i].sources.push(source);
-            }
-        }
-    }
     out.sort_by(|a, b| b.score.total_cmp(&a.score));
     out
 }
