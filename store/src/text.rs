@@ -46,8 +46,8 @@ pub const K1: f32 = 1.2;
 /// BM25 length normalisation.
 pub const B: f32 = 0.75;
 
-/// Most documents a pruned search scores again from every word by looking them up; past it,
-/// every word's postings are summed again in one pass (see `TextIndex::search_pruned`).
+/// Most documents a pruned search scores from every word by looking them up; past it, it
+/// reads the next word's postings instead (see `TextIndex::search_pruned`).
 const MAX_LOOKUPS: usize = if cfg!(test) { 16 } else { 4096 };
 
 /// Dead slots below this many are never compacted away.
@@ -649,22 +649,24 @@ impl TextIndex {
 
     /// The query's words `ids` in the order a search reads and sums them: by what a word can
     /// add to a score, most first (see the module docs, "Pruning"), then shorter list first,
-    /// then query order; with that bound of each.
-    fn reading_order(&self, ids: &[u32], norms: &Norms) -> (Vec<u32>, Vec<f32>) {
-        // Most a word can add to a document's score: each field's part is below
-        // `(K1 + 1) * idf` (its tf / (tf + ...) is below 1), and nothing for a field the word
-        // is in no document's of.
-        let bound = |id: u32| {
-            let [df_title, df_content] = self.df[id as usize];
-            let w = self.weights(id, norms);
-            (K1 + 1.0)
-                * (if df_title > 0 { w.idf_title } else { 0.0 }
-                    + if df_content > 0 { w.idf_content } else { 0.0 })
-        };
-        let mut words: Vec<(u32, f32)> = ids.iter().map(|&id| (id, bound(id))).collect();
+    /// then query order; with the weights and that bound of each.
+    fn reading_order(&self, ids: &[u32], norms: &Norms) -> Vec<(u32, Weights, f32)> {
+        let mut words: Vec<(u32, Weights, f32)> = (ids.iter())
+            .map(|&id| {
+                let w = self.weights(id, norms);
+                // Most a word can add to a document's score: each field's part is below
+                // `(K1 + 1) * idf` (its tf / (tf + ...) is below 1), and nothing for a field
+                // the word is in no document's of.
+                let [df_title, df_content] = self.df[id as usize];
+                let bound = (K1 + 1.0)
+                    * (if df_title > 0 { w.idf_title } else { 0.0 }
+                        + if df_content > 0 { w.idf_content } else { 0.0 });
+                (id, w, bound)
+            })
+            .collect();
         let len = |id: u32| self.postings[id as usize].len();
-        words.sort_by(|a, b| b.1.total_cmp(&a.1).then(len(a.0).cmp(&len(b.0))));
-        words.into_iter().unzip()
+        words.sort_by(|a, b| b.2.total_cmp(&a.2).then(len(a.0).cmp(&len(b.0))));
+        words
     }
 
     /// The best `limit` documents for the terms `ids` (see the module docs, "Pruning"):
@@ -681,13 +683,14 @@ impl TextIndex {
         scratch: &mut Scratch,
     ) -> Vec<(u32, f32)> {
         let norms = self.norms();
-        let (ids, bounds) = self.reading_order(ids, &norms);
-        let weights: Vec<Weights> = ids.iter().map(|&id| self.weights(id, &norms)).collect();
+        let words = self.reading_order(ids, &norms);
+        let ids: Vec<u32> = words.iter().map(|w| w.0).collect();
         // unread[j]: the most the words from the `j`-th on can add together.
         let mut unread = vec![0.0f32; ids.len() + 1];
         for j in (0..ids.len()).rev() {
-            unread[j] = unread[j + 1] + bounds[j];
+            unread[j] = unread[j + 1] + words[j].2;
         }
+        let weights: Vec<Weights> = words.into_iter().map(|w| w.1).collect();
         // Bounds are summed apart from the scores: compare with room for their rounding, so
         // that a document is passed over only when it is plainly below.
         let below = |score: f32, threshold: f32| score * (1.0 + 1e-4) + 1e-6 < threshold;
@@ -760,24 +763,11 @@ impl TextIndex {
         keep: &dyn Fn(&DocTags) -> bool,
         scratch: &Scratch,
     ) -> Option<f32> {
-        // The `limit` best so far, the worst on top.
-        let mut best: BinaryHeap<std::cmp::Reverse<OrderedScore>> = BinaryHeap::new();
+        let mut best = Best::new(self, limit, keep);
         for &slot in &scratch.touched {
-            let score = scratch.scores[slot as usize];
-            if best.len() == limit && best.peek().is_some_and(|w| w.0.0 >= score) {
-                continue;
-            }
-            if !keep(&self.tags[slot as usize]) {
-                continue;
-            }
-            best.push(std::cmp::Reverse(OrderedScore(score)));
-            if best.len() > limit {
-                best.pop();
-            }
+            best.offer(slot, scratch.scores[slot as usize]);
         }
-        (best.len() == limit)
-            .then(|| best.peek().map(|w| w.0.0))
-            .flatten()
+        best.worst()
     }
 
     /// The score of `slot` for the terms `ids` (in reading order, with their `weights`),
@@ -793,24 +783,6 @@ impl TextIndex {
             }
         }
         score
-    }
-}
-
-/// A score ordered by `total_cmp`, for a heap.
-#[derive(PartialEq)]
-struct OrderedScore(f32);
-
-impl Eq for OrderedScore {}
-
-impl PartialOrd for OrderedScore {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for OrderedScore {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
     }
 }
 
@@ -894,6 +866,13 @@ impl<'a> Best<'a> {
         if self.heap.len() > self.limit {
             self.heap.pop();
         }
+    }
+
+    /// The score of the worst kept, once `limit` are kept.
+    fn worst(&self) -> Option<f32> {
+        (self.heap.len() == self.limit)
+            .then(|| self.heap.peek().map(|r| r.score))
+            .flatten()
     }
 
     /// `(slot, score)`, best first.
@@ -1303,7 +1282,10 @@ mod tests {
             limit: usize,
             keep: &dyn Fn(&DocTags) -> bool,
         ) -> Vec<(VectorKey, f32)> {
-            let (ids, _) = index.reading_order(&index.ids(terms), &index.norms());
+            let ids: Vec<u32> = (index.reading_order(&index.ids(terms), &index.norms()))
+                .into_iter()
+                .map(|w| w.0)
+                .collect();
             let mut scratch = Scratch::default();
             index.accumulate(&ids, &mut scratch);
             (index.best_touched(limit, keep, &mut scratch).into_iter())
@@ -1370,9 +1352,12 @@ mod tests {
             assert_eq!(got.len(), 3);
             // Only zebra's five documents were scored, each from every word.
             let norms = index.norms();
-            let (ids, _) = index.reading_order(&index.ids(&terms), &norms);
+            let (ids, weights): (Vec<u32>, Vec<Weights>) = (index
+                .reading_order(&index.ids(&terms), &norms))
+            .into_iter()
+            .map(|w| (w.0, w.1))
+            .unzip();
             let mut scratch = Scratch::default();
-            let weights: Vec<Weights> = ids.iter().map(|&id| index.weights(id, &norms)).collect();
             let pruned = index.search_pruned(&ids, 3, &|_| true, &mut scratch);
             assert!(scratch.touched.is_empty() && scratch.scores.iter().all(|s| *s == 0.0));
             for (slot, score) in pruned {
