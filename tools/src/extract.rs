@@ -120,18 +120,19 @@ impl EntityExtractor {
         }
         let shared = self.shared.clone();
         runtime.spawn(async move {
-            let generation = shared.kb.generation();
-            if let Err(e) = shared.build(generation, true).await {
-                tracing::warn!(error = %e, "the entity automaton could not be rebuilt");
-            }
-            shared.rebuilding.store(false, Ordering::Release);
             // Written to meanwhile: once more, from the names as they are now.
-            if shared.current(shared.kb.generation()).is_none()
-                && !shared.rebuilding.swap(true, Ordering::AcqRel)
-            {
+            for round in 1..=2 {
                 let generation = shared.kb.generation();
-                let _ = shared.build(generation, true).await;
+                if let Err(e) = shared.build(generation, true).await {
+                    tracing::warn!(error = %e, "the entity automaton could not be rebuilt");
+                }
                 shared.rebuilding.store(false, Ordering::Release);
+                if round == 2
+                    || shared.current(shared.kb.generation()).is_some()
+                    || shared.rebuilding.swap(true, Ordering::AcqRel)
+                {
+                    break;
+                }
             }
         });
     }
