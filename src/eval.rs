@@ -80,20 +80,19 @@ pub struct Scores {
 /// Scores a ranked list: `labels[i]` is the label the result at rank i + 1 answers to.
 pub fn score(labels: &[Option<usize>], relevant: usize) -> Scores {
     let mut found = vec![false; relevant];
-    let (mut dcg, mut first) = (0.0, None);
+    let (mut dcg, mut first, mut hits) = (0.0, None, 0);
+    // recall_at[k]: the labels found in the first k results.
     let mut recall_at = [0usize; DEPTH + 1];
-    for (i, label) in labels.iter().take(DEPTH).enumerate() {
-        if let Some(l) = *label
+    for i in 0..DEPTH {
+        if let Some(Some(l)) = labels.get(i).copied()
             && !found[l]
         {
             found[l] = true;
+            hits += 1;
             first.get_or_insert(i + 1);
             dcg += 1.0 / ((i + 2) as f64).log2();
         }
-        recall_at[i + 1] = found.iter().filter(|f| **f).count();
-    }
-    for k in 1..=DEPTH {
-        recall_at[k] = recall_at[k].max(recall_at[k - 1]);
+        recall_at[i + 1] = hits;
     }
     let ideal: f64 = (0..relevant.min(DEPTH))
         .map(|i| 1.0 / ((i + 2) as f64).log2())
@@ -134,16 +133,8 @@ pub struct Report {
     pub embedder: String,
     pub graph_depth: u32,
     /// Hybrid search's fusion weights (`[rag]`).
-    pub weights: Weights,
+    pub weights: FusionWeights,
     pub methods: Vec<MethodReport>,
-}
-
-/// [`FusionWeights`] as the report shows them.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Weights {
-    pub semantic: f64,
-    pub keyword: f64,
-    pub graph: f64,
 }
 
 impl Report {
@@ -266,11 +257,7 @@ pub async fn run(
         documents,
         embedder: kb.embedder().name().to_string(),
         graph_depth,
-        weights: Weights {
-            semantic: weights.semantic,
-            keyword: weights.keyword,
-            graph: weights.graph,
-        },
+        weights,
         methods: reports,
     })
 }

@@ -38,7 +38,7 @@ pub struct RagQuery {
 
 /// The weight of each method's list in hybrid search's relative score fusion (see
 /// [`crate::fusion::relative_score`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FusionWeights {
     pub semantic: f64,
     pub keyword: f64,
