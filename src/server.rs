@@ -315,21 +315,14 @@ pub async fn start(config: Config, options: Options) -> anyhow::Result<Server> {
         );
     }
     let follower = Arc::new(parking_lot::Mutex::new(None));
-    let (kb_for_start, readiness_for_start, load_demo) = (
+    let starting = start_up(
         kb.clone(),
         readiness.clone().into_inner(),
         config.store.load_demo,
+        (config.store.follow_changes && kb.config().is_server()).then(|| follower.clone()),
     );
-    let follow_from_start =
-        (config.store.follow_changes && kb.config().is_server()).then(|| follower.clone());
     let startup = tokio::spawn(async move {
-        start_up(
-            kb_for_start,
-            readiness_for_start,
-            load_demo,
-            follow_from_start,
-        )
-        .await;
+        starting.await;
         // Hybrid search's first request would otherwise build the entity automaton itself.
         extractor.warm();
     });
