@@ -37,6 +37,7 @@ pub mod cors;
 pub mod demo;
 pub mod error;
 pub mod eval;
+pub mod export;
 pub mod extract;
 pub mod huge_pages;
 pub mod ingest_files;

@@ -59,6 +59,19 @@ enum Command {
         workspace: String,
         file: PathBuf,
     },
+    /// Export a workspace's whole knowledge base in the import format (docs/import-format.md),
+    /// read from one transaction: `kbq import` of the file into an empty store gives it back.
+    Export {
+        /// Store URL (overrides store.url).
+        #[arg(long)]
+        store: Option<String>,
+        /// The workspace to export (docs/workspaces.md).
+        #[arg(long, default_value = "default")]
+        workspace: String,
+        /// The file to write (standard output when not given, or `-`).
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
     /// Ingest files and folders (recursively): Markdown, HTML, PDF, DOCX and text, chunked,
     /// their entities and relationships extracted by the configured model (docs/ingest.md).
     /// Files whose content has not changed since the last run ask the model nothing.
@@ -353,6 +366,7 @@ fn main() -> ExitCode {
             config.store.load_demo &= !no_demo;
         }
         Command::Import { store, .. }
+        | Command::Export { store, .. }
         | Command::Eval { store, .. }
         | Command::Ingest { store, .. }
         | Command::Reindex { store, .. }
@@ -376,6 +390,7 @@ fn main() -> ExitCode {
     let one_shot = matches!(
         command,
         Command::Import { .. }
+            | Command::Export { .. }
             | Command::Eval { .. }
             | Command::Ingest { .. }
             | Command::Reindex { .. }
@@ -387,6 +402,9 @@ fn main() -> ExitCode {
         Command::Import {
             file, workspace, ..
         } => runtime.block_on(import_file(config, &workspace, file)),
+        Command::Export {
+            workspace, output, ..
+        } => runtime.block_on(kbq::export::run(config, &workspace, output)),
         Command::Ingest {
             paths, workspace, ..
         } => runtime.block_on(kbq::ingest_files::run(config, &workspace, paths)),
@@ -518,6 +536,7 @@ impl Progress for Bars {
             Phase::Relationships => "relationships",
             Phase::Documents => "documents",
             Phase::Embeddings => "embeddings",
+            Phase::Kept => "kept records",
         };
         let bar = ProgressBar::new(total).with_prefix(name);
         bar.set_style(
@@ -569,8 +588,17 @@ async fn import_file(config: Config, workspace: &str, file: PathBuf) -> ExitCode
         eprintln!("line {}: {}", f.line, f.reason);
     }
     let secs = started.elapsed().as_secs_f64();
+    let restored = report.restored;
+    let kept = if restored.total() == 0 {
+        String::new()
+    } else {
+        format!(
+            ", {} memories, {} sources, {} supports, {} kept answers",
+            restored.memories, restored.sources, restored.supports, restored.extractions
+        )
+    };
     let summary = format!(
-        "imported {} entities, {} relationships, {} documents from {} records in {secs:.1}s; {} failed",
+        "imported {} entities, {} relationships, {} documents{kept} from {} records in {secs:.1}s; {} failed",
         report.entities,
         report.relationships,
         report.documents,

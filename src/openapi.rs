@@ -81,6 +81,7 @@ pub const API_KEY: &str = "api_key";
         routes::admin::mint,
         routes::admin::keys,
         routes::admin::revoke,
+        routes::admin::export,
         routes::probes::livez,
         routes::probes::readyz,
         crate::metrics::metrics,
@@ -301,6 +302,12 @@ impl Modify for Rules {
         path_parameter(doc, "source_id", name);
         path_parameter(doc, "workspace", crate::workspaces::NAME_PATTERN);
         path_parameter(doc, "key_id", routes::admin::KEY_ID_PATTERN);
+        parameter_pattern(
+            doc,
+            "workspace",
+            utoipa::openapi::path::ParameterIn::Query,
+            crate::workspaces::NAME_PATTERN,
+        );
     }
 }
 
@@ -364,15 +371,30 @@ fn import_records(doc: &mut Document) {
 
 /// Writes `pattern` into the schema of every path parameter called `parameter`.
 fn path_parameter(doc: &mut Document, parameter: &str, pattern: &str) {
-    use utoipa::openapi::path::ParameterIn;
+    parameter_pattern(
+        doc,
+        parameter,
+        utoipa::openapi::path::ParameterIn::Path,
+        pattern,
+    );
+}
+
+/// Writes `pattern` into the schema of every parameter `parameter` found `at` (the path, the
+/// query); there must be one.
+fn parameter_pattern(
+    doc: &mut Document,
+    parameter: &str,
+    at: utoipa::openapi::path::ParameterIn,
+    pattern: &str,
+) {
     let mut found = false;
     for item in doc.paths.paths.values_mut() {
         for (_, op) in operations(item) {
             for p in op.parameters.iter_mut().flatten() {
                 let RefOr::T(p) = p else { continue };
-                if p.name == parameter && p.parameter_in == ParameterIn::Path {
+                if p.name == parameter && p.parameter_in == at {
                     let Some(RefOr::T(Schema::Object(schema))) = p.schema.as_mut() else {
-                        panic!("path parameter {parameter} has no string schema");
+                        panic!("parameter {parameter} has no string schema");
                     };
                     schema.pattern = Some(pattern.to_string());
                     found = true;
@@ -380,7 +402,7 @@ fn path_parameter(doc: &mut Document, parameter: &str, pattern: &str) {
             }
         }
     }
-    assert!(found, "no path parameter is called {parameter}");
+    assert!(found, "no parameter is called {parameter}");
 }
 
 /// Writes `T`'s rules into its schema's properties: a range as `minimum`, `maximum` and

@@ -249,3 +249,27 @@ fn view(
         },
     })
 }
+
+/// The knowledge base that reads workspace `name`'s database, and that database's name when
+/// it is not its own (`None` for `default`): for `kbq export`, which reads a workspace without
+/// opening a knowledge base over it.
+pub async fn open_database(
+    config: &Config,
+    name: &str,
+) -> Result<(Arc<KnowledgeBase>, Option<String>), String> {
+    let kb = open(config, DEFAULT, true).await?;
+    if name == DEFAULT {
+        return Ok((kb, None));
+    }
+    if !valid_name(name) {
+        return Err(format!(
+            "--workspace `{name}` is no workspace name: {NAME_RULE}"
+        ));
+    }
+    let record = kb
+        .workspace(name)
+        .await
+        .map_err(|e| format!("cannot read the workspaces of {}: {e}", config.store.url))?
+        .ok_or_else(|| format!("there is no workspace `{name}`"))?;
+    Ok((kb, Some(record.database)))
+}

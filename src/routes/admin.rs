@@ -31,9 +31,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(mint))
             .route(web::get().to(keys)),
     )
-    .service(
-        web::resource("/workspaces/{workspace}/keys/{key_id}").route(web::delete().to(revoke)),
-    );
+    .service(web::resource("/workspaces/{workspace}/keys/{key_id}").route(web::delete().to(revoke)))
+    .service(web::resource("/export").route(web::get().to(export)));
 }
 
 /// Middleware of `/admin/v1`: `403 insufficient_scope` unless the key is an operator's (an
@@ -605,4 +604,94 @@ fn scopes_of(names: &[String]) -> Vec<KeyScope> {
     .into_iter()
     .filter(|s| scopes.names().contains(&s.as_str()))
     .collect()
+}
+
+// ---- export -----------------------------------------------------------------------------
+
+/// What to export.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ExportQuery {
+    /// The workspace to export (its name); `default` when not given.
+    pub workspace: Option<String>,
+}
+
+/// Exports a workspace's whole knowledge base as NDJSON in the import format
+/// (docs/import-format.md): entities, relationships and documents, then agent memory,
+/// sources, the supports of what they gave and the model answers kept per chunk, and a last
+/// `end` line with the counts. Every line is read from one transaction of the store, so the
+/// export is one state of the workspace while writes go on; the node keeps serving. The
+/// answer is streamed: a body without its `end` line was cut short. `kbq import` of it into
+/// an empty store gives the same answers.
+#[utoipa::path(
+    get,
+    path = "/admin/v1/export",
+    tag = "admin",
+    params(ExportQuery),
+    responses(
+        (status = 200, description = "`application/x-ndjson`: one record per line, the last of kind `end`", content_type = "application/x-ndjson", body = String),
+        (status = 400, description = ErrorCode::InvalidRequest.answers("`workspace` is no workspace name, or the query has another parameter"), body = ErrorBody),
+        (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn export(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    req: actix_web::HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    use kbq_store::export::ExportEvent;
+    let query = web::Query::<ExportQuery>::from_query(req.query_string())
+        .map_err(|e| ApiError::invalid("query", format!("the query is not understood: {e}")))?
+        .into_inner();
+    let name = query.workspace.unwrap_or_else(|| DEFAULT.to_string());
+    let all = all.into_inner();
+    let database = record(&admin, &all, &name).await?.map(|r| r.database);
+    let registry = all.registry().clone();
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<ExportEvent>(8);
+    let export = admin
+        .offload
+        .0
+        .spawn(async move { registry.export(database.as_deref(), tx).await });
+    // The first event says the transaction began and was counted; a store that cannot
+    // answer is a 503 rather than a 200 with no body.
+    let totals = match rx.recv().await {
+        Some(ExportEvent::Totals(totals)) => totals,
+        _ => {
+            let why = match export.await {
+                Ok(Err(e)) => ApiError::from(e),
+                _ => ApiError::new(ErrorCode::Internal, "the export stopped before it began"),
+            };
+            return Err(why);
+        }
+    };
+    tracing::info!(workspace = %name, records = totals.total(), "export started");
+    let body = futures::stream::unfold((rx, Some(export)), |(mut rx, export)| async move {
+        match rx.recv().await {
+            Some(ExportEvent::Lines { bytes, .. }) => {
+                Some((Ok(web::Bytes::from(bytes)), (rx, export)))
+            }
+            Some(ExportEvent::Totals(_)) => Some((Ok(web::Bytes::new()), (rx, export))),
+            None => {
+                // The export ended: a failure part way ends the body with an error, so that
+                // the client sees it cut short rather than whole.
+                let failure = match export?.await {
+                    Ok(Ok(_)) => return None,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(error = %failure, "export stopped part way");
+                Some((
+                    Err(actix_web::error::ErrorServiceUnavailable(failure)),
+                    (rx, None),
+                ))
+            }
+        }
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("application/x-ndjson")
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body))
 }

@@ -59,10 +59,62 @@ impl Database {
         }
     }
 
+    /// Begins a transaction on a session of its own (a clone of this handle, in the same
+    /// namespace and database): every read through it sees the database as it was when it
+    /// began, whatever is written meanwhile.
+    pub(crate) async fn snapshot(&self) -> surrealdb::Result<Snapshot> {
+        match self {
+            Database::Any(db) => db.clone().begin().await.map(Snapshot::Any),
+            Database::SurrealKv(db) => db.clone().begin().await.map(Snapshot::SurrealKv),
+        }
+    }
+
     pub(crate) async fn health(&self) -> surrealdb::Result<()> {
         match self {
             Database::Any(db) => db.health().await,
             Database::SurrealKv(db) => db.health().await,
+        }
+    }
+}
+
+/// A read-only transaction ([`Database::snapshot`]): its reads see one state of the
+/// database. It writes nothing, and [`end`](Self::end) cancels it.
+pub(crate) enum Snapshot {
+    Any(surrealdb::method::Transaction<Any>),
+    SurrealKv(surrealdb::method::Transaction<Db>),
+}
+
+impl Snapshot {
+    /// Runs `sql` in the transaction, with a time limit.
+    pub(crate) async fn query(
+        &self,
+        sql: &str,
+        vars: Object,
+        timeout: Duration,
+    ) -> Result<IndexedResults> {
+        let run = async {
+            match self {
+                Snapshot::Any(tx) => tx.query(sql).bind(vars).await,
+                Snapshot::SurrealKv(tx) => tx.query(sql).bind(vars).await,
+            }
+        };
+        match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {timeout:?}"
+            ))),
+        }
+    }
+
+    /// Ends the transaction (it wrote nothing, so it is cancelled).
+    pub(crate) async fn end(self) {
+        let ended = match self {
+            Snapshot::Any(tx) => tx.cancel().await.map(drop),
+            Snapshot::SurrealKv(tx) => tx.cancel().await.map(drop),
+        };
+        if let Err(e) = ended {
+            tracing::debug!(error = %e, "ending a read transaction failed");
         }
     }
 }

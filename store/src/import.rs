@@ -1,12 +1,14 @@
 //! The NDJSON import format: parsing with line-numbered failures, and an idempotent batch
-//! import that writes every valid record even when others fail.
+//! import that writes every valid record even when others fail. A file an export wrote
+//! holds records of its own too ([`Kept`]), restored after the graph and documents.
 
 use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 
 use crate::error::Result;
+use crate::export::{ExportCounts, KEPT_KINDS, Kept};
 use crate::kb::{KnowledgeBase, WRITE_BATCH};
-use crate::model::{NewDocument, NewEntity, NewRelationship, Record};
+use crate::model::{NewDocument, NewEntity, NewRelationship, Record, check_name};
 // Where callers have always found them: `kbq_store::import::{Phase, Progress, Silent}`.
 pub use crate::progress::{Phase, Progress, Silent};
 
@@ -25,13 +27,31 @@ pub struct ImportReport {
     pub entities: usize,
     pub relationships: usize,
     pub documents: usize,
+    /// What it restored of an export's own records (all zero for a file no export wrote).
+    pub restored: ExportCounts,
+    pub failures: Vec<LineError>,
+}
+
+/// One line of an import file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    /// An entity, relationship or document.
+    Record(Record),
+    /// A record only an export writes.
+    Kept(Kept),
+}
+
+/// A file's lines, parsed.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub records: Vec<(usize, Record)>,
+    pub kept: Vec<(usize, Kept)>,
     pub failures: Vec<LineError>,
 }
 
 /// Parses NDJSON. Blank lines are skipped; each bad line becomes a [`LineError`].
-pub fn parse(reader: impl BufRead) -> (Vec<(usize, Record)>, Vec<LineError>) {
-    let mut records = Vec::new();
-    let mut failures = Vec::new();
+pub fn parse(reader: impl BufRead) -> Parsed {
+    let mut parsed = Parsed::default();
     let mut reader = reader;
     let mut buf = Vec::new();
     let mut line = 0;
@@ -41,7 +61,7 @@ pub fn parse(reader: impl BufRead) -> (Vec<(usize, Record)>, Vec<LineError>) {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) => {
-                failures.push(LineError {
+                parsed.failures.push(LineError {
                     line: line + 1,
                     reason: format!("read error: {e}"),
                 });
@@ -50,7 +70,7 @@ pub fn parse(reader: impl BufRead) -> (Vec<(usize, Record)>, Vec<LineError>) {
         }
         line += 1;
         let Ok(text) = std::str::from_utf8(&buf) else {
-            failures.push(LineError {
+            parsed.failures.push(LineError {
                 line,
                 reason: "not valid UTF-8".into(),
             });
@@ -60,31 +80,66 @@ pub fn parse(reader: impl BufRead) -> (Vec<(usize, Record)>, Vec<LineError>) {
         if text.is_empty() {
             continue;
         }
-        match parse_record(text) {
-            Ok(r) => records.push((line, r)),
-            Err(reason) => failures.push(LineError { line, reason }),
+        match parse_line(text) {
+            Ok(Line::Record(r)) => parsed.records.push((line, r)),
+            Ok(Line::Kept(k)) => parsed.kept.push((line, k)),
+            Err(reason) => parsed.failures.push(LineError { line, reason }),
         }
     }
-    (records, failures)
+    parsed
 }
 
-/// Parses and validates one record.
+/// Parses and validates one entity, relationship or document.
 pub fn parse_record(text: &str) -> std::result::Result<Record, String> {
-    let value: serde_json::Value =
+    match parse_line(text)? {
+        Line::Record(r) => Ok(r),
+        Line::Kept(_) => Err("expected an entity, relationship or document".into()),
+    }
+}
+
+/// Parses and validates one line of any kind.
+pub fn parse_line(text: &str) -> std::result::Result<Line, String> {
+    let mut value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
     let kind = value
         .get("kind")
         .and_then(|k| k.as_str())
         .map(str::to_owned);
-    let record: Record = serde_json::from_value(value).map_err(|e| match &kind {
+    if let Some(k) = kind.as_deref()
+        && KEPT_KINDS.contains(&k)
+    {
+        let kept: Kept = serde_json::from_value(value).map_err(|e| format!("invalid {k}: {e}"))?;
+        kept.validate().map_err(|e| e.to_string())?;
+        return Ok(Line::Kept(kept));
+    }
+    // A document's `mentions` (the entities an ingested chunk is linked to) are written by
+    // an export only: a client's document has none.
+    let mentions = match (kind.as_deref(), value.as_object_mut()) {
+        (Some("document"), Some(o)) => match o.remove("mentions") {
+            None => Vec::new(),
+            Some(m) => serde_json::from_value::<Vec<String>>(m)
+                .map_err(|e| format!("invalid document: mentions: {e}"))?,
+        },
+        _ => Vec::new(),
+    };
+    let mut record: Record = serde_json::from_value(value).map_err(|e| match &kind {
         None => "missing field `kind` (one of entity, relationship, document)".to_string(),
         Some(k) if !matches!(k.as_str(), "entity" | "relationship" | "document") => {
-            format!("unknown kind `{k}` (expected entity, relationship or document)")
+            format!(
+                "unknown kind `{k}` (expected entity, relationship or document, or an export's {})",
+                KEPT_KINDS.join(", ")
+            )
         }
         Some(k) => format!("invalid {k}: {e}"),
     })?;
     record.validate().map_err(|e| e.to_string())?;
-    Ok(record)
+    if let Record::Document(d) = &mut record {
+        for m in &mentions {
+            check_name("mentions", m).map_err(|e| e.to_string())?;
+        }
+        d.mentions = mentions;
+    }
+    Ok(Line::Record(record))
 }
 
 /// Writes records: entities first, then relationships whose ends exist in the records or the
@@ -183,15 +238,28 @@ pub async fn import_records(
     Ok(report)
 }
 
-/// Parses NDJSON and imports it; parse failures and write failures are reported together.
+/// Parses NDJSON and imports it: the graph and documents, then what an export kept beside
+/// them. Parse failures and write failures are reported together.
 pub async fn import(
     kb: &KnowledgeBase,
     reader: impl BufRead,
     progress: &dyn Progress,
 ) -> Result<ImportReport> {
-    let (records, failures) = parse(reader);
-    let parsed = records.len() + failures.len();
+    let Parsed {
+        records,
+        kept,
+        failures,
+    } = parse(reader);
+    let parsed = records.len() + kept.len() + failures.len();
     let mut report = import_records(kb, records, progress).await?;
+    if !kept.is_empty() {
+        progress.start(Phase::Kept, kept.len() as u64);
+        let n = kept.len() as u64;
+        report.restored = kb
+            .restore(kept.into_iter().map(|(_, k)| k).collect())
+            .await?;
+        progress.advance(n);
+    }
     report.records = parsed;
     report.failures.extend(failures);
     report.failures.sort_by_key(|f| f.line);

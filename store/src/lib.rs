@@ -22,6 +22,8 @@
 //!   the graph index and the vector index share so that a walk hands numbers, not names, over.
 //! - [`embed`]: the [`Embedder`] trait and the offline [`HashingEmbedder`].
 //! - [`import`]: the NDJSON import format, with line-numbered failures.
+//! - [`export`]: a knowledge base written in the import format from one transaction, and
+//!   the restore of what only an export holds (memory, sources, supports, kept answers).
 //! - [`progress`]: the [`Progress`](progress::Progress) an import and a reembed report to, and
 //!   the [`LoadProgress`](progress::LoadProgress) of connecting.
 //! - [`json`]: JSON written as `serde_json` writes it, a word at a time through long strings.
@@ -46,6 +48,7 @@ pub mod doc_index;
 pub(crate) mod documents;
 pub mod embed;
 pub mod error;
+pub mod export;
 pub mod follow;
 pub mod generate;
 pub mod graph;

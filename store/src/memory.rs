@@ -258,7 +258,7 @@ impl KnowledgeBase {
 
 /// A memory's embedding as stored: an array of numbers, which the cosine similarity in
 /// [`KnowledgeBase::memory_by_vector`]'s query reads.
-fn vector(v: Vec<f32>) -> Value {
+pub(crate) fn vector(v: Vec<f32>) -> Value {
     v.into_iter()
         .map(f64::from)
         .collect::<Vec<f64>>()

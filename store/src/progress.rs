@@ -11,6 +11,9 @@ pub enum Phase {
     Documents,
     /// Documents embedded again (`kbq reindex`).
     Embeddings,
+    /// What an export kept beside the graph (memories, sources, supports, kept answers),
+    /// restored by an import.
+    Kept,
 }
 
 /// Receives progress: `start` once per phase with its total, then `advance` per batch.

@@ -92,7 +92,8 @@ pub struct Merge {
 
 /// A chunk that gave a merged name.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MergeChunk {
     pub source: String,
     pub source_id: String,
@@ -201,7 +202,7 @@ fn source_origin(source: &SourceKey) -> String {
     format!("{}\u{1f}{}", source.source, source.source_id)
 }
 
-fn support_of(origin: &str, chunk: i64) -> Option<Support> {
+pub(crate) fn support_of(origin: &str, chunk: i64) -> Option<Support> {
     if origin == IMPORT_ORIGIN {
         return Some(Support::Import);
     }

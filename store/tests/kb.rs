@@ -1415,3 +1415,220 @@ async fn document_bytes_count_content_bytes_on_both_paths() {
         assert_eq!(kb.stored_document_bytes().await.unwrap(), 4);
     }
 }
+
+/// Every line of an export, read to its end, and what the export returned.
+async fn drain(
+    mut rx: tokio::sync::mpsc::Receiver<kbq_store::export::ExportEvent>,
+) -> (
+    Option<kbq_store::export::ExportCounts>,
+    Vec<serde_json::Value>,
+) {
+    use kbq_store::export::ExportEvent;
+    let mut totals = None;
+    let mut lines = Vec::new();
+    while let Some(event) = rx.recv().await {
+        match event {
+            ExportEvent::Totals(t) => totals = Some(t),
+            ExportEvent::Lines { bytes, .. } => {
+                for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    lines.push(serde_json::from_slice(line).unwrap());
+                }
+            }
+        }
+    }
+    (totals, lines)
+}
+
+/// An export reads one transaction: what is written or deleted while it runs (here, while
+/// it waits for its reader with most of the graph still to read) is not in it, and the
+/// counts it announced, the lines it wrote and its `end` line agree.
+#[tokio::test]
+async fn an_export_is_one_state_of_the_store_while_writes_go_on() {
+    let kb = open(true).await;
+    let records = generate::generate(Spec {
+        entities: 3_000,
+        relationships: 6_000,
+        document_ratio: 0.1,
+        seed: 3,
+    });
+    let report = import::import_records(&kb, records.into_iter().enumerate().collect(), &Silent)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty());
+    // A reader that holds one event at a time: the export waits on it page by page.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let export = tokio::spawn({
+        let kb = kb.clone();
+        async move { kb.export(None, tx).await }
+    });
+    let first = rx.recv().await.unwrap();
+    let kbq_store::export::ExportEvent::Totals(totals) = first else {
+        panic!("the first event is the totals");
+    };
+    assert_eq!(totals.entities, 3_000);
+    // Mid-export: a new entity, and one of the exported ones deleted.
+    let victim = kb.entity_names().await.unwrap().into_iter().max().unwrap();
+    kb.upsert_entities(&[kbq_store::NewEntity {
+        name: "Written during the export".into(),
+        entity_type: "late".into(),
+        properties: Default::default(),
+    }])
+    .await
+    .unwrap();
+    kb.delete_entity(&victim).await.unwrap();
+    assert!(!export.is_finished(), "the export waits for its reader");
+    let (_, lines) = drain(rx).await;
+    let written = export.await.unwrap().unwrap();
+    assert_eq!(written, totals);
+    let names: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["kind"] == "entity")
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len() as u64, totals.entities);
+    assert!(!names.contains(&"Written during the export"));
+    assert!(
+        names.contains(&victim.as_str()),
+        "{victim} was deleted after the export began"
+    );
+    let relationships = lines.iter().filter(|l| l["kind"] == "relationship").count();
+    assert_eq!(relationships as u64, totals.relationships);
+    let end = lines.last().unwrap();
+    assert_eq!(end["kind"], "end", "{end}");
+    assert_eq!(end["entities"], 3_000, "{end}");
+    assert_eq!(end["documents"], totals.documents, "{end}");
+}
+
+/// What an export writes, imported into an empty store, gives the same export again: the
+/// graph, the documents with the entities they are linked to, memories, sources, supports
+/// (descriptions and aliases) and kept answers; and reading stops when the reader goes away.
+#[tokio::test]
+async fn an_export_imported_into_an_empty_store_exports_the_same() {
+    use kbq_ingest::provenance::{ChunkRef, Fact, SourceKey, Support};
+    let kb = open(true).await;
+    let report = import::import(&kb, SMALL.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty());
+    kb.remember(
+        "owner-a",
+        "The vault code is 4711",
+        &["vault".into()],
+        &["Ada".into()],
+    )
+    .await
+    .unwrap();
+    let source = SourceKey::new("notes", "ada.md");
+    kb.put_source_records(&[kbq_store::sources::SourceRecord {
+        source: "notes".into(),
+        source_id: "ada.md".into(),
+        title: "Ada".into(),
+        url: None,
+        content_type: "text/markdown".into(),
+        content_hash: "abc".into(),
+        chunks: vec!["h0".into()],
+        extracted_by: Some("model".into()),
+        updated_at: 1,
+    }])
+    .await
+    .unwrap();
+    let chunk = Support::Chunk(ChunkRef {
+        source: source.clone(),
+        chunk: 0,
+    });
+    let described = Fact::Description {
+        entity: "Ada".into(),
+        chunk: ChunkRef {
+            source: source.clone(),
+            chunk: 0,
+        },
+    };
+    let supports = vec![
+        (Fact::entity("Ada"), chunk.clone()),
+        (Fact::entity("Ada"), Support::Import),
+        (described.clone(), chunk.clone()),
+        (
+            Fact::Alias {
+                entity: "Ada".into(),
+                alias: "Countess of Lovelace".into(),
+            },
+            chunk.clone(),
+        ),
+    ];
+    let texts = [(described, "Ada wrote the first program".to_string())].into();
+    kb.add_supports(&supports, &texts).await.unwrap();
+    kb.cache_extraction("x123", serde_json::json!({"entities": []}))
+        .await
+        .unwrap();
+    let mut chunk_doc = kbq_store::NewDocument {
+        title: "Ada".into(),
+        content: "Ada and Babbage and the Engine.".into(),
+        source: "notes".into(),
+        source_id: "ada.md#0".into(),
+        content_type: "text/markdown".into(),
+        url: None,
+        entity_name: Some("Ada".into()),
+        mentions: Vec::new(),
+    };
+    chunk_doc.mentions = vec!["Babbage".into(), "Engine".into()];
+    kb.upsert_documents(&[chunk_doc]).await.unwrap();
+
+    let export = |kb: Arc<KnowledgeBase>| async move {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let task = tokio::spawn(async move { kb.export(None, tx).await });
+        let (_, lines) = drain(rx).await;
+        (task.await.unwrap().unwrap(), lines)
+    };
+    let (counts, lines) = export(kb.clone()).await;
+    assert_eq!(
+        (counts.entities, counts.relationships, counts.documents),
+        (5, 6, 3)
+    );
+    assert_eq!(
+        (counts.memories, counts.sources, counts.extractions),
+        (1, 1, 1)
+    );
+    assert_eq!(counts.supports, 3, "Ada's two supports and the alias's");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let chunk_line = lines.iter().find(|l| l["source_id"] == "ada.md#0").unwrap();
+    assert_eq!(
+        chunk_line["mentions"],
+        serde_json::json!(["Babbage", "Engine"])
+    );
+
+    let copy = open(true).await;
+    let report = import::import(&copy, text.as_bytes(), &Silent)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.restored.supports, 3);
+    assert_eq!(report.restored.memories, 1);
+    let (again, lines_again) = export(copy.clone()).await;
+    assert_eq!(again, counts);
+    assert_eq!(lines_again, lines, "the copy exports the same lines");
+    // The restored store answers as the first: the alias finds Ada, the memory is recalled
+    // by its owner only, and the description is Ada's.
+    let merges = copy.merges(Some("Ada"), None, 10).await.unwrap().0;
+    assert_eq!(merges[0].alias, "Countess of Lovelace");
+    let recalled = copy.memory_by_keyword("owner-a", "vault", 5).await.unwrap();
+    assert_eq!(recalled[0].memory.content, "The vault code is 4711");
+    assert!(
+        copy.memory_by_keyword("owner-b", "vault", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let described = copy.descriptions_of(&["Ada".to_string()]).await.unwrap();
+    assert_eq!(described[0].texts[0].1, "Ada wrote the first program");
+    assert!(described[0].imported);
+
+    // A reader that goes away stops the export.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let task = tokio::spawn({
+        let kb = kb.clone();
+        async move { kb.export(None, tx).await }
+    });
+    rx.recv().await.unwrap();
+    drop(rx);
+    assert!(task.await.unwrap().is_err());
+}

@@ -12,6 +12,7 @@ mod doc_examples;
 mod embedder;
 mod errors;
 mod eval;
+mod export;
 mod graph;
 mod import_cli;
 mod ingest;

@@ -18,12 +18,12 @@ const SOURCES: &str = "/data/v1/ingest/sources";
 const MERGES: &str = "/data/v1/query/graph/merges";
 
 /// A server whose one provider is `llm`, and the fixture graph (Ada, Babbage, ...).
-async fn with_model(llm: &ScriptedLlm) -> TestServer {
+pub(crate) async fn with_model(llm: &ScriptedLlm) -> TestServer {
     start(agent_config(vec![openai("model", llm, 0, 5_000)])).await
 }
 
 /// Submits `body` as JSON and waits for its job to end: the job.
-async fn ingest(t: &TestServer, body: Value) -> Value {
+pub(crate) async fn ingest(t: &TestServer, body: Value) -> Value {
     let (status, job) = t.post(SOURCES, body).await;
     assert_eq!(status, 202, "{job}");
     assert_eq!(job["status"], "queued", "{job}");
@@ -31,7 +31,7 @@ async fn ingest(t: &TestServer, body: Value) -> Value {
 }
 
 /// Polls the job until it has ended.
-async fn finished(t: &TestServer, job_id: &str) -> Value {
+pub(crate) async fn finished(t: &TestServer, job_id: &str) -> Value {
     let path = format!("/data/v1/ingest/jobs/{job_id}");
     until_ended(Duration::from_secs(30), || async {
         let (status, job) = t.get(&path).await;
@@ -41,7 +41,7 @@ async fn finished(t: &TestServer, job_id: &str) -> Value {
     .await
 }
 
-fn markdown(source_id: &str, text: &str) -> Value {
+pub(crate) fn markdown(source_id: &str, text: &str) -> Value {
     json!({
         "source": "notes",
         "source_id": source_id,
@@ -50,7 +50,7 @@ fn markdown(source_id: &str, text: &str) -> Value {
     })
 }
 
-async fn entity(t: &TestServer, name: &str) -> Value {
+pub(crate) async fn entity(t: &TestServer, name: &str) -> Value {
     let path = format!("/data/v1/query/graph/entity/{}", name.replace(' ', "%20"));
     let (status, body) = t.get(&path).await;
     assert_eq!(status, 200, "{body}");
@@ -58,7 +58,7 @@ async fn entity(t: &TestServer, name: &str) -> Value {
 }
 
 /// The (target, type) pairs of `name`'s outgoing relationships, sorted.
-async fn outgoing(t: &TestServer, name: &str) -> Vec<(String, String)> {
+pub(crate) async fn outgoing(t: &TestServer, name: &str) -> Vec<(String, String)> {
     let (status, body) = t
         .post(
             "/data/v1/query/graph",
@@ -168,7 +168,7 @@ async fn a_markdown_source_becomes_chunks_entities_and_relationships() {
 }
 
 /// `POST /data/v1/query/graph/documents` from `name`, `depth` hops: the answer.
-async fn graph_documents(t: &TestServer, name: &str, depth: u32) -> Value {
+pub(crate) async fn graph_documents(t: &TestServer, name: &str, depth: u32) -> Value {
     let (status, body) = t
         .post(
             "/data/v1/query/graph/documents",

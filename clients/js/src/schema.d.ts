@@ -4,6 +4,31 @@
  */
 
 export interface paths {
+    "/admin/v1/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Exports a workspace's whole knowledge base as NDJSON in the import format
+         *     (docs/import-format.md): entities, relationships and documents, then agent memory,
+         *     sources, the supports of what they gave and the model answers kept per chunk, and a last
+         *     `end` line with the counts. Every line is read from one transaction of the store, so the
+         *     export is one state of the workspace while writes go on; the node keeps serving. The
+         *     answer is streamed: a body without its `end` line was cut short. `kbq import` of it into
+         *     an empty store gives the same answers.
+         */
+        get: operations["admin_export"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/admin/v1/workspaces": {
         parameters: {
             query?: never;
@@ -1902,6 +1927,60 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    admin_export: {
+        parameters: {
+            query?: {
+                /** @description The workspace to export (its name); `default` when not given. */
+                workspace?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `application/x-ndjson`: one record per line, the last of kind `end` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": string;
+                };
+            };
+            /** @description `invalid_request`: `workspace` is no workspace name, or the query has another parameter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     admin_list: {
         parameters: {
             query?: never;
