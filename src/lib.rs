@@ -54,6 +54,7 @@ pub use kbq_actors::priority;
 pub mod routes;
 pub mod server;
 pub mod startup;
+pub mod telemetry;
 pub mod versions;
 pub mod workspaces;
 pub mod workspaces_cli;

@@ -396,7 +396,11 @@ fn main() -> ExitCode {
             | Command::Reindex { .. }
             | Command::Workspaces { .. }
     );
-    init_logs(&config, one_shot);
+    let traced = matches!(
+        command,
+        Command::Serve { .. } | Command::Mcp { .. } | Command::Ingest { .. }
+    );
+    let _telemetry = init_logs(&config, one_shot, traced);
     match command {
         Command::Serve { .. } => runtime.block_on(serve(config)),
         Command::Import {
@@ -427,7 +431,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logs(config: &Config, one_shot: bool) {
+/// Logs to standard error, and traces over OTLP when `traced` and export is on
+/// (kbq::telemetry): the guard returned flushes them at exit.
+fn init_logs(config: &Config, one_shot: bool, traced: bool) -> Option<kbq::telemetry::Telemetry> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // surrealkv's tree warns, when dropped outside a runtime (as a command's store is, at
     // its end), that it cannot close itself: what it holds is in its write-ahead log, which
     // the next open replays, so a command does not print it.
@@ -442,14 +451,24 @@ fn init_logs(config: &Config, one_shot: bool) {
         std::io::stderr().is_terminal(),
         std::env::var("NO_COLOR").ok().as_deref(),
     );
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colored)
         .with_writer(std::io::stderr);
-    match config.log.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    let fmt = match config.log.format {
+        LogFormat::Json => fmt.json().boxed(),
+        LogFormat::Text => fmt.boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(fmt.with_filter(filter));
+    let (otel, guard) = match traced.then(|| kbq::telemetry::layer(&config.telemetry)) {
+        Some(Ok(Some((layer, guard)))) => (Some(layer), Some(guard)),
+        Some(Err(e)) => {
+            eprintln!("kbq: {e}; traces are not exported");
+            (None, None)
+        }
+        _ => (None, None),
+    };
+    registry.with(otel).init();
+    guard
 }
 
 async fn mcp(config: Config) -> ExitCode {

@@ -37,14 +37,41 @@ pub async fn request_id(
         .and_then(accepted_id)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     req.extensions_mut().insert(RequestId(id.clone()));
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method = %req.method(),
-        path = %req.path(),
-        key = tracing::field::Empty,
-        workspace = tracing::field::Empty,
-    );
+    // With traces exported, the span is named by its route (known before routing, from
+    // the app's resource map); probes and metrics, which load balancers and scrapers call
+    // all the time, are logged but not exported (their target is left out of traces).
+    let route = crate::telemetry::enabled().then(|| {
+        req.match_pattern()
+            .unwrap_or_else(|| "unmatched".to_string())
+    });
+    let name = route
+        .as_deref()
+        .map(|r| format!("{} {r}", req.method()))
+        .unwrap_or_default();
+    macro_rules! request_span {
+        ($target:expr) => {
+            tracing::info_span!(
+                target: $target,
+                "request",
+                request_id = %id,
+                method = %req.method(),
+                path = %req.path(),
+                key = tracing::field::Empty,
+                workspace = tracing::field::Empty,
+                trace_id = tracing::field::Empty,
+                otel.name = name.as_str(),
+                otel.kind = "server",
+                http.route = route.as_deref(),
+                http.response.status_code = tracing::field::Empty,
+            )
+        };
+    }
+    let span = if matches!(req.path(), "/livez" | "/readyz" | "/metrics") {
+        request_span!("kbq::probe")
+    } else {
+        request_span!("kbq::middleware")
+    };
+    crate::telemetry::continue_trace(&span, req.headers());
     let started = Instant::now();
     let result = next.call(req).instrument(span.clone()).await;
     let mut res = match result {
@@ -65,6 +92,9 @@ pub async fn request_id(
         }
     };
     let status = res.status().as_u16();
+    if route.is_some() {
+        span.record("http.response.status_code", status);
+    }
     span.in_scope(|| {
         tracing::info!(
             status,

@@ -144,6 +144,7 @@ impl Agent {
             deps: self.deps.clone(),
             reply: tx.into(),
             events,
+            parent: tracing::Span::current(),
         };
         // The session runs on the runtime of the workers it calls, not on the caller's (an
         // HTTP worker's): each of a turn's calls (a model call, a tool call) is answered by a

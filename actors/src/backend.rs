@@ -40,6 +40,41 @@ pub struct ChatRequest {
     /// retrieves from it; `None` for a request that reads no knowledge (ingestion's). Sent
     /// nowhere.
     pub workspace: Option<kbq_tools::Workspace>,
+    /// The span of this call (the router's, one per provider tried): the worker that carries
+    /// it traces its work, retries included, under it. Sent nowhere.
+    pub span: CallSpan,
+}
+
+/// Whether spans may carry text (prompts, answers, tool arguments and results): off unless
+/// the server's `[telemetry] include_content` turns it on.
+static SPAN_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets spans carry text (see [`span_content`]).
+pub fn set_span_content(on: bool) {
+    SPAN_CONTENT.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether spans may carry text: prompts, answers, tool arguments and results.
+pub fn span_content() -> bool {
+    SPAN_CONTENT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The span a message carries to the actor that does its work, whose own spans are then
+/// its children: an actor's task does not inherit the sender's span. None by default.
+#[derive(Debug, Clone)]
+pub struct CallSpan(pub tracing::Span);
+
+impl Default for CallSpan {
+    fn default() -> Self {
+        CallSpan(tracing::Span::none())
+    }
+}
+
+impl std::ops::Deref for CallSpan {
+    type Target = tracing::Span;
+    fn deref(&self) -> &tracing::Span {
+        &self.0
+    }
 }
 
 /// The model's answer: an assistant message (content and/or tool_calls).
@@ -241,6 +276,9 @@ impl Backend for OpenAiBackend {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        request
+            .span
+            .record("gen_ai.request.model", self.model.as_str());
         let mut body = Value::Object(request.options.clone());
         body["model"] = json!(self.model);
         body["messages"] = json!(*request.messages);

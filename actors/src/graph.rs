@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use kbq_store::{
     DocumentsQuery, EntityRef, GraphDocuments, KnowledgeBase, StoreError, TraversalJson,
@@ -294,9 +295,16 @@ impl GraphPool {
         query: TraversalQuery,
     ) -> Result<TraversalJson, GraphError> {
         let kb = kb.clone();
+        let span = tracing::info_span!(
+            "graph.traverse",
+            kbq.lane = "lookup",
+            kbq.depth = query.depth,
+            kbq.limit = query.limit
+        );
         self.local_or_lane(GraphLane::Lookup, |reply| {
             GraphRequest::Traverse(kb, query, reply)
         })
+        .instrument(span)
         .await
     }
 
@@ -309,6 +317,7 @@ impl GraphPool {
         limit: usize,
     ) -> Result<Vec<EntityRef>, GraphError> {
         let kb = kb.clone();
+        let span = tracing::info_span!("graph.search", kbq.lane = "search", kbq.limit = limit);
         self.call(GraphLane::Search, |reply| GraphRequest::Search {
             kb,
             query,
@@ -316,6 +325,7 @@ impl GraphPool {
             limit,
             reply,
         })
+        .instrument(span)
         .await
     }
 
@@ -326,9 +336,11 @@ impl GraphPool {
         name: String,
     ) -> Result<Option<EntityRef>, GraphError> {
         let kb = kb.clone();
+        let span = tracing::info_span!("graph.entity", kbq.lane = "lookup");
         self.local_or_lane(GraphLane::Lookup, |reply| {
             GraphRequest::Entity(kb, name, reply)
         })
+        .instrument(span)
         .await
     }
 
@@ -339,9 +351,11 @@ impl GraphPool {
         query: DocumentsQuery,
     ) -> Result<GraphDocuments, GraphError> {
         let kb = kb.clone();
+        let span = tracing::info_span!("graph.documents", kbq.lane = "documents");
         self.local_or_lane(GraphLane::Documents, |reply| {
             GraphRequest::Documents(kb, query, reply)
         })
+        .instrument(span)
         .await
     }
 

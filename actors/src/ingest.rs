@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use kbq_ingest::provenance::{ChunkRef, Fact, SourceKey, Support, plan_delete, plan_replace};
@@ -695,7 +696,18 @@ impl IngestDeps {
         let _ = self
             .update(id, true, |v| v.status = JobStatus::Running)
             .await;
-        let outcome = self.ingest(id, &record, &source, &running.cancel).await;
+        // A job is a trace of its own: its chunks, model calls and statements are in it.
+        let span = tracing::info_span!(
+            "ingest.job",
+            otel.name = "ingest job",
+            kbq.job_id = %id,
+            kbq.source = %source.source,
+            kbq.source_id = %source.source_id,
+        );
+        let outcome = self
+            .ingest(id, &record, &source, &running.cancel)
+            .instrument(span)
+            .await;
         drop(held);
         let ended = match outcome {
             Ok(()) => self.finish(id, JobStatus::Succeeded, None).await,
@@ -1306,6 +1318,11 @@ impl IngestDeps {
             );
             extraction_request(system, user)
         };
+        let span = tracing::info_span!(
+            "ingest.chunk",
+            kbq.chunk = chunk.index,
+            kbq.chunk_bytes = chunk.text.len(),
+        );
         let extraction = self
             .ask_kept(
                 Some(id),
@@ -1314,6 +1331,7 @@ impl IngestDeps {
                 &format!("chunk {}", chunk.index),
                 kbq_ingest::extraction::validate,
             )
+            .instrument(span)
             .await?;
         let failed = u64::from(extraction.is_none());
         self.update(id, false, |v| {
@@ -1973,6 +1991,7 @@ fn structured_request(system: String, user: String, name: &str, schema: Value) -
         max_tokens: None,
         options,
         workspace: None,
+        span: Default::default(),
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use tracing::Instrument;
 
 use ractor::factory::{FactoryMessage, Job, Worker, WorkerId};
 use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -61,6 +62,8 @@ impl Worker for ProviderWorker {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let ProviderMessage::Complete(request, reply) = msg;
+        // Under the router's span for this call: its start to here is the time queued.
+        let span = tracing::info_span!(parent: &*request.span, "provider.work", kbq.provider = %state.name);
         let retry = state.retry;
         let state = &*state;
         let work = async move {
@@ -81,7 +84,7 @@ impl Worker for ProviderWorker {
         };
         // A requester that went away (a cancelled session) stops the attempt in flight and
         // every retry after it.
-        answer(reply, work).await;
+        answer(reply, work.instrument(span)).await;
         Ok(key)
     }
 }

@@ -9,6 +9,7 @@ use crate::chat::AgentError;
 use crate::health::HealthBoard;
 use crate::pool::{PoolError, PoolHandle};
 use crate::provider::ProviderMessage;
+use tracing::Instrument;
 
 /// One provider's worker pool as the router calls it.
 #[derive(Clone)]
@@ -60,12 +61,45 @@ impl ProviderRouter {
             let Some(provider) = self.providers.iter().find(|p| p.name == name) else {
                 continue;
             };
+            let span = tracing::info_span!(
+                "provider.call",
+                otel.name = %format!("chat {name}"),
+                otel.kind = "client",
+                gen_ai.operation.name = "chat",
+                gen_ai.provider.name = %name,
+                gen_ai.request.temperature = request.temperature,
+                gen_ai.request.max_tokens = request.max_tokens,
+                gen_ai.request.model = tracing::field::Empty,
+                gen_ai.response.finish_reasons = tracing::field::Empty,
+                gen_ai.usage.input_tokens = tracing::field::Empty,
+                gen_ai.usage.output_tokens = tracing::field::Empty,
+                kbq.pool.in_flight = provider.pool.in_flight(),
+                error.type = tracing::field::Empty,
+            );
             let answer = provider
                 .pool
                 .call_within(Some(timeout), |reply| {
-                    ProviderMessage::Complete(request.clone(), reply)
+                    let mut request = request.clone();
+                    request.span = crate::backend::CallSpan(span.clone());
+                    ProviderMessage::Complete(request, reply)
                 })
+                .instrument(span.clone())
                 .await;
+            match &answer {
+                Ok(Ok(answer)) => {
+                    span.record("gen_ai.usage.input_tokens", answer.usage.prompt_tokens);
+                    span.record("gen_ai.usage.output_tokens", answer.usage.completion_tokens);
+                    if let Some(reason) = &answer.finish_reason {
+                        span.record("gen_ai.response.finish_reasons", reason.as_str());
+                    }
+                }
+                Ok(Err(e)) => {
+                    span.record("error.type", tracing::field::display(e));
+                }
+                Err(e) => {
+                    span.record("error.type", tracing::field::debug(e));
+                }
+            }
             last_error = match answer {
                 Ok(Ok(answer)) => return Ok(answer),
                 // Starting or restarting: not asked, so not counted.

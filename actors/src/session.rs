@@ -18,6 +18,7 @@ use crate::chat::{
 };
 use crate::router::ProviderRouter;
 use crate::tools::{ToolPool, malformed_arguments, raw_arguments};
+use tracing::Instrument;
 
 /// The system prompt when a request gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are kbq's knowledge base assistant. Use the tools to look things up in the knowledge base and in this user's memory before answering, store facts the user asks you to remember, and answer concisely, naming the entities and documents you used.";
@@ -42,6 +43,9 @@ pub struct SessionArguments {
     pub(crate) reply: RpcReplyPort<Result<AgentReply, AgentError>>,
     /// Where a streamed turn's events go; `None` for a turn answered whole.
     pub(crate) events: Option<Events>,
+    /// The span of the request the turn answers: the session's span is its child, so that a
+    /// trace holds the whole tool loop.
+    pub(crate) parent: tracing::Span,
 }
 
 /// The sending end of a streamed turn's events.
@@ -84,6 +88,23 @@ impl Actor for ChatSessionActor {
         match message {
             SessionMessage::Run => {
                 if let Some(args) = state.args.take() {
+                    let span = tracing::info_span!(
+                        parent: &args.parent,
+                        "agent.session",
+                        otel.name = "invoke_agent kbq",
+                        gen_ai.operation.name = "invoke_agent",
+                        gen_ai.agent.name = "kbq",
+                        kbq.workspace = %args.workspace.name,
+                        kbq.steps = tracing::field::Empty,
+                        kbq.tool_calls = tracing::field::Empty,
+                        kbq.stop_reason = tracing::field::Empty,
+                        gen_ai.input.messages = tracing::field::Empty,
+                        gen_ai.output.messages = tracing::field::Empty,
+                    );
+                    let content = crate::backend::span_content();
+                    if content {
+                        span.record("gen_ai.input.messages", args.request.message.as_str());
+                    }
                     let result = run(
                         &args.deps,
                         &args.workspace,
@@ -91,7 +112,16 @@ impl Actor for ChatSessionActor {
                         args.owner,
                         args.events.as_ref(),
                     )
+                    .instrument(span.clone())
                     .await;
+                    if let Ok(reply) = &result {
+                        span.record("kbq.steps", reply.steps);
+                        span.record("kbq.tool_calls", reply.tool_calls.len());
+                        span.record("kbq.stop_reason", tracing::field::debug(&reply.stop_reason));
+                        if let (true, Some(answer)) = (content, &reply.response) {
+                            span.record("gen_ai.output.messages", answer.as_str());
+                        }
+                    }
                     let _ = args.reply.send(result);
                 }
                 myself.stop(None);
@@ -242,12 +272,39 @@ async fn run(
                     arguments: arguments.clone(),
                 })
             });
+            let span = tracing::info_span!(
+                "agent.tool",
+                otel.name = %format!("execute_tool {name}"),
+                gen_ai.operation.name = "execute_tool",
+                gen_ai.tool.name = %name,
+                gen_ai.tool.call.id = %id,
+                kbq.result_bytes = tracing::field::Empty,
+                kbq.error = tracing::field::Empty,
+                gen_ai.tool.call.arguments = tracing::field::Empty,
+                gen_ai.tool.call.result = tracing::field::Empty,
+            );
+            let content = crate::backend::span_content();
+            if content {
+                span.record("gen_ai.tool.call.arguments", raw.as_str());
+            }
             async move {
                 let began = Instant::now();
                 let result = match parsed {
-                    Some(args) => tools.call_for_model(&name, &ctx, args).await,
+                    Some(args) => {
+                        let mut ctx = ctx;
+                        ctx.span = tracing::Span::current();
+                        tools.call_for_model(&name, &ctx, args).await
+                    }
                     None => malformed_arguments(&raw),
                 };
+                let current = tracing::Span::current();
+                current.record("kbq.result_bytes", result.json().len());
+                if content {
+                    current.record("gen_ai.tool.call.result", result.json());
+                }
+                if let Some(error) = result.error() {
+                    current.record("kbq.error", error);
+                }
                 emit(&|| {
                     SessionEvent::ToolCallCompleted(ToolCallCompleted {
                         index: first + i,
@@ -262,6 +319,7 @@ async fn run(
                 });
                 (name, arguments, result)
             }
+            .instrument(span)
         });
         let done = futures::future::join_all(runs).await;
         let mut told = Vec::with_capacity(done.len());

@@ -10,6 +10,7 @@ use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::{Value, json};
 
 use crate::pool::{PoolError, PoolHandle, answer};
+use tracing::Instrument;
 
 /// Work for a tool worker.
 pub enum ToolJob {
@@ -53,7 +54,12 @@ impl Worker for ToolWorker {
         tool: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ToolJob::Call { ctx, args, reply } => answer(reply, tool.call(&ctx, &args)).await,
+            ToolJob::Call { ctx, args, reply } => {
+                // Under the session's span for this call: its start to here is the time queued.
+                let span =
+                    tracing::info_span!(parent: &ctx.span, "tool.work", kbq.tool = tool.name());
+                answer(reply, tool.call(&ctx, &args).instrument(span)).await
+            }
             #[cfg(feature = "fault-injection")]
             ToolJob::Panic => panic!("tool worker panicked on request (fault injection)"),
             #[cfg(feature = "fault-injection")]

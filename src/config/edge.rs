@@ -379,3 +379,50 @@ impl LogSection {
         Ok(())
     }
 }
+
+/// `[telemetry]`: traces exported over OTLP (docs/operations.md, "Traces"). Off unless
+/// `enabled` or an `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+/// variable is set; the standard `OTEL_*` variables win over these keys.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetrySection {
+    /// Export traces.
+    pub enabled: bool,
+    /// The OTLP/HTTP endpoint's base URL; traces go to `{endpoint}/v1/traces`.
+    pub endpoint: String,
+    /// The `service.name` of every span (`OTEL_SERVICE_NAME` wins).
+    pub service_name: String,
+    /// The share of traces kept, 0.0 to 1.0, when the caller's `traceparent` does not decide
+    /// (`OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` win).
+    pub sample_ratio: f64,
+    /// Put prompts, answers, tool arguments and results in spans. Off: spans carry sizes,
+    /// names, counts and timings, no text.
+    pub include_content: bool,
+}
+
+impl Default for TelemetrySection {
+    fn default() -> Self {
+        TelemetrySection {
+            enabled: false,
+            endpoint: "http://127.0.0.1:4318".into(),
+            service_name: "kbq".into(),
+            sample_ratio: 1.0,
+            include_content: false,
+        }
+    }
+}
+
+impl TelemetrySection {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return bad("telemetry.sample_ratio", "must be from 0.0 to 1.0");
+        }
+        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
+            return bad("telemetry.endpoint", "must be an http:// or https:// URL");
+        }
+        if self.service_name.trim().is_empty() {
+            return bad("telemetry.service_name", "must not be empty");
+        }
+        Ok(())
+    }
+}

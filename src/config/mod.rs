@@ -31,8 +31,8 @@ pub use agent::{
     AgentSection, ChatSection, DEFAULT_MODEL, HealthSection, ProviderKindName, ProviderSection,
 };
 pub use edge::{
-    AuthSection, LimitsSection, LogColor, LogFormat, LogSection, ServerConfig, VersionSection,
-    VersionStatus, is_version_name, parse_date,
+    AuthSection, LimitsSection, LogColor, LogFormat, LogSection, ServerConfig, TelemetrySection,
+    VersionSection, VersionStatus, is_version_name, parse_date,
 };
 pub use ingest::IngestSection;
 pub use store::{EmbedderKind, EmbedderSection, GraphSection, RagSection, StoreSection};
@@ -65,6 +65,8 @@ pub struct Config {
     /// API versions by path prefix (`v1`, ...).
     pub versions: BTreeMap<String, VersionSection>,
     pub log: LogSection,
+    /// Traces exported over OTLP.
+    pub telemetry: TelemetrySection,
 }
 
 impl Default for Config {
@@ -86,6 +88,7 @@ impl Default for Config {
             auth: AuthSection::default(),
             versions: BTreeMap::from([("v1".to_string(), VersionSection::v1())]),
             log: LogSection::default(),
+            telemetry: TelemetrySection::default(),
         }
     }
 }
@@ -181,6 +184,7 @@ impl Config {
         self.ingest.validate(&self.providers)?;
         self.workspaces.validate()?;
         self.auth.validate()?;
+        self.telemetry.validate()?;
         for (name, version) in &self.versions {
             version.validate(name)?;
         }

@@ -13,6 +13,8 @@ use surrealdb::engine::any::Any;
 use surrealdb::engine::local::Db;
 use surrealdb::types::{Object, QueryError, RecordId, Value};
 
+use tracing::Instrument;
+
 use crate::error::{Result, StoreError};
 use crate::model::keys;
 use crate::model::table;
@@ -246,11 +248,39 @@ pub(crate) async fn query_on(
     vars: Object,
     timeout: Duration,
 ) -> Result<surrealdb::IndexedResults> {
-    match tokio::time::timeout(timeout, db.query(sql, vars)).await {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-        Err(_) => Err(StoreError::Unavailable(format!(
-            "no answer within {timeout:?}"
-        ))),
+    let run = async move {
+        match tokio::time::timeout(timeout, db.query(sql, vars)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {timeout:?}"
+            ))),
+        }
+    };
+    // A span per statement, inside a traced request or job only: a statement of background
+    // work (the follower, a sweep) would otherwise start a trace of its own.
+    let span = tracing::debug_span!(
+        "db.query",
+        otel.name = %statement_summary(sql),
+        otel.kind = "client",
+        db.system.name = "surrealdb",
+    );
+    if span.is_disabled() || tracing::Span::current().is_none() {
+        return run.await;
     }
+    run.instrument(span).await
+}
+
+/// A statement's first words (kbq's own SurrealQL, never a value: those are bound), as a
+/// span's name.
+fn statement_summary(sql: &str) -> String {
+    let mut summary: String = sql.split_whitespace().take(4).collect::<Vec<_>>().join(" ");
+    if summary.len() > 60 {
+        let mut end = 60;
+        while !summary.is_char_boundary(end) {
+            end -= 1;
+        }
+        summary.truncate(end);
+    }
+    summary
 }

@@ -36,6 +36,7 @@ mod sources;
 mod startup;
 mod supervision;
 mod support;
+mod traces;
 mod ui;
 mod versions;
 mod workspaces;

@@ -47,6 +47,9 @@ pub struct ToolContext {
     pub extractor: Arc<EntityExtractor>,
     /// The API key's stable id. Memory is stored under it and recalled only with it.
     pub owner: String,
+    /// The span of the call (the session's tool call): the tool's work is traced under it
+    /// on whichever worker runs it.
+    pub span: tracing::Span,
 }
 
 impl ToolContext {
@@ -56,6 +59,7 @@ impl ToolContext {
             kb: workspace.kb.clone(),
             extractor: workspace.extractor.clone(),
             owner,
+            span: tracing::Span::none(),
         }
     }
 }

@@ -26,6 +26,7 @@ async fn context(owner: &str) -> ToolContext {
         extractor: Arc::new(EntityExtractor::new(kb.clone())),
         kb,
         owner: owner.into(),
+        span: tracing::Span::none(),
     }
 }
 

@@ -590,6 +590,8 @@ pub(super) fn validate(
             options,
             // The handler sets it: the request's workspace.
             workspace: None,
+            // The router sets it: the span of each provider it tries.
+            span: Default::default(),
         },
         stream,
         include_usage: req

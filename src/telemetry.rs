@@ -1,0 +1,209 @@
+//! Traces exported over OTLP (HTTP/protobuf), off by default (docs/operations.md, "Traces").
+//!
+//! kbq's `tracing` spans become OpenTelemetry spans through `tracing-opentelemetry`: the
+//! request (with the caller's W3C `traceparent` as its parent), the chat session and its tool
+//! loop, each provider call (GenAI attributes) and tool call, the graph and search work, each
+//! store statement, and an ingestion job's chunks. Export is on when `[telemetry] enabled`
+//! or when `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, as the
+//! OpenTelemetry SDKs of other languages do; the standard `OTEL_*` variables win over the
+//! `[telemetry]` keys. When it is off no layer is installed, and the spans cost what a
+//! disabled `tracing` callsite costs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::Layer;
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::config::TelemetrySection;
+
+/// Whether spans are exported (set once, at start).
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether traces are exported.
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// What the process's environment says about export (the standard variables).
+#[derive(Debug, Default, Clone)]
+pub struct Environment {
+    pub endpoint: Option<String>,
+    pub traces_endpoint: Option<String>,
+    pub service_name: Option<String>,
+    pub sampler: Option<String>,
+    pub sdk_disabled: bool,
+}
+
+impl Environment {
+    pub fn read() -> Environment {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Environment {
+            endpoint: var("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            traces_endpoint: var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+            service_name: var("OTEL_SERVICE_NAME"),
+            sampler: var("OTEL_TRACES_SAMPLER"),
+            sdk_disabled: var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+        }
+    }
+
+    /// Whether export is on: asked for by the config or by an endpoint variable, and not
+    /// turned off by `OTEL_SDK_DISABLED=true`.
+    pub fn exports(&self, config: &TelemetrySection) -> bool {
+        !self.sdk_disabled
+            && (config.enabled || self.endpoint.is_some() || self.traces_endpoint.is_some())
+    }
+
+    /// The URL spans are posted to: the traces variable as it is, the general one or the
+    /// config's endpoint with `/v1/traces` added (as the OTLP specification says).
+    pub fn traces_url(&self, config: &TelemetrySection) -> String {
+        if let Some(url) = &self.traces_endpoint {
+            return url.clone();
+        }
+        let base = self.endpoint.as_deref().unwrap_or(&config.endpoint);
+        format!("{}/v1/traces", base.trim_end_matches('/'))
+    }
+}
+
+/// The provider that exports spans; dropping it flushes what is left and stops the export.
+pub struct Telemetry {
+    provider: SdkTracerProvider,
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        if let Err(e) = self.provider.shutdown() {
+            eprintln!("kbq: traces not all exported at exit: {e}");
+        }
+    }
+}
+
+/// The layer that turns spans into OpenTelemetry spans and exports them, with the guard
+/// that flushes them at exit; `None` when export is off. Only kbq's own spans and events
+/// (and warnings of any crate) are exported: a store statement is a `debug` span.
+pub fn layer<S>(
+    config: &TelemetrySection,
+) -> Result<Option<(impl Layer<S> + Send + Sync + 'static, Telemetry)>, String>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    let env = Environment::read();
+    if !env.exports(config) {
+        return Ok(None);
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(env.traces_url(config))
+        .build()
+        .map_err(|e| format!("telemetry: the OTLP exporter cannot start: {e}"))?;
+    let mut resource = opentelemetry_sdk::Resource::builder().with_attribute(
+        opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+    );
+    if env.service_name.is_none() {
+        resource = resource.with_service_name(config.service_name.clone());
+    }
+    let mut provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource.build());
+    // The SDK reads OTEL_TRACES_SAMPLER (and its argument) itself when it is set.
+    if env.sampler.is_none() {
+        provider = provider.with_sampler(Sampler::ParentBased(Box::new(
+            Sampler::TraceIdRatioBased(config.sample_ratio),
+        )));
+    }
+    let provider = provider.build();
+    let tracer = provider.tracer("kbq");
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    ON.store(true, Ordering::Relaxed);
+    kbq_actors::backend::set_span_content(config.include_content);
+    let filter = tracing_subscriber::filter::Targets::new()
+        .with_default(tracing::Level::WARN)
+        .with_targets(
+            ["kbq", "kbq_actors", "kbq_tools", "kbq_store", "kbq_ingest"]
+                .map(|t| (t, tracing::Level::DEBUG)),
+        )
+        // Probes and /metrics (crate::middleware): logged, never exported.
+        .with_target("kbq::probe", tracing::level_filters::LevelFilter::OFF);
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_filter(filter);
+    Ok(Some((layer, Telemetry { provider })))
+}
+
+/// A request's headers as the W3C trace-context propagator reads them.
+struct Headers<'a>(&'a actix_web::http::header::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// With export on: makes the caller's `traceparent` (and `tracestate`) the parent of `span`,
+/// and records the trace id on it, so that logs name it. Nothing when export is off.
+pub fn continue_trace(span: &tracing::Span, headers: &actix_web::http::header::HeaderMap) {
+    if !enabled() {
+        return;
+    }
+    let parent = TraceContextPropagator::new().extract(&Headers(headers));
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+    let trace_id = span.context().span().span_context().trace_id();
+    span.record("trace_id", tracing::field::display(trace_id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_variable_alone_turns_export_on_and_names_the_url() {
+        let config = TelemetrySection::default();
+        let none = Environment::default();
+        assert!(!none.exports(&config));
+        assert_eq!(none.traces_url(&config), "http://127.0.0.1:4318/v1/traces");
+        let general = Environment {
+            endpoint: Some("http://collector:4318/".into()),
+            ..Environment::default()
+        };
+        assert!(general.exports(&config));
+        assert_eq!(
+            general.traces_url(&config),
+            "http://collector:4318/v1/traces"
+        );
+        let traces = Environment {
+            endpoint: Some("http://collector:4318".into()),
+            traces_endpoint: Some("http://other:9999/custom".into()),
+            ..Environment::default()
+        };
+        assert_eq!(traces.traces_url(&config), "http://other:9999/custom");
+        let disabled = Environment {
+            sdk_disabled: true,
+            ..general
+        };
+        assert!(!disabled.exports(&TelemetrySection {
+            enabled: true,
+            ..config.clone()
+        }));
+        let asked = TelemetrySection {
+            enabled: true,
+            endpoint: "https://otel.example:4318".into(),
+            ..config
+        };
+        assert!(none.exports(&asked));
+        assert_eq!(
+            none.traces_url(&asked),
+            "https://otel.example:4318/v1/traces"
+        );
+    }
+}

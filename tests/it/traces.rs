@@ -1,0 +1,287 @@
+//! Traces: `kbq serve` with `OTEL_EXPORTER_OTLP_ENDPOINT` set exports its spans over
+//! OTLP/HTTP to a receiver on loopback that decodes them with the official protobuf
+//! definitions (opentelemetry-proto). A chat's trace continues the caller's `traceparent`
+//! and holds the request, the session, each model call and each tool call, linked by their
+//! parents, with the GenAI attributes and no text of the conversation.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use prost::Message;
+use serde_json::json;
+
+use crate::scripted::{ScriptedLlm, Step};
+use crate::support::{KEY, wait_ready};
+
+/// A span as the receiver got it.
+#[derive(Debug, Clone)]
+struct Received {
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent: String,
+    attributes: HashMap<String, String>,
+    service: String,
+}
+
+/// An OTLP/HTTP receiver of traces (`POST /v1/traces`, protobuf) on 127.0.0.1.
+struct Receiver {
+    spans: Arc<Mutex<Vec<Received>>>,
+    port: u16,
+    handle: actix_web::dev::ServerHandle,
+}
+
+fn text(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match v.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(AnyValue::StringValue(s)) => s.clone(),
+        Some(AnyValue::IntValue(i)) => i.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}
+
+async fn traces(spans: web::Data<Mutex<Vec<Received>>>, body: web::Bytes) -> HttpResponse {
+    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+        return HttpResponse::BadRequest().finish();
+    };
+    let mut got = spans.lock().unwrap();
+    for resource in request.resource_spans {
+        let service = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|a| a.key == "service.name")
+            .map(|a| text(&a.value))
+            .unwrap_or_default();
+        for scope in resource.scope_spans {
+            for span in scope.spans {
+                got.push(Received {
+                    name: span.name.clone(),
+                    trace_id: hex::encode(&span.trace_id),
+                    span_id: hex::encode(&span.span_id),
+                    parent: hex::encode(&span.parent_span_id),
+                    attributes: span
+                        .attributes
+                        .iter()
+                        .map(|a| (a.key.clone(), text(&a.value)))
+                        .collect(),
+                    service: service.clone(),
+                });
+            }
+        }
+    }
+    // The empty answer of a full success.
+    HttpResponse::Ok()
+        .content_type("application/x-protobuf")
+        .finish()
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let spans: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let data = web::Data::from(spans.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(web::PayloadConfig::new(64 << 20))
+                .route("/v1/traces", web::post().to(traces))
+        })
+        .workers(1)
+        .bind("127.0.0.1:0")
+        .unwrap();
+        let port = server.addrs()[0].port();
+        let server = server.run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Receiver {
+            spans,
+            port,
+            handle,
+        }
+    }
+
+    fn spans(&self) -> Vec<Received> {
+        self.spans.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
+    let receiver = Receiver::start().await;
+    let llm = ScriptedLlm::start().await;
+    llm.push(Step::ToolCalls(vec![(
+        "KnowledgeGraphTool".into(),
+        json!({"entity": "Alan Turing", "depth": 1}),
+    )]));
+    llm.push(Step::Answer("Turing worked at Bletchley Park.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kbq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 0\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            "mem://",
+        ])
+        .env("KBQ_CONFIG", &config)
+        .env("KBQ_API_KEYS", KEY)
+        .env("KBQ_DATA_DIR", dir.path())
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", receiver.port),
+        )
+        .env("OTEL_SERVICE_NAME", "kbq-under-test")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("RUST_LOG", "info")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_TRACES_SAMPLER")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_ready(port).await;
+
+    // The caller's trace, which kbq continues.
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let message = "Where did Alan Turing work? secret-marker-7731";
+    let res = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/agent/chat"))
+        .bearer_auth(KEY)
+        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let request_id = res.headers()["x-request-id"].to_str().unwrap().to_string();
+    let chat: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(
+        chat["tool_calls"][0]["tool"], "KnowledgeGraphTool",
+        "{chat}"
+    );
+
+    // The batch goes out within its 100 ms delay.
+    let complete = crate::support::eventually(Duration::from_secs(15), || async {
+        let spans = receiver.spans();
+        spans.iter().any(|s| s.name == "POST /v1/agent/chat")
+            && spans.iter().filter(|s| s.name == "chat model").count() == 2
+            && spans
+                .iter()
+                .any(|s| s.name == "execute_tool KnowledgeGraphTool")
+    })
+    .await;
+    let spans: Vec<Received> = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.trace_id == trace_id)
+        .collect();
+    let names: Vec<(String, String, String)> = receiver
+        .spans()
+        .into_iter()
+        .map(|s| (s.name, s.span_id, s.parent))
+        .collect();
+    assert!(complete, "spans received: {names:?}");
+    let one = |name: &str| -> Received {
+        let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
+        assert_eq!(found.len(), 1, "{name} in {spans:#?}");
+        found[0].clone()
+    };
+    let children = |parent: &Received, name: &str| -> Vec<Received> {
+        spans
+            .iter()
+            .filter(|s| s.parent == parent.span_id && s.name == name)
+            .cloned()
+            .collect()
+    };
+
+    let request = one("POST /v1/agent/chat");
+    assert_eq!(
+        request.parent, caller_span,
+        "the caller's span is the parent"
+    );
+    assert_eq!(request.service, "kbq-under-test");
+    assert_eq!(request.attributes["http.route"], "/v1/agent/chat");
+    assert_eq!(request.attributes["http.response.status_code"], "200");
+    assert_eq!(request.attributes["request_id"], request_id);
+
+    let session = one("invoke_agent kbq");
+    assert_eq!(session.parent, request.span_id);
+    assert_eq!(session.attributes["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(session.attributes["kbq.steps"], "2");
+    assert_eq!(session.attributes["kbq.tool_calls"], "1");
+
+    let calls = children(&session, "chat model");
+    assert_eq!(calls.len(), 2, "one model call per step: {spans:#?}");
+    for call in &calls {
+        assert_eq!(call.attributes["gen_ai.operation.name"], "chat");
+        assert_eq!(call.attributes["gen_ai.provider.name"], "model");
+        assert_eq!(call.attributes["gen_ai.request.model"], "scripted-model");
+        assert!(
+            call.attributes["gen_ai.usage.input_tokens"]
+                .parse::<u64>()
+                .unwrap()
+                > 0
+        );
+        assert!(call.attributes.contains_key("gen_ai.usage.output_tokens"));
+        assert_eq!(children(call, "provider.work").len(), 1, "{spans:#?}");
+    }
+    let reasons: Vec<&str> = calls
+        .iter()
+        .map(|c| c.attributes["gen_ai.response.finish_reasons"].as_str())
+        .collect();
+    assert!(
+        reasons.contains(&"tool_calls") && reasons.contains(&"stop"),
+        "{reasons:?}"
+    );
+
+    let tool = one("execute_tool KnowledgeGraphTool");
+    assert_eq!(tool.parent, session.span_id);
+    assert_eq!(tool.attributes["gen_ai.tool.name"], "KnowledgeGraphTool");
+    assert!(tool.attributes["kbq.result_bytes"].parse::<u64>().unwrap() > 10);
+    assert_eq!(children(&tool, "tool.work").len(), 1, "{spans:#?}");
+
+    // No text of the conversation, unless `include_content` asks for it.
+    for span in receiver.spans() {
+        for (key, value) in &span.attributes {
+            assert!(
+                !value.contains("secret-marker-7731") && !value.contains("Bletchley"),
+                "{} {key} holds the conversation: {value}",
+                span.name
+            );
+        }
+    }
+
+    // The request's log lines name the trace.
+    let _ = child.start_kill();
+    let out = child.wait_with_output().await.unwrap();
+    let logs = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        logs.lines()
+            .any(|l| l.contains(&request_id) && l.contains(&format!("trace_id={trace_id}"))),
+        "{logs}"
+    );
+    receiver.handle.stop(false).await;
+    llm.stop().await;
+}
