@@ -13,6 +13,7 @@
 //! opened here the first time a request needs it: its knowledge base shares the store's
 //! connection and builds its own indexes.
 
+use futures::FutureExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -192,7 +193,13 @@ struct Open {
     /// The task that follows other nodes' writes to the workspace (a shared server), aborted
     /// when the workspace is closed here.
     follower: parking_lot::Mutex<Option<tokio_util::task::AbortOnDropHandle<()>>>,
+    /// The opening under way, if one is: what the requests that wait for it share.
+    opening: parking_lot::Mutex<Option<Opening>>,
 }
+
+/// An opening under way, shared by the requests that wait for it.
+type Opening =
+    futures::future::Shared<futures::future::BoxFuture<'static, Result<Workspace, ApiError>>>;
 
 /// The workspaces of this node: `default`, and those opened since start-up.
 pub struct Workspaces {
@@ -295,43 +302,83 @@ impl Workspaces {
             .await?
     }
 
-    /// [`get`](Self::get)'s slow path: the registry read, and the opening.
-    async fn load(&self, name: &str) -> Result<Workspace, ApiError> {
+    /// [`get`](Self::get)'s slow path: the registry read, and the wait for the opening,
+    /// which goes on when the wait times out (see [`opening`](Self::opening)).
+    async fn load(self: &Arc<Self>, name: &str) -> Result<Workspace, ApiError> {
         let open = self.open(name).await?;
         self.touch(&open);
-        let opening = open.workspace.get_or_try_init(|| async {
-            let kb = self.registry().workspace_kb(&open.database);
-            if self.follow {
-                kb.follow_changes_from_start();
-            }
-            let timeout = self.keeping.open_timeout;
-            tokio::time::timeout(timeout, kb.connect(&kbq_store::progress::Silent))
-                .await
-                .map_err(|_| {
-                    ApiError::new(
-                        ErrorCode::ServiceUnavailable,
-                        format!(
-                            "the workspace `{name}` is still opening (building its indexes); retry later"
-                        ),
-                    )
-                })?
-                .map_err(ApiError::from)?;
-            if self.follow {
-                let (task, _) = kb.follow_changes();
-                *open.follower.lock() = Some(tokio_util::task::AbortOnDropHandle::new(task));
-            }
-            let ingestor = self
-                .ingestors
-                .start(kb.clone())
-                .await
-                .map_err(crate::routes::sources::ingest_error)?;
-            Ok::<_, ApiError>(Workspace {
-                knowledge: kbq_tools::Workspace::new(name, kb),
-                ingestor,
-                quota: self.keeping.quota,
+        if let Some(workspace) = open.workspace.get() {
+            return Ok(workspace.clone());
+        }
+        let opening = self.opening(&open, name);
+        tokio::time::timeout(self.keeping.open_timeout, opening)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ApiError::new(
+                    ErrorCode::ServiceUnavailable,
+                    format!(
+                        "the workspace `{name}` is still opening (building its indexes); retry later"
+                    ),
+                ))
             })
+    }
+
+    /// The opening of `open`'s workspace: one task on the main runtime however many requests
+    /// wait for it. A request that stops waiting (its timeout) leaves it running, and a later
+    /// one finds the workspace open; an opening that fails is forgotten, so the next request
+    /// tries again.
+    fn opening(self: &Arc<Self>, open: &Arc<Open>, name: &str) -> Opening {
+        let mut slot = open.opening.lock();
+        if let Some(opening) = &*slot {
+            return opening.clone();
+        }
+        let (this, of, name) = (self.clone(), open.clone(), name.to_string());
+        // The slot is held until the task is recorded in it: the task clears it when it
+        // ends, which is after that.
+        let task = self.offload.0.spawn(async move {
+            let opened = this.build(&of, &name).await;
+            if let Ok(workspace) = &opened {
+                let _ = of.workspace.set(workspace.clone());
+            }
+            *of.opening.lock() = None;
+            opened
         });
-        opening.await.cloned()
+        let opening = async move {
+            task.await.unwrap_or_else(|e| {
+                Err(ApiError::new(
+                    ErrorCode::Internal,
+                    format!("opening the workspace stopped: {e}"),
+                ))
+            })
+        }
+        .boxed()
+        .shared();
+        *slot = Some(opening.clone());
+        opening
+    }
+
+    /// Opens `open`'s workspace: its knowledge base connected and its indexes built, the
+    /// follower of other nodes' writes, and its ingestion.
+    async fn build(&self, open: &Open, name: &str) -> Result<Workspace, ApiError> {
+        let kb = self.registry().workspace_kb(&open.database);
+        if self.follow {
+            kb.follow_changes_from_start();
+        }
+        kb.connect(&kbq_store::progress::Silent).await?;
+        if self.follow {
+            let (task, _) = kb.follow_changes();
+            *open.follower.lock() = Some(tokio_util::task::AbortOnDropHandle::new(task));
+        }
+        let ingestor = self
+            .ingestors
+            .start(kb.clone())
+            .await
+            .map_err(crate::routes::sources::ingest_error)?;
+        Ok(Workspace {
+            knowledge: kbq_tools::Workspace::new(name, kb),
+            ingestor,
+            quota: self.keeping.quota,
+        })
     }
 
     /// The open record of `name`, checked against the registry when it was last checked more
@@ -532,6 +579,7 @@ impl From<&WorkspaceRecord> for Open {
             checked: parking_lot::Mutex::new(Instant::now()),
             last_used: AtomicU64::new(0),
             follower: parking_lot::Mutex::new(None),
+            opening: parking_lot::Mutex::new(None),
         }
     }
 }

@@ -1743,3 +1743,59 @@ async fn a_requests_log_lines_name_no_other_workspace() {
         }
     }
 }
+
+/// A request that stops waiting for its workspace to open (`open_timeout_secs`; 0: at once)
+/// gets a 503 that says so, and the opening goes on without it: a later request finds the
+/// workspace open, with its data. (Cancelling the opening with the request left a workspace
+/// slower to open than the timeout closed for ever.)
+#[tokio::test]
+async fn a_request_that_stops_waiting_leaves_its_workspace_opening() {
+    use std::time::Duration;
+
+    let mut config = crate::support::test_config();
+    config.workspaces.open_timeout_secs = 0;
+    config.workspaces.idle_close_secs = 1;
+    let t = TestServer::start_with(
+        config,
+        std::sync::Arc::new(kbq::versions::SystemClock),
+        true,
+    )
+    .await;
+    let alpha = workspace_with_key(&t, "alpha").await;
+    let still_opening = |s: StatusCode, body: &Value| {
+        assert_eq!(s, 503, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("still opening"), "{body}");
+    };
+    let stats = "/data/v1/query/graph/stats";
+    let (s, body) = call_as(&t, &alpha, None, Method::GET, stats, None).await;
+    still_opening(s, &body);
+    let opened = crate::support::eventually(Duration::from_secs(20), || async {
+        call_as(&t, &alpha, None, Method::GET, stats, None).await.0 == 200
+    })
+    .await;
+    assert!(
+        opened,
+        "the opening went on after its request stopped waiting"
+    );
+    fill(&t, &alpha, "alpha").await;
+    // Closed once idle; the next request opens it again, and a later one finds its data.
+    let closed = crate::support::eventually(Duration::from_secs(20), || async {
+        t.get("/admin/v1/workspaces/alpha").await.1["loaded"] == false
+    })
+    .await;
+    assert!(closed);
+    let path = format!(
+        "/data/v1/query/graph/entity/{}",
+        marker("alpha").replace(' ', "%20")
+    );
+    let (s, body) = call_as(&t, &alpha, None, Method::GET, &path, None).await;
+    still_opening(s, &body);
+    let found = crate::support::eventually(Duration::from_secs(20), || async {
+        let (s, found) = call_as(&t, &alpha, None, Method::GET, &path, None).await;
+        s == 200 && found["name"] == marker("alpha").as_str()
+    })
+    .await;
+    assert!(found, "opened again, with its data");
+    t.stop().await;
+}
