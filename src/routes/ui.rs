@@ -72,9 +72,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// `/ui` without the slash would break the page's relative links.
 async fn to_page() -> HttpResponse {
-    HttpResponse::PermanentRedirect()
-        .insert_header((header::LOCATION, PATH))
-        .finish()
+    let mut res = HttpResponse::PermanentRedirect();
+    res.insert_header((header::LOCATION, PATH));
+    page_headers(&mut res).finish()
+}
+
+/// The headers every answer under `/ui` carries, a file's or not (docs/ui.md, "Headers").
+fn page_headers(res: &mut actix_web::HttpResponseBuilder) -> &mut actix_web::HttpResponseBuilder {
+    res.insert_header((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+        .insert_header((header::REFERRER_POLICY, "no-referrer"))
+        .insert_header(("Cross-Origin-Opener-Policy", "same-origin"))
 }
 
 /// Each file's entity tag: its content's hash, so that a browser asks again cheaply and an
@@ -96,10 +105,16 @@ fn etags() -> &'static [String] {
 async fn file(req: HttpRequest, path: web::Path<String>) -> HttpResponse {
     let wanted = path.into_inner();
     let Some(i) = FILES.iter().position(|(name, _, _)| *name == wanted) else {
-        return actix_web::ResponseError::error_response(&crate::error::ApiError::new(
+        let mut res = actix_web::ResponseError::error_response(&crate::error::ApiError::new(
             crate::error::ErrorCode::NotFound,
             format!("the page has no file `{wanted}`"),
         ));
+        let mut headers = HttpResponse::NotFound();
+        page_headers(&mut headers);
+        for (name, value) in headers.finish().headers() {
+            res.headers_mut().insert(name.clone(), value.clone());
+        }
+        return res;
     };
     let (_, content_type, bytes) = FILES[i];
     let etag = &etags()[i];
@@ -116,12 +131,8 @@ async fn file(req: HttpRequest, path: web::Path<String>) -> HttpResponse {
     res.insert_header((header::CONTENT_TYPE, content_type))
         .insert_header((header::ETAG, etag.as_str()))
         // Asked again each time, answered 304 while unchanged.
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
-        .insert_header((header::REFERRER_POLICY, "no-referrer"))
-        .insert_header(("Cross-Origin-Opener-Policy", "same-origin"));
+        .insert_header((header::CACHE_CONTROL, "no-cache"));
+    page_headers(&mut res);
     if unchanged {
         res.finish()
     } else {

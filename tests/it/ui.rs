@@ -106,10 +106,19 @@ async fn the_page_and_its_files_are_served_with_the_headers_a_page_needs() {
     let res = client.get(t.url("/ui")).send().await.unwrap();
     assert_eq!(res.status(), 308);
     assert_eq!(res.headers()["location"], "/ui/");
-    let (status, _, body) =
+    assert_eq!(
+        res.headers()["content-security-policy"],
+        csp,
+        "the redirect's"
+    );
+    assert_eq!(res.headers()["x-content-type-options"], "nosniff");
+    let (status, headers, body) =
         crate::support::read(client.get(t.url("/ui/nope.js")).send().await.unwrap()).await;
     assert_eq!(status, 404);
     crate::support::assert_error(&body, "not_found", None);
+    assert_eq!(headers["content-security-policy"], csp, "the 404's");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(headers["x-frame-options"], "DENY");
     // The OpenAPI document names the page in its description, not in its paths.
     let (_, doc) = t.get("/openapi.json").await;
     assert!(
