@@ -122,7 +122,9 @@ where
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     ON.store(true, Ordering::Relaxed);
     kbq_actors::backend::set_span_content(config.include_content);
-    let filter = tracing_subscriber::filter::Targets::new()
+    // kbq's spans (statements are `debug`), and only warnings and errors among events: an
+    // `info` event (each request's "request done") would be a span event on every request.
+    let spans = tracing_subscriber::filter::Targets::new()
         .with_default(tracing::Level::WARN)
         .with_targets(
             ["kbq", "kbq_actors", "kbq_tools", "kbq_store", "kbq_ingest"]
@@ -130,8 +132,21 @@ where
         )
         // Probes and /metrics (crate::middleware): logged, never exported.
         .with_target("kbq::probe", tracing::level_filters::LevelFilter::OFF);
+    let filter = tracing_subscriber::filter::filter_fn(move |meta| {
+        if meta.is_event() {
+            *meta.level() <= tracing::Level::WARN && spans.would_enable(meta.target(), meta.level())
+        } else {
+            spans.would_enable(meta.target(), meta.level())
+        }
+    });
+    // No per-span timing of idle and busy time, thread or source location: each is work on
+    // every span that a trace reader does not need (the span's own times remain).
     let layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_tracked_inactivity(false)
+        .with_threads(false)
+        .with_location(false)
+        .with_target(false)
         .with_filter(filter);
     Ok(Some((layer, Telemetry { provider })))
 }

@@ -2,7 +2,6 @@
 //! format, and `kbq import` of that into an empty store gives the same answers, provenance
 //! and memory included.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use kbq_store::import::{self, Silent};
@@ -10,6 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::agent::{agent_config, openai};
+use crate::import_cli::kbq;
 use crate::scripted::{ScriptedLlm, Step};
 use crate::sources::{entity, graph_documents, ingest, markdown, outgoing, with_model};
 use crate::support::{KEY, TestServer};
@@ -227,14 +227,6 @@ async fn an_export_names_its_workspace_in_the_query() {
         );
     }
     t.stop().await;
-}
-
-fn kbq(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .args(args)
-        .env_remove("KBQ_CONFIG")
-        .output()
-        .expect("kbq runs")
 }
 
 fn ok(out: &std::process::Output) -> String {

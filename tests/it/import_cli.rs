@@ -2,7 +2,8 @@
 
 use std::process::Command;
 
-fn kbq(args: &[&str]) -> std::process::Output {
+/// Runs `kbq` with `args`, without a `KBQ_CONFIG` from the environment.
+pub(crate) fn kbq(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kbq"))
         .args(args)
         .env_remove("KBQ_CONFIG")

@@ -15,7 +15,7 @@ use prost::Message;
 use serde_json::json;
 
 use crate::scripted::{ScriptedLlm, Step};
-use crate::support::{KEY, wait_ready};
+use crate::support::{KEY, ServeProcess};
 
 /// A span as the receiver got it.
 #[derive(Debug, Clone)]
@@ -130,37 +130,21 @@ async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
         ),
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--store",
-            "mem://",
-        ])
-        .env("KBQ_CONFIG", &config)
-        .env("KBQ_API_KEYS", KEY)
-        .env("KBQ_DATA_DIR", dir.path())
-        .env(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://127.0.0.1:{}", receiver.port),
-        )
-        .env("OTEL_SERVICE_NAME", "kbq-under-test")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("RUST_LOG", "info")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_TRACES_SAMPLER")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    wait_ready(port).await;
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let config = config.to_str().unwrap();
+    let serve = ServeProcess::start(
+        &[
+            ("KBQ_CONFIG", config),
+            ("KBQ_API_KEYS", KEY),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "kbq-under-test"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("RUST_LOG", "info"),
+        ],
+        std::process::Stdio::piped(),
+    )
+    .await;
+    let (mut child, port) = (serve.child, serve.port);
 
     // The caller's trace, which kbq continues.
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
