@@ -149,11 +149,18 @@ pub struct KnowledgeBase {
     /// [`workspace_kb`](Self::workspace_kb): its connection is a session on the parent's, and
     /// the registry of workspaces is the parent's. Always a knowledge base without a parent.
     parent: Option<Arc<KnowledgeBase>>,
+    /// When a statement last found the store unreachable (see [`guarded`](Self::guarded));
+    /// `None` while it answers. A workspace's knowledge base uses its parent's.
+    unreachable: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
 /// waiting out its own attempt.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
+
+/// How long a statement waits for the store's health once the store was found unreachable
+/// (see [`KnowledgeBase::guarded`]).
+pub const RECHECK_UNREACHABLE: Duration = Duration::from_secs(1);
 
 impl KnowledgeBase {
     /// Creates the knowledge base and tries to connect once. An unreachable database is not an
@@ -230,6 +237,7 @@ impl KnowledgeBase {
             generation: std::sync::atomic::AtomicU64::new(0),
             first_subscription: parking_lot::Mutex::new(Default::default()),
             parent,
+            unreachable: parking_lot::Mutex::new(None),
         })
     }
 
@@ -457,7 +465,42 @@ impl KnowledgeBase {
     }
 
     pub(crate) async fn exec_on(&self, c: &Connected, sql: &str, vars: Object) -> Result<()> {
-        crate::db::write_on(&c.db, sql, vars, self.config.query_timeout).await
+        self.guarded(
+            c,
+            crate::db::write_on(&c.db, sql, vars, self.config.query_timeout),
+        )
+        .await
+    }
+
+    /// Runs `statement` unless the store is known to be unreachable: once a statement has
+    /// found it so (no answer within `query_timeout`, or the connection gone), each later one
+    /// first asks the store's health for at most [`RECHECK_UNREACHABLE`], and fails at once
+    /// with 503 if it does not answer. The SDK holds statements sent while it reconnects until
+    /// it has reconnected, so without this every request during an outage would wait its
+    /// whole `query_timeout`, once per statement.
+    pub(crate) async fn guarded<T>(
+        &self,
+        c: &Connected,
+        statement: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let state = self.parent.as_deref().unwrap_or(self);
+        let since = *state.unreachable.lock();
+        if let Some(since) = since {
+            match tokio::time::timeout(RECHECK_UNREACHABLE, c.db.health()).await {
+                Ok(Ok(())) => *state.unreachable.lock() = None,
+                _ => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the store has not answered for {:.1} s",
+                        since.elapsed().as_secs_f64()
+                    )));
+                }
+            }
+        }
+        let answer = statement.await;
+        if matches!(answer, Err(StoreError::Unavailable(_))) {
+            state.unreachable.lock().get_or_insert_with(Instant::now);
+        }
+        answer
     }
 
     pub(crate) async fn run_on<T: DeserializeOwned>(
@@ -478,7 +521,7 @@ impl KnowledgeBase {
         vars: Object,
         timeout: Duration,
     ) -> Result<Vec<T>> {
-        let mut resp = query_on(&c.db, sql, vars, timeout).await?;
+        let mut resp = self.guarded(c, query_on(&c.db, sql, vars, timeout)).await?;
         let last = resp.num_statements().saturating_sub(1);
         let rows: Vec<Json> = resp
             .take(last)
@@ -492,7 +535,8 @@ impl KnowledgeBase {
         sql: &str,
         vars: Object,
     ) -> Result<surrealdb::IndexedResults> {
-        query_on(&c.db, sql, vars, self.config.query_timeout).await
+        self.guarded(c, query_on(&c.db, sql, vars, self.config.query_timeout))
+            .await
     }
 
     pub(crate) async fn run<T: DeserializeOwned>(&self, sql: &str, vars: Object) -> Result<Vec<T>> {
