@@ -160,7 +160,7 @@ const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
 /// How long a statement waits for the store's health once the store was found unreachable
 /// (see [`KnowledgeBase::guarded`]).
-pub const RECHECK_UNREACHABLE: Duration = Duration::from_secs(1);
+pub(crate) const RECHECK_UNREACHABLE: Duration = Duration::from_secs(1);
 
 impl KnowledgeBase {
     /// Creates the knowledge base and tries to connect once. An unreachable database is not an
