@@ -11,8 +11,8 @@ use surrealdb::types::{RecordId, SurrealValue, Value};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::db::{
-    Connected, RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, relationship_record_id, row,
-    vector_bytes, write_on,
+    RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, relationship_record_id, row, vector_bytes,
+    write_on,
 };
 use crate::doc_index::DocEntry;
 use crate::embed::Embedder;
@@ -176,7 +176,7 @@ impl KnowledgeBase {
         sql: &str,
         items: &[T],
         build: F,
-        written: impl FnMut(X),
+        mut written: impl FnMut(X),
     ) -> Result<()>
     where
         T: Clone + Send + 'static,
@@ -186,53 +186,37 @@ impl KnowledgeBase {
     {
         let c = self.connection().await?;
         // Guarded as one statement: its parts run on tasks of their own.
-        self.guarded(&c, self.pipeline(&c, sql, items, build, written))
-            .await
-    }
-
-    /// [`insert_pipelined`](Self::insert_pipelined)'s statements, on `c`.
-    async fn pipeline<T, X, F, Fut>(
-        &self,
-        c: &Connected,
-        sql: &str,
-        items: &[T],
-        build: F,
-        mut written: impl FnMut(X),
-    ) -> Result<()>
-    where
-        T: Clone + Send + 'static,
-        X: Send + 'static,
-        F: Fn(Vec<T>) -> Fut,
-        Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
-    {
-        let sql: Arc<str> = Arc::from(sql);
-        let mut chunks = items.chunks(INSERT_ROWS);
-        let mut in_flight = std::collections::VecDeque::new();
-        loop {
-            while in_flight.len() < writers() {
-                let Some(chunk) = chunks.next() else { break };
-                let rows = build(chunk.to_vec());
-                let db = c.db.clone();
-                let sql = sql.clone();
-                let timeout = self.config().query_timeout;
-                // Aborted when dropped: a write whose caller has gone stops with it, rather
-                // than landing in the database after the caller stopped updating the indexes.
-                in_flight.push_back(AbortOnDropHandle::new(tokio::spawn(async move {
-                    let (rows, extra) = rows.await?;
-                    let vars = obj([("rows", rows.into_value())]);
-                    write_on(&db, &sql, vars, timeout).await?;
-                    Ok::<X, StoreError>(extra)
-                })));
+        self.guarded(&c, async {
+            let sql: Arc<str> = Arc::from(sql);
+            let mut chunks = items.chunks(INSERT_ROWS);
+            let mut in_flight = std::collections::VecDeque::new();
+            loop {
+                while in_flight.len() < writers() {
+                    let Some(chunk) = chunks.next() else { break };
+                    let rows = build(chunk.to_vec());
+                    let db = c.db.clone();
+                    let sql = sql.clone();
+                    let timeout = self.config().query_timeout;
+                    // Aborted when dropped: a write whose caller has gone stops with it, rather
+                    // than landing in the database after the caller stopped updating the indexes.
+                    in_flight.push_back(AbortOnDropHandle::new(tokio::spawn(async move {
+                        let (rows, extra) = rows.await?;
+                        let vars = obj([("rows", rows.into_value())]);
+                        write_on(&db, &sql, vars, timeout).await?;
+                        Ok::<X, StoreError>(extra)
+                    })));
+                }
+                let Some(task) = in_flight.pop_front() else {
+                    return Ok(());
+                };
+                match task.await {
+                    Ok(Ok(extra)) => written(extra),
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => return Err(StoreError::Query(format!("writing rows failed: {e}"))),
+                }
             }
-            let Some(task) = in_flight.pop_front() else {
-                return Ok(());
-            };
-            match task.await {
-                Ok(Ok(extra)) => written(extra),
-                Ok(Err(e)) => return Err(e),
-                Err(e) => return Err(StoreError::Query(format!("writing rows failed: {e}"))),
-            }
-        }
+        })
+        .await
     }
 
     /// Deletes an entity, every relationship touching it, and the link of its documents to it
