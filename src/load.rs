@@ -265,13 +265,15 @@ async fn client(
         {
             break;
         }
-        let status = send(requests.request(&http, route, &mut rng)).await;
+        let (request, drawn) = requests.request(&http, route, &mut rng);
+        let status = send(request).await;
         let answered = Instant::now();
         let tally = &mut tallies[slot];
         if measured {
             tally.outcomes.push(Outcome {
                 status,
                 latency: answered - sent,
+                drawn,
             });
         }
         if shared.counts(only.is_none().then_some(slot), answered) {
@@ -421,7 +423,14 @@ pub async fn run(o: LoadOptions) -> Result<LoadReport, String> {
         .enumerate()
         .filter(|(_, ((_, _, clients), _))| *clients > 0)
         .map(|(slot, ((route, kind, clients), mine))| {
-            RouteReport::summarize(route, kind, clients, mine, measured_s(slot))
+            // A dedicated client's requests are its own `Requests`' (`--dedicated-url`).
+            let requests = match (kind, &shared.dedicated_requests) {
+                (Clients::Dedicated, Some(r)) => r,
+                _ => &shared.requests,
+            };
+            RouteReport::summarize(route, kind, clients, mine, measured_s(slot), |d| {
+                requests.describe(route, d)
+            })
         })
         .collect();
     Ok(LoadReport::new(&o, asked, elapsed, routes))

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::requests::Drawn;
 use super::{LoadOptions, Route};
 
 /// Which clients sent a route's requests: a probe's latency measured by its own client is
@@ -26,6 +27,18 @@ pub enum Clients {
 pub struct Outcome {
     pub status: Option<u16>,
     pub latency: Duration,
+    /// Which request it was.
+    pub drawn: Drawn,
+}
+
+/// The slowest request of a route in the measured window, named so that it can be sent again.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Slowest {
+    pub ms: f64,
+    /// Its status; `None`: no response (a transport failure).
+    pub status: Option<u16>,
+    /// The method, path and body ([`Requests::describe`](super::requests::Requests::describe)).
+    pub request: String,
 }
 
 /// What the clients saw of one route in the measured window.
@@ -69,17 +82,20 @@ pub struct RouteReport {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+    /// The request that took `max_ms`; `None` when none was measured.
+    pub slowest: Option<Slowest>,
 }
 
 impl RouteReport {
     /// Summarizes `tally` (its outcomes in any order; sorted here by latency) over `elapsed_s`
-    /// measured seconds.
+    /// measured seconds; `describe` names the slowest request.
     pub fn summarize(
         route: Route,
         clients: Clients,
         concurrency: usize,
         tally: &mut Tally,
         elapsed_s: f64,
+        describe: impl Fn(Drawn) -> String,
     ) -> RouteReport {
         let outcomes = &mut tally.outcomes;
         outcomes.sort_unstable_by_key(|o| o.latency);
@@ -109,6 +125,11 @@ impl RouteReport {
             max_ms: outcomes
                 .last()
                 .map_or(0.0, |o| o.latency.as_secs_f64() * 1e3),
+            slowest: outcomes.last().map(|o| Slowest {
+                ms: o.latency.as_secs_f64() * 1e3,
+                status: o.status,
+                request: describe(o.drawn),
+            }),
         }
     }
 }
@@ -256,6 +277,29 @@ impl LoadReport {
                 r.max_ms
             ));
         }
+        // Each route's slowest request, to send again by hand.
+        let slowest: Vec<String> = (self.routes.iter())
+            .filter_map(|r| {
+                let s = r.slowest.as_ref()?;
+                let status = s
+                    .status
+                    .map_or("no response".to_string(), |c| c.to_string());
+                let clients = match r.clients {
+                    Clients::Mix => "mix",
+                    Clients::Dedicated => "dedicated",
+                };
+                Some(format!(
+                    "- {} ({clients}): {:.2} ms, {status}: {}\n",
+                    r.route.name(),
+                    s.ms,
+                    s.request
+                ))
+            })
+            .collect();
+        if !slowest.is_empty() {
+            out.push_str("\nThe slowest request of each route:\n");
+            out.extend(slowest);
+        }
         out
     }
 }
@@ -264,14 +308,20 @@ impl LoadReport {
 mod tests {
     use std::time::Duration;
 
-    use super::{Clients, LoadReport, Outcome, Route, RouteReport, Tally};
+    use super::{Clients, Drawn, LoadReport, Outcome, Route, RouteReport, Tally};
     use crate::load::LoadOptions;
 
     fn outcome(status: Option<u16>, ms: u64) -> Outcome {
         Outcome {
             status,
             latency: Duration::from_millis(ms),
+            drawn: Drawn::default(),
         }
+    }
+
+    /// Names every request by a fixed text: which one is the slowest is the tests' question.
+    fn named(_: Drawn) -> String {
+        "POST /data/v1/query/graph {}".to_string()
     }
 
     /// A tally whose every outcome was answered within the window.
@@ -290,7 +340,7 @@ mod tests {
                 .map(|i| outcome(Some(200), (i * 7919) % 1000 + 1))
                 .collect(),
         );
-        let r = RouteReport::summarize(Route::Traverse, Clients::Mix, 4, &mut t, 2.0);
+        let r = RouteReport::summarize(Route::Traverse, Clients::Mix, 4, &mut t, 2.0, named);
         assert_eq!(r.requests, 1000);
         assert_eq!((r.errors, r.shed), (0, 0));
         assert_eq!(r.throughput_per_s, 500.0);
@@ -313,8 +363,12 @@ mod tests {
             outcome(Some(429), 1),
             outcome(None, 60_000),
         ]);
-        let r = RouteReport::summarize(Route::Livez, Clients::Dedicated, 1, &mut t, 1.0);
+        let r = RouteReport::summarize(Route::Livez, Clients::Dedicated, 1, &mut t, 1.0, named);
         assert_eq!((r.requests, r.errors, r.shed), (6, 4, 2));
+        // The slowest is the transport failure, named with no status.
+        let slowest = r.slowest.as_ref().unwrap();
+        assert_eq!((slowest.ms, slowest.status), (60_000.0, None));
+        assert_eq!(slowest.request, named(Drawn::default()));
         let statuses: Vec<(&str, u64)> = r.statuses.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         assert_eq!(
             statuses,
@@ -331,7 +385,14 @@ mod tests {
 
     #[test]
     fn no_outcomes_and_no_time_give_zeros_not_nan() {
-        let r = RouteReport::summarize(Route::Chat, Clients::Mix, 1, &mut Tally::default(), 0.0);
+        let r = RouteReport::summarize(
+            Route::Chat,
+            Clients::Mix,
+            1,
+            &mut Tally::default(),
+            0.0,
+            named,
+        );
         assert_eq!(r.requests, 0);
         for v in [r.throughput_per_s, r.p50_ms, r.p999_ms, r.max_ms] {
             assert_eq!(v, 0.0);
@@ -346,7 +407,7 @@ mod tests {
             outcomes: vec![outcome(Some(200), 1), outcome(Some(200), 900)],
             completed: 4,
         };
-        let r = RouteReport::summarize(Route::Chat, Clients::Mix, 1, &mut t, 2.0);
+        let r = RouteReport::summarize(Route::Chat, Clients::Mix, 1, &mut t, 2.0, named);
         assert_eq!((r.requests, r.completed), (2, 4));
         assert_eq!(r.throughput_per_s, 2.0);
     }
@@ -378,6 +439,7 @@ mod tests {
             2,
             &mut tally(vec![outcome(Some(503), 1)]),
             2.0,
+            named,
         );
         let probe = RouteReport::summarize(
             Route::Livez,
@@ -389,6 +451,7 @@ mod tests {
                 outcome(None, 3),
             ]),
             2.0,
+            named,
         );
         let report = LoadReport::new(&o, (400, 5000), 2.0, vec![mix_livez, probe]);
         assert_eq!((report.requests, report.errors, report.shed), (4, 2, 1));

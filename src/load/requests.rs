@@ -26,6 +26,15 @@ struct Asked {
     chat: Bytes,
 }
 
+/// Which of a run's requests was sent: the entity, query and search drawn, so that the
+/// slowest one can be named after the run ([`Requests::describe`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drawn {
+    target: u32,
+    asked: u32,
+    search: u32,
+}
+
 /// The requests of a run, about the entities it samples.
 pub struct Requests {
     auth: HeaderValue,
@@ -104,9 +113,21 @@ impl Requests {
 
     /// A request of `route` about an entity and a query drawn from `rng` (both drawn for
     /// every route, so that a seed gives the same sequence whatever the mix).
-    pub fn request(&self, http: &Client, route: Route, rng: &mut Rng) -> RequestBuilder {
-        let t = &self.targets[rng.below(self.targets.len())];
-        let asked = &self.asked[rng.below(self.asked.len())];
+    pub fn request(&self, http: &Client, route: Route, rng: &mut Rng) -> (RequestBuilder, Drawn) {
+        let target = rng.below(self.targets.len());
+        let t = &self.targets[target];
+        let asked_at = rng.below(self.asked.len());
+        let asked = &self.asked[asked_at];
+        // Drawn for the search route only, as before, so that a seed's sequence is unchanged.
+        let search = match route {
+            Route::Search => rng.below(t.searches.len()),
+            _ => 0,
+        };
+        let drawn = Drawn {
+            target: target as u32,
+            asked: asked_at as u32,
+            search: search as u32,
+        };
         let post = |url: &Url, body: &Bytes| {
             http.post(url.clone())
                 .header(AUTHORIZATION, self.auth.clone())
@@ -117,9 +138,9 @@ impl Requests {
             http.get(url.clone())
                 .header(AUTHORIZATION, self.auth.clone())
         };
-        match route {
+        let request = match route {
             Route::Traverse => post(&self.traverse_url, &t.traverse),
-            Route::Search => post(&self.search_url, &t.searches[rng.below(t.searches.len())]),
+            Route::Search => post(&self.search_url, &t.searches[search]),
             Route::Entity => get(&t.entity_url),
             Route::Documents => post(&self.documents_url, &t.documents),
             Route::Rag => post(&self.rag_url, &asked.rag),
@@ -127,6 +148,28 @@ impl Requests {
             Route::Health => get(&self.health_url),
             // The probe as an orchestrator sends it: no key.
             Route::Livez => http.get(self.livez_url.clone()),
+        };
+        (request, drawn)
+    }
+
+    /// The request `drawn` of `route`, as a person would retype it: the method and path, and
+    /// the body of a POST.
+    pub fn describe(&self, route: Route, drawn: Drawn) -> String {
+        let t = &self.targets[drawn.target as usize];
+        let asked = &self.asked[drawn.asked as usize];
+        let post = |url: &Url, body: &Bytes| {
+            format!("POST {} {}", url.path(), String::from_utf8_lossy(body))
+        };
+        let get = |url: &Url| format!("GET {}", url.path());
+        match route {
+            Route::Traverse => post(&self.traverse_url, &t.traverse),
+            Route::Search => post(&self.search_url, &t.searches[drawn.search as usize]),
+            Route::Entity => get(&t.entity_url),
+            Route::Documents => post(&self.documents_url, &t.documents),
+            Route::Rag => post(&self.rag_url, &asked.rag),
+            Route::Chat => post(&self.chat_url, &asked.chat),
+            Route::Health => get(&self.health_url),
+            Route::Livez => get(&self.livez_url),
         }
     }
 }

@@ -56,6 +56,34 @@ async fn load_drives_every_route_of_its_mix_and_reports_per_route() {
             r["max_ms"].as_f64().unwrap(),
         );
         assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{r}");
+        // The slowest request is named, to be sent again by hand.
+        let slowest = &r["slowest"];
+        assert_eq!(slowest["ms"].as_f64(), Some(max), "{r}");
+        assert_eq!(slowest["status"], 200, "{r}");
+        let request = slowest["request"].as_str().unwrap();
+        let expected = match r["route"].as_str().unwrap() {
+            "traverse" => "POST /data/v1/query/graph {",
+            "search" => "POST /data/v1/query/graph/search {",
+            "entity" => "GET /data/v1/query/graph/entity/",
+            "documents" => "POST /data/v1/query/graph/documents {",
+            "rag" => "POST /v1/rag/hybrid {",
+            "chat" => "POST /v1/agent/chat {",
+            "health" => "GET /v1/agent/health",
+            "livez" => "GET /livez",
+            other => panic!("route {other}"),
+        };
+        assert!(request.starts_with(expected), "{request} for {r}");
+        if request.starts_with("POST") {
+            let body = request
+                .split_once(' ')
+                .unwrap()
+                .1
+                .split_once(' ')
+                .unwrap()
+                .1;
+            let body: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert!(body.is_object(), "{request}");
+        }
     }
     assert_eq!(sum, 240);
     // From the server's answers: names from its search, queries from the documents found.
