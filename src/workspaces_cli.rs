@@ -16,6 +16,8 @@ use crate::workspaces::{DEFAULT, NAME_RULE, valid_name};
 pub enum WorkspacesCommand {
     /// List the workspaces, `default` first, with their counts.
     List,
+    /// Show one workspace with its counts, as `list` shows each.
+    Show { name: String },
     /// Create an empty workspace.
     Create { name: String },
     /// Delete a workspace with all of its data and keys (`default` cannot be deleted).
@@ -92,6 +94,24 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
                 ));
             }
             Ok(json!({"workspaces": out}))
+        }
+        WorkspacesCommand::Show { name } => {
+            if name == DEFAULT {
+                let counts = kb.counts().await.map_err(failed)?;
+                let memories = kb.memory_count().await.map_err(failed)?;
+                return Ok(view(DEFAULT, kb.database(), None, counts, memories));
+            }
+            checked(&name)?;
+            let w = (kb.workspace(&name).await.map_err(failed)?)
+                .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
+            let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
+            Ok(view(
+                &w.name,
+                &w.database,
+                Some(w.created_at),
+                counts,
+                memories,
+            ))
         }
         WorkspacesCommand::Create { name } => {
             checked(&name)?;

@@ -1000,6 +1000,17 @@ async fn kbq_workspaces_manages_a_store_as_the_admin_api_does() {
     assert_eq!(list["workspaces"][0]["counts"]["entities"], 10);
     assert_eq!(list["workspaces"][1]["name"], "team");
     assert_eq!(list["workspaces"][1]["counts"]["entities"], 1);
+    // One workspace, as the list shows it.
+    for (i, name) in ["default", "team"].into_iter().enumerate() {
+        let (code, one, err) = run(args(&["show", name])).await;
+        assert_eq!(code, Some(0), "{err}");
+        assert_eq!(one, list["workspaces"][i], "{name}");
+    }
+    let (code, _, err) = run(args(&["show", "nowhere"])).await;
+    assert_eq!(code, Some(1), "a workspace that does not exist: {err}");
+    assert!(err.contains("there is no workspace `nowhere`"), "{err}");
+    let (code, _, err) = run(args(&["show", "Not-A-Name"])).await;
+    assert_eq!(code, Some(2), "a name that breaks the rule: {err}");
     let id = key["id"].as_str().unwrap().to_string();
     let (code, _, err) = run(vec!["revoke".into(), "team".into(), id.clone()]).await;
     assert_eq!(code, Some(0), "{err}");
