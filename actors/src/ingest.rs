@@ -1004,9 +1004,13 @@ impl IngestDeps {
         let mut phases = Phases::start();
         let size = group.len();
         let mut jobs: Vec<Writing> = Vec::with_capacity(size);
+        // The names the group's jobs add to the graph, in the order resolved: a later job's
+        // near spelling of one is that entity, as it would be had the first job been written
+        // alone before it.
+        let mut group_added: Vec<String> = Vec::new();
         for Pending { mut prepared, done } in group {
             prepared.phases.mark("wait to write");
-            match self.resolve(&prepared).await {
+            match self.resolve(&prepared, &mut group_added).await {
                 Ok(resolved) => jobs.push(Writing::new(prepared, resolved, done, &self.model)),
                 Err(e) => {
                     let _ = done.send(Err(e));
@@ -1380,7 +1384,11 @@ impl IngestDeps {
     /// Resolves every name the extractions give: to itself, to another name of the same
     /// source under the same key (case, spacing, punctuation), or to an entity of the graph
     /// that [`Self::decide`] calls the same (or doubtful, and `confirmed`).
-    async fn resolve(&self, prepared: &Prepared) -> Result<Resolution, JobFailure> {
+    async fn resolve(
+        &self,
+        prepared: &Prepared,
+        group_added: &mut Vec<String>,
+    ) -> Result<Resolution, JobFailure> {
         let mut names: Vec<&str> = Vec::new();
         for e in prepared.found.iter().flatten() {
             names.extend(e.entities.iter().map(|e| e.name.as_str()));
@@ -1420,7 +1428,7 @@ impl IngestDeps {
             let canonical = match found {
                 Some(found) => found,
                 None => {
-                    let near = added.iter().find(|a| {
+                    let near = added.iter().chain(group_added.iter()).find(|a| {
                         kbq_ingest::compare(name, a, None, &self.config.resolve) == Decision::Same
                     });
                     match near {
@@ -1438,6 +1446,7 @@ impl IngestDeps {
             by_key.insert(key, canonical.clone());
             resolution.to.insert(name.to_string(), canonical);
         }
+        group_added.append(&mut added);
         Ok(resolution)
     }
 
