@@ -15,7 +15,7 @@
 //! Progress is a [`JobView`] on a watch channel per job (HTTP polls it or streams it as
 //! events) and in the job's record in the store.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -1459,24 +1459,32 @@ impl IngestDeps {
         }
         let key = kbq_ingest::name_key(name);
         // The name search matches case-insensitively by substring: a variant of spacing or
-        // punctuation is found by its longest word.
-        let probe = key
-            .split(' ')
-            .max_by_key(|w| w.len())
-            .unwrap_or(&key)
-            .to_string();
-        if probe.is_empty() {
-            return Ok(InGraph::None);
-        }
-        let candidates = self.kb.search_entities(&probe, None, 50).await?;
+        // punctuation is found by its longest word, and a near spelling whose longest word
+        // is the one misspelt by its second longest.
+        let mut words: Vec<&str> = key.split(' ').filter(|w| !w.is_empty()).collect();
+        words.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        words.dedup();
+        let probes = words
+            .iter()
+            .enumerate()
+            .filter(|&(i, w)| i == 0 || w.chars().count() >= PROBE_WORD_CHARS)
+            .take(PROBES)
+            .map(|(_, w)| *w);
         let mut doubtful = Vec::new();
-        for c in &candidates {
-            match self.decide(name, description, c).await? {
-                Decision::Same => return Ok(InGraph::Same(c.name.clone())),
-                Decision::Doubtful if doubtful.len() < DOUBTFUL_ASKED => {
-                    doubtful.push(c.name.clone())
+        let mut seen: HashSet<String> = HashSet::new();
+        for probe in probes {
+            let candidates = self.kb.search_entities(probe, None, 50).await?;
+            for c in &candidates {
+                if !seen.insert(c.name.clone()) {
+                    continue;
                 }
-                _ => {}
+                match self.decide(name, description, c).await? {
+                    Decision::Same => return Ok(InGraph::Same(c.name.clone())),
+                    Decision::Doubtful if doubtful.len() < DOUBTFUL_ASKED => {
+                        doubtful.push(c.name.clone())
+                    }
+                    _ => {}
+                }
             }
         }
         Ok(match doubtful.is_empty() {
@@ -1677,6 +1685,13 @@ enum InGraph {
 /// Doubtful candidates of one name sent to the model, in the name search's order, until one
 /// is confirmed.
 const DOUBTFUL_ASKED: usize = 3;
+
+/// The words of a name's key the graph's name search is asked for, longest first.
+const PROBES: usize = 2;
+
+/// The fewest characters of a word, past the longest, worth a name search: a shorter one
+/// ("of", "inc") matches too many names to find the one meant among the first 50.
+const PROBE_WORD_CHARS: usize = 5;
 
 /// Each name's first non-empty description in a job's answers.
 fn described(found: &[Option<Extraction>]) -> HashMap<&str, &str> {

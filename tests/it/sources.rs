@@ -482,6 +482,45 @@ async fn near_spellings_in_sources_written_together_are_one_entity() {
     llm.stop().await;
 }
 
+/// A near spelling whose longest word is the one misspelt finds the graph's entity by another
+/// word of the name.
+#[tokio::test]
+async fn a_misspelt_longest_word_still_finds_the_graphs_entity() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let (status, body) = t
+        .post(
+            "/data/v1/ingest/entities",
+            json!([{"name": "Massachusetts Institute of Technology", "entity_type": "school"}]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let job = ingest(
+        &t,
+        markdown(
+            "typo",
+            "[[Massachusets Institute of Technology]] -[admits]-> [[A Student]].",
+        ),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(
+        job["counts"]["entities_added"], 1,
+        "only the student: {job}"
+    );
+    assert_eq!(job["counts"]["entities_merged"], 1, "{job}");
+    assert_eq!(
+        outgoing(&t, "Massachusetts Institute of Technology").await,
+        vec![("A Student".to_string(), "admits".to_string())]
+    );
+    assert_eq!(
+        entity(&t, "Massachusets Institute of Technology").await["name"],
+        "Massachusetts Institute of Technology"
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn names_that_differ_in_case_and_punctuation_are_one_entity() {
     let llm = ScriptedLlm::start().await;
