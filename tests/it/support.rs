@@ -41,6 +41,17 @@ pub const FIXTURE: &str = r#"{"kind":"entity","name":"Ada","entity_type":"person
 /// With `TEST_SURREALDB_URL=ws://HOST:PORT` (what `scripts/test-remote` sets) the store is that
 /// SurrealDB server instead, signed in as root/root, with a fresh database for each config.
 pub fn test_config() -> Config {
+    // `TEST_KBQ_LOG=FILTER` (e.g. `kbq_store=debug`) prints the servers' logs to the test's
+    // output, which cargo shows for a test that fails.
+    static LOG: std::sync::Once = std::sync::Once::new();
+    LOG.call_once(|| {
+        if let Ok(filter) = std::env::var("TEST_KBQ_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 2;
