@@ -15,7 +15,7 @@ const PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 /// Imports the demo when the store has no entities. Returns what was imported, if anything.
 ///
 /// An import the store broke off (a SurrealDB server's connection lost part way) is run
-/// again, up to [`ATTEMPTS`] times: it upserts by identity, so the next attempt completes
+/// again, up to five times: it upserts by identity, so the next attempt completes
 /// what the last one wrote. Once part of the demo is written the store is no longer empty,
 /// and a node that gave up then would serve a part of the demo until restarted by hand.
 pub async fn load_if_empty(kb: &KnowledgeBase) -> Result<Option<ImportReport>, StoreError> {
