@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use kbq_store::{Counts, KnowledgeBase};
+use kbq_store::{Counts, KnowledgeBase, WorkspaceRecord};
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -78,40 +78,20 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
     kb.ping().await.map_err(failed)?;
     match command {
         WorkspacesCommand::List => {
-            let counts = kb.counts().await.map_err(failed)?;
-            let memories = kb.memory_count().await.map_err(failed)?;
-            let mut out = vec![view(DEFAULT, kb.database(), None, counts, memories)];
-            // Counted in the store, as the admin API counts a workspace it has not opened:
-            // without opening it (defining its schema, building its indexes).
+            let mut out = vec![default_view(&kb).await?];
             for w in kb.workspaces().await.map_err(failed)? {
-                let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
-                out.push(view(
-                    &w.name,
-                    &w.database,
-                    Some(w.created_at),
-                    counts,
-                    memories,
-                ));
+                out.push(workspace_view(&kb, w).await?);
             }
             Ok(json!({"workspaces": out}))
         }
         WorkspacesCommand::Show { name } => {
             if name == DEFAULT {
-                let counts = kb.counts().await.map_err(failed)?;
-                let memories = kb.memory_count().await.map_err(failed)?;
-                return Ok(view(DEFAULT, kb.database(), None, counts, memories));
+                return default_view(&kb).await;
             }
             checked(&name)?;
             let w = (kb.workspace(&name).await.map_err(failed)?)
                 .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
-            let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
-            Ok(view(
-                &w.name,
-                &w.database,
-                Some(w.created_at),
-                counts,
-                memories,
-            ))
+            workspace_view(&kb, w).await
         }
         WorkspacesCommand::Create { name } => {
             checked(&name)?;
@@ -247,6 +227,27 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
         Some(_) => Ok(()),
         None => Err(failed(format!("there is no workspace `{name}`"))),
     }
+}
+
+/// `default` as the admin API shows it.
+async fn default_view(kb: &KnowledgeBase) -> Result<Value, Failure> {
+    let counts = kb.counts().await.map_err(failed)?;
+    let memories = kb.memory_count().await.map_err(failed)?;
+    Ok(view(DEFAULT, kb.database(), None, counts, memories))
+}
+
+/// The workspace `w` of the registry `kb` as the admin API shows it: counted in the store, as
+/// the admin API counts a workspace it has not opened, without opening it (defining its
+/// schema, building its indexes).
+async fn workspace_view(kb: &KnowledgeBase, w: WorkspaceRecord) -> Result<Value, Failure> {
+    let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
+    Ok(view(
+        &w.name,
+        &w.database,
+        Some(w.created_at),
+        counts,
+        memories,
+    ))
 }
 
 /// A workspace as the admin API shows it.
