@@ -22,6 +22,16 @@ pub enum Clients {
     Dedicated,
 }
 
+impl Clients {
+    /// Its name in the table, as the JSON names it.
+    fn name(self) -> &'static str {
+        match self {
+            Clients::Mix => "mix",
+            Clients::Dedicated => "dedicated",
+        }
+    }
+}
+
 /// One request of the measured window: its status (`None`: no response) and latency.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -258,10 +268,7 @@ impl LoadReport {
             }
         );
         for r in &self.routes {
-            let clients = match r.clients {
-                Clients::Mix => "mix",
-                Clients::Dedicated => "dedicated",
-            };
+            let clients = r.clients.name();
             out.push_str(&format!(
                 "| {} | {clients} ({}) | {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
                 r.route.name(),
@@ -284,10 +291,7 @@ impl LoadReport {
                 let status = s
                     .status
                     .map_or("no response".to_string(), |c| c.to_string());
-                let clients = match r.clients {
-                    Clients::Mix => "mix",
-                    Clients::Dedicated => "dedicated",
-                };
+                let clients = r.clients.name();
                 Some(format!(
                     "- {} ({clients}): {:.2} ms, {status}: {}\n",
                     r.route.name(),

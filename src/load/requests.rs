@@ -115,39 +115,28 @@ impl Requests {
     /// every route, so that a seed gives the same sequence whatever the mix).
     pub fn request(&self, http: &Client, route: Route, rng: &mut Rng) -> (RequestBuilder, Drawn) {
         let target = rng.below(self.targets.len());
-        let t = &self.targets[target];
-        let asked_at = rng.below(self.asked.len());
-        let asked = &self.asked[asked_at];
-        // Drawn for the search route only, as before, so that a seed's sequence is unchanged.
+        let asked = rng.below(self.asked.len());
+        // Drawn for the search route only, so that the other routes' sequence is the same.
         let search = match route {
-            Route::Search => rng.below(t.searches.len()),
+            Route::Search => rng.below(self.targets[target].searches.len()),
             _ => 0,
         };
         let drawn = Drawn {
             target: target as u32,
-            asked: asked_at as u32,
+            asked: asked as u32,
             search: search as u32,
         };
-        let post = |url: &Url, body: &Bytes| {
-            http.post(url.clone())
-                .header(AUTHORIZATION, self.auth.clone())
+        let sent = self.sent(route, drawn);
+        let request = match sent.body {
+            Some(body) => http
+                .post(sent.url.clone())
                 .header(CONTENT_TYPE, JSON)
-                .body(body.clone())
+                .body(body.clone()),
+            None => http.get(sent.url.clone()),
         };
-        let get = |url: &Url| {
-            http.get(url.clone())
-                .header(AUTHORIZATION, self.auth.clone())
-        };
-        let request = match route {
-            Route::Traverse => post(&self.traverse_url, &t.traverse),
-            Route::Search => post(&self.search_url, &t.searches[search]),
-            Route::Entity => get(&t.entity_url),
-            Route::Documents => post(&self.documents_url, &t.documents),
-            Route::Rag => post(&self.rag_url, &asked.rag),
-            Route::Chat => post(&self.chat_url, &asked.chat),
-            Route::Health => get(&self.health_url),
-            // The probe as an orchestrator sends it: no key.
-            Route::Livez => http.get(self.livez_url.clone()),
+        let request = match sent.keyed {
+            true => request.header(AUTHORIZATION, self.auth.clone()),
+            false => request,
         };
         (request, drawn)
     }
@@ -155,12 +144,28 @@ impl Requests {
     /// The request `drawn` of `route`, as a person would retype it: the method and path, and
     /// the body of a POST.
     pub fn describe(&self, route: Route, drawn: Drawn) -> String {
+        let sent = self.sent(route, drawn);
+        match sent.body {
+            Some(body) => format!("POST {} {}", sent.url.path(), String::from_utf8_lossy(body)),
+            None => format!("GET {}", sent.url.path()),
+        }
+    }
+
+    /// What the request `drawn` of `route` sends: the one table of the routes' requests,
+    /// which [`request`](Self::request) sends and [`describe`](Self::describe) names.
+    fn sent(&self, route: Route, drawn: Drawn) -> Sent<'_> {
         let t = &self.targets[drawn.target as usize];
         let asked = &self.asked[drawn.asked as usize];
-        let post = |url: &Url, body: &Bytes| {
-            format!("POST {} {}", url.path(), String::from_utf8_lossy(body))
+        let post = |url, body| Sent {
+            url,
+            body: Some(body),
+            keyed: true,
         };
-        let get = |url: &Url| format!("GET {}", url.path());
+        let get = |url| Sent {
+            url,
+            body: None,
+            keyed: true,
+        };
         match route {
             Route::Traverse => post(&self.traverse_url, &t.traverse),
             Route::Search => post(&self.search_url, &t.searches[drawn.search as usize]),
@@ -169,9 +174,21 @@ impl Requests {
             Route::Rag => post(&self.rag_url, &asked.rag),
             Route::Chat => post(&self.chat_url, &asked.chat),
             Route::Health => get(&self.health_url),
-            Route::Livez => get(&self.livez_url),
+            // The probe as an orchestrator sends it: no key.
+            Route::Livez => Sent {
+                url: &self.livez_url,
+                body: None,
+                keyed: false,
+            },
         }
     }
+}
+
+/// What one request sends: a GET, or a POST of `body` (JSON); with the run's key or without.
+struct Sent<'a> {
+    url: &'a Url,
+    body: Option<&'a Bytes>,
+    keyed: bool,
 }
 
 /// The search queries a name gives: its first four characters (`len` `None`), or every run of
