@@ -1461,9 +1461,14 @@ impl IngestDeps {
         // The name search matches case-insensitively by substring: a variant of spacing or
         // punctuation is found by its longest word, and a near spelling whose longest word
         // is the one misspelt by its second longest.
-        let mut words: Vec<&str> = key.split(' ').filter(|w| !w.is_empty()).collect();
+        // Each word once, longest first; of words as long, the later in the name first.
+        let mut words: Vec<&str> = Vec::new();
+        for w in key.split(' ').rev() {
+            if !w.is_empty() && !words.contains(&w) {
+                words.push(w);
+            }
+        }
         words.sort_by_key(|w| std::cmp::Reverse(w.len()));
-        words.dedup();
         let probes = words
             .iter()
             .enumerate()
