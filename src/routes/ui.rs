@@ -72,18 +72,31 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// `/ui` without the slash would break the page's relative links.
 async fn to_page() -> HttpResponse {
-    let mut res = HttpResponse::PermanentRedirect();
-    res.insert_header((header::LOCATION, PATH));
-    page_headers(&mut res).finish()
+    with_page_headers(
+        HttpResponse::PermanentRedirect()
+            .insert_header((header::LOCATION, PATH))
+            .finish(),
+    )
 }
 
-/// The headers every answer under `/ui` carries, a file's or not (docs/ui.md, "Headers").
-fn page_headers(res: &mut actix_web::HttpResponseBuilder) -> &mut actix_web::HttpResponseBuilder {
-    res.insert_header((header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
-        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
-        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
-        .insert_header((header::REFERRER_POLICY, "no-referrer"))
-        .insert_header(("Cross-Origin-Opener-Policy", "same-origin"))
+/// `res` with the headers every answer under `/ui` carries, a file's or not (docs/ui.md,
+/// "Headers").
+fn with_page_headers(mut res: HttpResponse) -> HttpResponse {
+    use header::{HeaderName, HeaderValue};
+    let headers = res.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (
+            HeaderName::from_static("cross-origin-opener-policy"),
+            "same-origin",
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    res
 }
 
 /// Each file's entity tag: its content's hash, so that a browser asks again cheaply and an
@@ -105,16 +118,12 @@ fn etags() -> &'static [String] {
 async fn file(req: HttpRequest, path: web::Path<String>) -> HttpResponse {
     let wanted = path.into_inner();
     let Some(i) = FILES.iter().position(|(name, _, _)| *name == wanted) else {
-        let mut res = actix_web::ResponseError::error_response(&crate::error::ApiError::new(
-            crate::error::ErrorCode::NotFound,
-            format!("the page has no file `{wanted}`"),
+        return with_page_headers(actix_web::ResponseError::error_response(
+            &crate::error::ApiError::new(
+                crate::error::ErrorCode::NotFound,
+                format!("the page has no file `{wanted}`"),
+            ),
         ));
-        let mut headers = HttpResponse::NotFound();
-        page_headers(&mut headers);
-        for (name, value) in headers.finish().headers() {
-            res.headers_mut().insert(name.clone(), value.clone());
-        }
-        return res;
     };
     let (_, content_type, bytes) = FILES[i];
     let etag = &etags()[i];
@@ -132,10 +141,9 @@ async fn file(req: HttpRequest, path: web::Path<String>) -> HttpResponse {
         .insert_header((header::ETAG, etag.as_str()))
         // Asked again each time, answered 304 while unchanged.
         .insert_header((header::CACHE_CONTROL, "no-cache"));
-    page_headers(&mut res);
-    if unchanged {
+    with_page_headers(if unchanged {
         res.finish()
     } else {
         res.body(bytes)
-    }
+    })
 }
