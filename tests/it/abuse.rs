@@ -2,10 +2,8 @@
 //! and the server's other clients are served meanwhile. The bounds are in
 //! docs/operations.md ("Slow and abusive clients").
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use kbq::versions::SystemClock;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -19,7 +17,7 @@ async fn impatient_server() -> TestServer {
     let mut config = test_config();
     config.server.header_timeout_ms = 2_000;
     config.server.body_timeout_ms = 2_500;
-    TestServer::start_with(config, Arc::new(SystemClock), true).await
+    TestServer::with_fixture(config).await
 }
 
 /// Everything the server sends on `stream` until it closes it (or 10 s pass).

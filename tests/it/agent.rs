@@ -54,7 +54,7 @@ pub(crate) fn agent_config(providers: Vec<ProviderSection>) -> Config {
 }
 
 pub(crate) async fn start(config: Config) -> TestServer {
-    TestServer::start_with(config, Arc::new(SystemClock), true).await
+    TestServer::with_fixture(config).await
 }
 
 fn tools_called(body: &Value) -> Vec<String> {

@@ -85,7 +85,7 @@ async fn every_operation_in_the_document_checks_the_key_and_its_scope() {
         let entry = key_entry(&format!("matrix-{scope}"), secret, Some(&[scope]));
         config.auth.keys.push(entry);
     }
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let doc = document(&t).await;
     let mut public = Vec::new();
     let mut keyed = 0;
@@ -313,7 +313,7 @@ async fn a_keys_memory_reaches_no_other_key_on_any_operation() {
     let other = "isolation-other-key";
     let mut config = test_config();
     config.auth.keys.push(key_entry("other", other, None));
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let (_, stored) = t
         .post(
             "/v1/agent/chat",

@@ -33,13 +33,13 @@ async fn the_python_client_passes_its_tests_against_kbq() {
     config.limits.graph_burst = 1;
     config.limits.agent_per_minute = 60;
     config.limits.agent_burst = 1;
-    let limited = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let limited = TestServer::with_fixture(config).await;
     // v1 deprecated, with a sunset far ahead.
     let mut config = test_config();
     let v1 = config.versions.get_mut("v1").unwrap();
     v1.deprecated_at = Some("2026-06-01".into());
     v1.sunset_at = Some("2099-01-01".into());
-    let deprecated = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let deprecated = TestServer::with_fixture(config).await;
 
     let out = tokio::process::Command::new(venv.join("bin/python"))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])

@@ -12,12 +12,7 @@ const OTHER: &str = "http://evil.example";
 async fn server(origins: &[&str]) -> TestServer {
     let mut config = test_config();
     config.server.cors_origins = origins.iter().map(|o| o.to_string()).collect();
-    TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await
+    TestServer::with_fixture(config).await
 }
 
 async fn preflight(t: &TestServer, path: &str, origin: &str) -> reqwest::Response {

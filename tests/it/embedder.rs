@@ -37,7 +37,7 @@ async fn an_openai_compatible_embedder_serves_documents_queries_and_the_api() {
     let llm = ScriptedLlm::start().await;
     let config = with_openai_embedder(test_config(), &llm);
     // The fixture's three documents are embedded upstream, two inputs per request.
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let sent = llm.embedding_requests();
     assert!(!sent.is_empty());
     for r in &sent {
@@ -293,7 +293,7 @@ async fn documents_and_queries_are_sent_as_the_model_asks() {
     config.embedder.query_input_type = Some("query".into());
     config.embedder.document_prefix = "passage: ".into();
     config.embedder.query_prefix = "query: ".into();
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let sent = llm.embedding_requests();
     assert!(!sent.is_empty());
     for r in &sent {

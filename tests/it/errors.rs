@@ -80,12 +80,7 @@ async fn malformed_or_mistyped_bodies_name_the_field() {
 async fn oversized_bodies_unknown_paths_and_wrong_methods_use_the_same_body() {
     let mut config = crate::support::test_config();
     config.server.max_body_bytes = 2048;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let big = format!(r#"{{"entity_name": "{}"}}"#, "a".repeat(4096));
     let (status, body) = raw(&t, &big).await;
     assert_eq!(status, 413);

@@ -260,12 +260,7 @@ async fn a_real_embedding_model_finds_what_paraphrased_questions_mean() {
     cfg.embedder = kbq::config::Config::load(Some(std::path::Path::new(config)))
         .unwrap()
         .embedder;
-    let t = crate::support::TestServer::start_with(
-        cfg,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = crate::support::TestServer::with_fixture(cfg).await;
     let top3 = |query: &'static str| {
         let t = &t;
         async move {

@@ -406,12 +406,7 @@ async fn injection_looking_input_is_data_and_changes_nothing() {
     t.stop().await;
     let mut config = crate::support::test_config();
     config.store.graph_index = false;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     for q in ["\"; REMOVE TABLE entity; --", "x'; DELETE entity; --"] {
         let (status, _) = t.post(SEARCH, json!({"query": q})).await;
         assert_eq!(status, 200);

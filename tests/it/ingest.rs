@@ -287,7 +287,7 @@ async fn ingestion_checks_the_body_and_needs_the_write_scope() {
         sha256: hex::encode(kbq::auth::hash("reader-key")),
         scopes: Some(vec!["read".into()]),
     });
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     for (body, why) in [
         (
             json!({"name": "A", "entity_type": "t"}),

@@ -1,10 +1,8 @@
 //! Per-key rate limits: separate budgets for graph and agent routes, 429 with Retry-After and
 //! RateLimit headers, and recovery.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use kbq::versions::SystemClock;
 use serde_json::json;
 
 use crate::support::{TestServer, assert_error, eventually, read, test_config};
@@ -22,7 +20,7 @@ async fn each_key_has_its_own_budget_per_route_group_and_recovers() {
         sha256: hex::encode(kbq::auth::hash(other)),
         scopes: None,
     });
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let entity = "/data/v1/query/graph/entity/Ada";
 
     let (status, headers, _) = t.call(reqwest::Method::GET, entity, None).await;

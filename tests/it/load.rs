@@ -234,12 +234,7 @@ async fn dedicated_clients_run_beside_the_mix_and_are_reported_apart() {
 async fn dedicated_clients_send_to_the_dedicated_url() {
     let mut config = crate::support::test_config();
     config.server.probe_listen = "127.0.0.1:0".into();
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let probes = format!(
         "http://{}",
         t.server().probe_addr().expect("a probe listener")

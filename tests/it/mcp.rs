@@ -224,7 +224,7 @@ async fn kbq_mcp_refuses_an_unknown_key() {
 /// offered 2025-11-25.
 #[tokio::test]
 async fn both_protocol_versions_are_served() {
-    let t = TestServer::start_with(test_config(), Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(test_config()).await;
     let found = answer(&t, KEY, "EntityLookupTool", json!({"name": "Ada"})).await;
     assert_eq!(found["entity"]["name"], "Ada", "{found}");
     for (asked, given) in [("2025-11-25", "2025-11-25"), ("2025-03-26", "2025-11-25")] {
@@ -296,7 +296,7 @@ async fn a_session_is_the_key_s_that_opened_it() {
 /// without a type filter, resolved or not.
 #[tokio::test]
 async fn graph_documents_over_mcp_are_the_http_routes_answer() {
-    let t = TestServer::start_with(test_config(), Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(test_config()).await;
     for (n, args) in [
         json!({"entity_name": "Babbage"}),
         json!({"entity_name": "Ada", "max_depth": 1}),
@@ -336,7 +336,7 @@ async fn ingestion_tools_are_a_write_key_s_only() {
         .auth
         .keys
         .push(key_entry("reader", READER, Some(&["read"])));
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let shown = tools(&t, KEY).await;
     let names: Vec<&str> = shown.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(&names[names.len() - 3..], INGESTION, "{names:?}");
@@ -394,7 +394,7 @@ async fn ingestion_tools_are_a_write_key_s_only() {
 async fn a_write_key_adds_a_note_finds_it_and_retracts_it() {
     let mut config = test_config();
     config.auth.keys.push(key_entry("other", OTHER, None));
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     // The routes' rules: a format ingestion does not read, a missing field, an unknown one.
     for (args, field) in [
         (

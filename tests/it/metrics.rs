@@ -2,9 +2,7 @@
 //! status, latency histograms, pools, providers, tool calls and rate-limit rejections.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use kbq::versions::SystemClock;
 use serde_json::json;
 
 use crate::support::{TestServer, test_config};
@@ -26,7 +24,7 @@ async fn metrics_count_requests_pools_providers_tools_and_rejections() {
     config.graph.workers = 3;
     config.limits.graph_per_minute = 5;
     config.limits.graph_burst = 5;
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     for _ in 0..2 {
         let (status, _) = t
             .post("/data/v1/query/graph", json!({"entity_name": "Ada"}))

@@ -9,10 +9,8 @@
 //! the fields of each 200 object answer to its schema.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 use actix_web::{App, HttpRequest, HttpResponse, web};
-use kbq::versions::SystemClock;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -47,7 +45,7 @@ async fn start() -> TestServer {
         let entry = crate::support::key_entry(&format!("only-{scope}"), key, Some(&[scope]));
         config.auth.keys.push(entry);
     }
-    TestServer::start_with(config, Arc::new(SystemClock), true).await
+    TestServer::with_fixture(config).await
 }
 
 pub(crate) async fn document(t: &TestServer) -> Value {

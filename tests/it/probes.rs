@@ -38,7 +38,7 @@ async fn a_surrealkv_store_keeps_its_data_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config();
     config.store.url = format!("surrealkv://{}", dir.path().join("kb").display());
-    let t = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config.clone()).await;
     t.stop().await;
     let t = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     let ready = crate::support::eventually(Duration::from_secs(10), || async {
@@ -59,7 +59,7 @@ async fn a_surrealkv_store_keeps_its_data_across_a_restart() {
 async fn the_probes_listener_answers_the_probes_only() {
     let mut config = test_config();
     config.server.probe_listen = "127.0.0.1:0".into();
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let probe_addr = t.server().probe_addr().expect("a probe listener");
     assert_ne!(probe_addr, t.server().addr);
     let on = |base: String| {

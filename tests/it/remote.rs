@@ -122,9 +122,7 @@ async fn remote_graph_api_answers_as_the_embedded_store_does() {
     embedded.stop().await;
     for graph_index in [true, false] {
         let db = SurrealServer::start(0, "memory").await;
-        let t =
-            TestServer::start_with(remote_config(&db, graph_index), Arc::new(SystemClock), true)
-                .await;
+        let t = TestServer::with_fixture(remote_config(&db, graph_index)).await;
         let got = answers(&t).await;
         assert_eq!(got, want, "graph_index = {graph_index}");
         t.stop().await;
@@ -140,7 +138,7 @@ async fn remote_outage_gives_503_and_kbq_recovers_when_the_server_returns() {
     let port = db.port;
     // Graph queries go to SurrealDB, so an outage shows on them; /readyz stays 200 and says
     // the store is down, /metrics too, and writes get 503 with Retry-After.
-    let t = TestServer::start_with(remote_config(&db, false), Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(remote_config(&db, false)).await;
     let traverse = || async {
         t.call(
             Method::POST,
@@ -237,7 +235,7 @@ async fn rag(node: &TestServer, method: &str, query: &str) -> Vec<Value> {
 async fn remote_two_nodes_see_each_others_writes_in_their_indexes() {
     let db = SurrealServer::start(0, "memory").await;
     let config = remote_config(&db, true);
-    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     let soon = Duration::from_secs(10);
     // B started after the fixture was written: its indexes were built with it.
@@ -356,7 +354,7 @@ async fn remote_a_job_is_run_by_one_node_and_taken_over_when_it_stops() {
     config.store.username = Some("root".into());
     config.store.password = Some("root".into());
     config.ingest.job_lease_secs = 6;
-    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     // Every answer A gets waits longer than A lives.
     for _ in 0..40 {
@@ -436,7 +434,7 @@ async fn remote_two_nodes_share_a_keys_rate_budget() {
     let mut config = remote_config(&db, true);
     config.limits.graph_per_minute = 1;
     config.limits.graph_burst = 4;
-    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     let both = eventually(Duration::from_secs(20), || async {
         let (a, b) = (a.metrics_text().await, b.metrics_text().await);

@@ -1,9 +1,6 @@
 //! Key scopes: each route needs one (read, agent; write for ingestion), `admin` holds them
 //! all, and a key without the scope gets 403 `insufficient_scope` and changes nothing.
 
-use std::sync::Arc;
-
-use kbq::versions::SystemClock;
 use reqwest::Method;
 use serde_json::json;
 
@@ -18,7 +15,7 @@ async fn each_route_needs_its_scope() {
         key("writer", "writer-key", Some(&["write"])),
         key("admin", "admin-key", Some(&["admin"])),
     ]);
-    let t = TestServer::start_with(config, Arc::new(SystemClock), true).await;
+    let t = TestServer::with_fixture(config).await;
     let routes: Vec<(Method, &str, Option<serde_json::Value>, &str)> = vec![
         (
             Method::POST,

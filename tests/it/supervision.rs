@@ -11,12 +11,7 @@ async fn a_panicking_graph_worker_is_replaced() {
     // One worker, so only a restarted worker can answer afterwards.
     let mut config = crate::support::test_config();
     config.graph.workers = 1;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     for _ in 0..3 {
         t.server().graph.inject_panic();
     }

@@ -86,7 +86,12 @@ pub struct TestServer {
 impl TestServer {
     /// The fixture graph on a fresh in-memory store.
     pub async fn start() -> TestServer {
-        Self::start_with(test_config(), Arc::new(SystemClock), true).await
+        Self::with_fixture(test_config()).await
+    }
+
+    /// [`start_with`](Self::start_with) `config` on the system clock, with the fixture graph.
+    pub async fn with_fixture(config: Config) -> TestServer {
+        Self::start_with(config, Arc::new(SystemClock), true).await
     }
 
     /// Starts `config` and waits until start-up is done, then imports the fixture graph

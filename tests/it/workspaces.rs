@@ -332,7 +332,7 @@ async fn remote_two_nodes_pass_the_isolation_matrix() {
 
     let db = SurrealServer::start(0, "memory").await;
     let config = remote_config(&db, true);
-    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     isolation_matrix(&a, &b).await;
     a.stop().await;
@@ -955,12 +955,7 @@ async fn kbq_workspaces_manages_a_store_as_the_admin_api_does() {
     config.store.database = kbq::config::Config::default().store.database;
     config.store.username = None;
     config.store.password = None;
-    let t = TestServer::start_with(
-        config.clone(),
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config.clone()).await;
     let (s, _) = call_as(
         &t,
         &secret,
@@ -1041,12 +1036,7 @@ async fn an_idle_workspace_is_closed_and_opened_again_by_its_next_request() {
 
     let mut config = crate::support::test_config();
     config.workspaces.idle_close_secs = 1;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let alpha = workspace_with_key(&t, "alpha").await;
     let (s, _) = t
         .post("/admin/v1/workspaces", json!({"name": "never-used"}))
@@ -1098,12 +1088,7 @@ async fn metrics_give_the_largest_open_workspaces_series_labelled_by_database() 
 
     let mut config = crate::support::test_config();
     config.workspaces.metrics_series = 1;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let small = workspace_with_key(&t, "small-one").await;
     let large = workspace_with_key(&t, "large-one").await;
     fill(&t, &small, "small-one").await;
@@ -1161,12 +1146,7 @@ async fn past_the_index_budget_the_least_recently_used_workspace_is_closed() {
     let mut config = crate::support::test_config();
     config.workspaces.idle_close_secs = 0;
     config.workspaces.index_budget_mb = 1;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let big = workspace_with_key(&t, "big").await;
     let small = workspace_with_key(&t, "small").await;
     // Some megabytes of indexes in `big`, first; then `small`, a little, used last.
@@ -1226,12 +1206,7 @@ async fn a_write_past_the_workspaces_quota_is_refused_and_writes_nothing() {
     let mut config = crate::support::test_config();
     config.workspaces.max_entities = 3;
     config.workspaces.max_documents = 1;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let alpha = workspace_with_key(&t, "alpha").await;
     let entities = |names: &[&str]| {
         Some(Value::from(
@@ -1325,12 +1300,7 @@ async fn a_write_past_the_workspaces_quota_is_refused_and_writes_nothing() {
 async fn a_write_past_the_workspaces_document_bytes_is_refused_and_writes_nothing() {
     let mut config = crate::support::test_config();
     config.workspaces.max_document_bytes = 20;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let alpha = workspace_with_key(&t, "alpha").await;
     let documents = |docs: &[(&str, &str)]| {
         Some(Value::from(
@@ -1422,12 +1392,7 @@ async fn a_workspaces_keys_share_its_rate_budget() {
     let mut config = crate::support::test_config();
     config.limits.workspace_graph_per_minute = 1;
     config.limits.workspace_graph_burst = 3;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let alpha = workspace_with_key(&t, "alpha").await;
     let alpha_too = mint(&t, "alpha", &["read"]).await;
     let beta = workspace_with_key(&t, "beta").await;
@@ -1468,7 +1433,7 @@ async fn remote_two_nodes_keep_workspaces_apart_and_share_them() {
 
     let db = SurrealServer::start(0, "memory").await;
     let config = remote_config(&db, true);
-    let a = TestServer::start_with(config.clone(), Arc::new(SystemClock), true).await;
+    let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
     let alpha = workspace_with_key(&a, "alpha").await;
     let beta = workspace_with_key(&a, "beta").await;
@@ -1766,12 +1731,7 @@ async fn a_request_that_stops_waiting_leaves_its_workspace_opening() {
     let mut config = crate::support::test_config();
     config.workspaces.open_timeout_secs = 0;
     config.workspaces.idle_close_secs = 1;
-    let t = TestServer::start_with(
-        config,
-        std::sync::Arc::new(kbq::versions::SystemClock),
-        true,
-    )
-    .await;
+    let t = TestServer::with_fixture(config).await;
     let alpha = workspace_with_key(&t, "alpha").await;
     let still_opening = |s: StatusCode, body: &Value| {
         assert_eq!(s, 503, "{body}");
