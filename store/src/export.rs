@@ -21,7 +21,7 @@ use crate::db::{INDEX_LOAD_TIMEOUT, RELATIONSHIP_FIELDS, Snapshot, obj, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
 use crate::memory::MAX_MEMORY_CHARS;
-use crate::model::table::{DOCUMENT, ENTITY, EXTRACTION, MEMORY, RELATES, SOURCE, SUPPORT};
+use crate::model::table::{DOCUMENT, ENTITY, EXTRACTION, FACT_SUPPORT, MEMORY, RELATES, SOURCE};
 use crate::model::{NewDocument, NewEntity, NewRelationship, Record, check_name, longer_than};
 use crate::sources::{MergeChunk, SourceRecord};
 
@@ -203,7 +203,10 @@ const TABLES: [(&str, &str); 7] = [
         SOURCE,
         "source, source_id, title, url, content_type, content_hash, chunks, extracted_by, updated_at",
     ),
-    (SUPPORT, "fact, origin, chunk, text"),
+    (
+        FACT_SUPPORT,
+        "id[0] AS fact, id[1] AS origin, id[2] AS chunk, text",
+    ),
     (EXTRACTION, "answer"),
     (MEMORY, "owner, content, tags, entities, created_at"),
 ];
@@ -214,7 +217,7 @@ fn count_of<'a>(counts: &'a mut ExportCounts, table: &str) -> &'a mut u64 {
         RELATES => &mut counts.relationships,
         DOCUMENT => &mut counts.documents,
         SOURCE => &mut counts.sources,
-        SUPPORT => &mut counts.supports,
+        FACT_SUPPORT => &mut counts.supports,
         EXTRACTION => &mut counts.extractions,
         _ => &mut counts.memories,
     }
@@ -280,7 +283,7 @@ fn line_of(table: &str, key: &str, mut row: serde_json::Map<String, Json>) -> Re
         SOURCE => serde_json::to_value(Kept::Source(
             serde_json::from_value::<SourceRecord>(value).map_err(shape)?,
         )),
-        SUPPORT => {
+        FACT_SUPPORT => {
             #[derive(Deserialize)]
             struct Stored {
                 fact: String,
@@ -291,7 +294,7 @@ fn line_of(table: &str, key: &str, mut row: serde_json::Map<String, Json>) -> Re
             }
             let stored: Stored = serde_json::from_value(value).map_err(shape)?;
             let fact: Fact = serde_json::from_str(&stored.fact).map_err(shape)?;
-            let chunk = match crate::sources::support_of(&stored.origin, stored.chunk) {
+            let chunk = match crate::supports::support_of(&stored.origin, stored.chunk) {
                 Some(Support::Import) => None,
                 Some(Support::Chunk(c)) => Some(MergeChunk {
                     source: c.source.source,
@@ -336,9 +339,25 @@ fn line_of(table: &str, key: &str, mut row: serde_json::Map<String, Json>) -> Re
 
 /// The record key of a row, as the next page starts after it.
 fn key_of(row: &serde_json::Map<String, Json>) -> Option<RecordIdKey> {
-    match row.get("key")? {
+    key_from(row.get("key")?)
+}
+
+/// A record key read as JSON: a string, an integer, or an array of them (a support's).
+fn key_from(key: &Json) -> Option<RecordIdKey> {
+    match key {
         Json::String(s) => Some(RecordIdKey::String(s.clone())),
         Json::Number(n) => n.as_i64().map(RecordIdKey::Number),
+        Json::Array(parts) => {
+            let parts = parts
+                .iter()
+                .map(|p| match p {
+                    Json::String(s) => Some(s.clone().into_value()),
+                    Json::Number(n) => n.as_i64().map(SurrealValue::into_value),
+                    _ => None,
+                })
+                .collect::<Option<Vec<Value>>>()?;
+            Some(RecordIdKey::Array(parts.into()))
+        }
         _ => None,
     }
 }

@@ -38,8 +38,10 @@
 //! - [`memory`]: agent memory, owned by an API key and recalled only by it.
 //! - [`workspaces`]: many isolated knowledge bases on one server, a database each: the
 //!   registry of workspaces and the hashes of the API keys minted for them.
-//! - [`sources`]: ingested sources, their chunks' documents, the supports of every fact they
-//!   gave, the model answers kept per chunk, and carrying out a retraction plan.
+//! - [`sources`]: ingested sources, their chunks' documents, the model answers kept per
+//!   chunk, and carrying out a retraction plan.
+//! - `supports`: which chunk of which source (or an import) gave each fact, kept by key so
+//!   that both "who supports this fact" and "what does this source support" read a range.
 //! - [`generate`]: a seeded synthetic knowledge base for benchmarks and tests.
 //! - [`error`]: the error type, [`StoreError`].
 
@@ -69,6 +71,7 @@ pub mod related;
 pub mod schema;
 pub mod search;
 pub mod sources;
+pub(crate) mod supports;
 pub mod text;
 pub mod vectors;
 pub mod workspaces;

@@ -16,7 +16,11 @@ pub mod table {
     pub const META: &str = "kbq_meta";
     pub const MEMORY: &str = "memory";
     pub const SOURCE: &str = "source";
+    /// Supports as stored before they were kept by key; moved once at open.
     pub const SUPPORT: &str = "support";
+    pub const FACT_SUPPORT: &str = "fact_support";
+    pub const CHUNK_SUPPORT: &str = "chunk_support";
+    pub const ALIAS_SUPPORT: &str = "alias_support";
     pub const EXTRACTION: &str = "extraction";
     pub const INGEST_JOB: &str = "ingest_job";
     pub const INGEST_NODE: &str = "ingest_node";
@@ -175,10 +179,6 @@ pub mod keys {
     /// The record of a source's current version (its chunks are documents).
     pub fn source(source: &str, source_id: &str) -> String {
         digest("o", &[source, source_id])
-    }
-    /// One support of a fact: the fact's stored key, its origin and chunk.
-    pub fn support(fact: &str, origin: &str, chunk: i64) -> String {
-        digest("s", &[fact, origin, &chunk.to_string()])
     }
     /// A model's kept answer for a chunk.
     pub fn extraction(chunk_hash: &str, model: &str, prompt_version: u32) -> String {

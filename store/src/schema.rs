@@ -10,8 +10,8 @@ use crate::db::{Connected, obj, row, vector_bytes};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
 use crate::model::table::{
-    self, API_KEY, DOCUMENT, ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES,
-    SOURCE, SUPPORT, WORKSPACE,
+    self, ALIAS_SUPPORT, API_KEY, CHUNK_SUPPORT, DOCUMENT, ENTITY, EXTRACTION, FACT_SUPPORT,
+    INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES, SOURCE, WORKSPACE,
 };
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;
@@ -101,11 +101,9 @@ impl KnowledgeBase {
              DEFINE INDEX IF NOT EXISTS memory_content_text ON {MEMORY} FIELDS content FULLTEXT ANALYZER kbq_text BM25;
              DEFINE TABLE IF NOT EXISTS {META} SCHEMALESS;
              DEFINE TABLE IF NOT EXISTS {SOURCE} SCHEMALESS;
-             DEFINE TABLE IF NOT EXISTS {SUPPORT} SCHEMALESS;
-             DEFINE INDEX IF NOT EXISTS support_fact ON {SUPPORT} FIELDS fact;
-             DEFINE INDEX IF NOT EXISTS support_origin ON {SUPPORT} FIELDS origin;
-             REMOVE INDEX IF EXISTS support_entity ON {SUPPORT};
-             DEFINE INDEX IF NOT EXISTS support_alias ON {SUPPORT} FIELDS alias;
+             DEFINE TABLE IF NOT EXISTS {FACT_SUPPORT} SCHEMALESS;
+             DEFINE TABLE IF NOT EXISTS {CHUNK_SUPPORT} SCHEMALESS;
+             DEFINE TABLE IF NOT EXISTS {ALIAS_SUPPORT} SCHEMALESS;
              DEFINE TABLE IF NOT EXISTS {EXTRACTION} SCHEMALESS;
              DEFINE TABLE IF NOT EXISTS {INGEST_JOB} SCHEMALESS;
              DEFINE INDEX IF NOT EXISTS ingest_job_open ON {INGEST_JOB} FIELDS finished;
@@ -114,7 +112,7 @@ impl KnowledgeBase {
              {registry}"
         );
         self.exec_on(c, &schema, Object::new()).await?;
-        self.fold_descriptions(c).await?;
+        self.move_old_supports(c).await?;
         // Vectors of two embedders must never mix in one index.
         let found: Vec<Json> = self
             .run_on(

@@ -4,8 +4,8 @@
 //! content hash of each of its chunks, by position) and as one document per chunk (keyed by
 //! `source` and `"{source_id}#{position}"`, so a chunk's id follows from its source and its
 //! place). Every fact a chunk gave (an entity, a relationship, an alias, a description) has a
-//! support row naming the chunk; a fact written by an import, or present before any source
-//! named it, has an import support. The planner that decides what a deleted or changed source
+//! support naming the chunk (kept as the `supports` module says); a fact written by an
+//! import, or present before any source named it, has an import support. The planner that decides what a deleted or changed source
 //! retracts is pure ([`kbq_ingest::provenance`]); this file reads its inputs and carries out
 //! its plan. Model answers are kept here too, by (chunk hash, model, prompt version), so that
 //! no chunk is sent to a model twice.
@@ -15,28 +15,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kbq_ingest::provenance::{ChunkRef, Fact, Plan, SourceKey, Support};
+use kbq_ingest::provenance::{Fact, Plan, SourceKey, Support};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 
-use crate::db::{Connected, obj, relationship_record_id, row};
+use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
-use crate::model::table::{
-    ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, META, RELATES, SOURCE, SUPPORT,
-};
+use crate::model::table::{ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE};
 use crate::model::{NewRelationship, keys};
-
-/// The key of the meta record saying the store's description supports are folded (see
-/// [`KnowledgeBase::fold_descriptions`]).
-const FOLDED_KEY: &str = "descriptions_folded";
-
-/// The supports a query reads at once.
-const SUPPORT_BATCH: usize = 500;
-
-/// Facts per request when asking which have a support of another origin: a statement each.
-const OTHERS_BATCH: usize = 200;
+use crate::supports::SUPPORT_BATCH;
+pub use crate::supports::{Described, Merge, MergeChunk};
 
 /// A source's current version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,40 +68,6 @@ pub fn chunk_document_id(source: &SourceKey, position: u32) -> String {
     )
 }
 
-/// A name that resolution merged into an entity (an alias), with the chunks that gave it.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Merge {
-    /// The name as a source gave it.
-    pub alias: String,
-    /// The entity it was merged into.
-    pub entity: String,
-    /// The chunks that gave the name, by source and position.
-    pub chunks: Vec<MergeChunk>,
-}
-
-/// A chunk that gave a merged name.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MergeChunk {
-    pub source: String,
-    pub source_id: String,
-    /// The chunk's position in the source, from 0; its document's `source_id` is
-    /// `"{source_id}#{position}"`.
-    pub position: u32,
-}
-
-/// What the chunks said of an entity ([`KnowledgeBase::descriptions_of`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Described {
-    pub entity: String,
-    /// Its description supports with their texts, by source and chunk.
-    pub texts: Vec<(Support, String)>,
-    /// Whether an import supports the entity.
-    pub imported: bool,
-}
-
 /// What the store did with a [`Plan`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Retracted {
@@ -119,107 +75,6 @@ pub struct Retracted {
     pub relationships: u64,
     pub aliases: u64,
     pub descriptions: u64,
-}
-
-/// One support row as stored.
-#[derive(Debug, Deserialize)]
-struct SupportRow {
-    fact: String,
-    origin: String,
-    chunk: i64,
-    /// Whether the row carries a description (see [`stored_fact`]).
-    #[serde(default)]
-    described: bool,
-}
-
-/// A support row to write.
-struct SupportDraft {
-    fact: String,
-    origin: String,
-    chunk: i64,
-    kind: &'static str,
-    entity: Option<String>,
-    alias: Option<String>,
-    text: Option<String>,
-}
-
-impl SupportDraft {
-    /// The support of `stored` (a fact as [`stored_fact`] gives it) by `origin`'s `chunk`,
-    /// with no description, and its record key.
-    fn new(stored: &Fact, origin: String, chunk: i64) -> (String, Self) {
-        let fact = fact_key(stored);
-        let key = keys::support(&fact, &origin, chunk);
-        let draft = SupportDraft {
-            kind: fact_kind(stored),
-            entity: fact_entity(stored),
-            alias: fact_alias(stored),
-            fact,
-            origin,
-            chunk,
-            text: None,
-        };
-        (key, draft)
-    }
-
-    /// The row, with record key `id`.
-    fn row(self, id: String) -> Value {
-        row([
-            ("id", RecordId::new(SUPPORT, id).into_value()),
-            ("fact", self.fact.into_value()),
-            ("origin", self.origin.into_value()),
-            ("chunk", self.chunk.into_value()),
-            ("kind", self.kind.to_string().into_value()),
-            ("entity", self.entity.into_value()),
-            ("alias", self.alias.into_value()),
-            ("text", self.text.into_value()),
-        ])
-    }
-}
-
-/// The fact whose support row holds `fact`'s support: a description's is its chunk's
-/// support of the entity (the row's `text`); any other fact's is its own. A description
-/// was a row of its own in stores written before, which [`KnowledgeBase::fold_descriptions`]
-/// folds once.
-fn stored_fact(fact: &Fact) -> Fact {
-    match fact {
-        Fact::Description { entity, .. } => Fact::entity(entity.as_str()),
-        other => other.clone(),
-    }
-}
-
-/// The stored form of a support: its origin (`source` and `source_id` joined by a unit
-/// separator, or `import`) and chunk (-1 for an import).
-fn origin_of(support: &Support) -> (String, i64) {
-    match support {
-        Support::Chunk(c) => (source_origin(&c.source), i64::from(c.chunk)),
-        Support::Import => (IMPORT_ORIGIN.to_string(), -1),
-    }
-}
-
-const IMPORT_ORIGIN: &str = "import";
-
-fn source_origin(source: &SourceKey) -> String {
-    format!("{}\u{1f}{}", source.source, source.source_id)
-}
-
-pub(crate) fn support_of(origin: &str, chunk: i64) -> Option<Support> {
-    if origin == IMPORT_ORIGIN {
-        return Some(Support::Import);
-    }
-    let (source, source_id) = origin.split_once('\u{1f}')?;
-    Some(Support::Chunk(ChunkRef {
-        source: SourceKey::new(source, source_id),
-        chunk: u32::try_from(chunk).ok()?,
-    }))
-}
-
-/// A fact's stored key: its JSON, which serde writes in one order.
-fn fact_key(fact: &Fact) -> String {
-    serde_json::to_string(fact).expect("a fact serializes")
-}
-
-fn support_record_id(fact: &str, origin: &str, chunk: i64) -> RecordId {
-    RecordId::new(SUPPORT, keys::support(fact, origin, chunk))
 }
 
 impl KnowledgeBase {
@@ -281,329 +136,30 @@ impl KnowledgeBase {
         .await
     }
 
-    /// Every fact that `source` or `also` names, with what the planner needs of its
-    /// supports: all of `source`'s own, and one of another origin's if there is any (which
-    /// one does not matter: a fact another origin supports stays). Reading every support of
-    /// each fact instead made a job's reads grow with the corpus, a fact named by many
-    /// sources having a support from each.
-    pub async fn supports_of(
-        &self,
-        source: &SourceKey,
-        also: &[Fact],
-    ) -> Result<Vec<(Fact, Vec<Support>)>> {
-        let origin = source_origin(source);
-        let own: Vec<SupportRow> = self
-            .run(
-                &format!("SELECT fact, origin, chunk, text != NONE AS described FROM {SUPPORT} WHERE origin = $origin"),
-                obj([("origin", origin.clone().into_value())]),
-            )
-            .await?;
-        let mut by_fact: BTreeMap<String, Vec<Support>> = BTreeMap::new();
-        for r in own {
-            let Some(support) = support_of(&r.origin, r.chunk) else {
-                continue;
-            };
-            if r.described
-                && let Support::Chunk(chunk) = &support
-                && let Ok(Fact::Entity { name }) = serde_json::from_str::<Fact>(&r.fact)
-            {
-                let description = Fact::Description {
-                    entity: name,
-                    chunk: chunk.clone(),
-                };
-                by_fact
-                    .entry(fact_key(&description))
-                    .or_default()
-                    .push(support.clone());
-            }
-            by_fact.entry(r.fact).or_default().push(support);
-        }
-        for fact in also {
-            by_fact.entry(fact_key(fact)).or_default();
-        }
-        let named: Vec<String> = by_fact.keys().cloned().collect();
-        let c = self.connection().await?;
-        for batch in named.chunks(OTHERS_BATCH) {
-            // One statement per fact, in one request: each stops at its first match.
-            let sql: String = (0..batch.len())
-                .map(|i| {
-                    format!(
-                        "SELECT fact, origin, chunk FROM {SUPPORT} WHERE fact = $f{i} AND origin != $origin LIMIT 1;"
-                    )
-                })
-                .collect();
-            let mut vars = obj([("origin", origin.clone().into_value())]);
-            for (i, key) in batch.iter().enumerate() {
-                vars.insert(format!("f{i}"), key.clone().into_value());
-            }
-            let mut answers = self.send(&c, &sql, vars).await?;
-            for i in 0..batch.len() {
-                let rows: Vec<Json> = answers
-                    .take(i)
-                    .map_err(|e| StoreError::Query(e.to_string()))?;
-                for r in rows {
-                    let r: SupportRow = serde_json::from_value(r)
-                        .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))?;
-                    if let Some(s) = support_of(&r.origin, r.chunk) {
-                        by_fact.entry(r.fact).or_default().push(s);
-                    }
-                }
-            }
-        }
-        by_fact
-            .into_iter()
-            .map(|(key, supports)| {
-                let fact: Fact = serde_json::from_str(&key)
-                    .map_err(|e| StoreError::Query(format!("stored fact {key}: {e}")))?;
-                Ok((fact, supports))
-            })
-            .collect()
-    }
-
-    /// Records supports; one already recorded is left as it is, but for the words of a
-    /// description, which `texts` gives (by fact). A description's support is stored on
-    /// its chunk's support of the entity, which every description comes with.
-    pub async fn add_supports(
-        &self,
-        supports: &[(Fact, Support)],
-        texts: &BTreeMap<Fact, String>,
-    ) -> Result<()> {
-        let mut rows: BTreeMap<String, SupportDraft> = BTreeMap::new();
-        for (fact, support) in supports {
-            let (origin, chunk) = origin_of(support);
-            let (key, new) = SupportDraft::new(&stored_fact(fact), origin, chunk);
-            let draft = rows.entry(key).or_insert(new);
-            if matches!(fact, Fact::Description { .. }) {
-                draft.text = Some(texts.get(fact).cloned().unwrap_or_default());
-            }
-        }
-        let (described, plain): (Vec<_>, Vec<_>) = rows
-            .into_iter()
-            .partition(|(_, draft)| draft.text.is_some());
-        let rows_of = |drafts: Vec<(String, SupportDraft)>| -> Vec<Value> {
-            drafts
-                .into_iter()
-                .map(|(id, draft)| draft.row(id))
-                .collect()
-        };
-        let (described, plain) = (rows_of(described), rows_of(plain));
-        self.insert_pipelined(
-            &format!("INSERT IGNORE INTO {SUPPORT} $rows RETURN NONE"),
-            &plain,
-            |rows: Vec<Value>| async move { Ok((rows, ())) },
-            |()| {},
-        )
-        .await?;
-        self.insert_pipelined(
-            &format!(
-                "INSERT INTO {SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE"
-            ),
-            &described,
-            |rows: Vec<Value>| async move { Ok((rows, ())) },
-            |()| {},
-        )
-        .await
-    }
-
-    /// The merges recorded, by alias in code-point order: the aliases after `after` (all when
-    /// `None`), at most `limit` of them, with `entity` only those merged into that entity.
-    /// Each alias comes with the entity (or entities, when sources merged it into two) and
-    /// the chunks that gave it. The second value says whether more aliases follow.
-    pub async fn merges(
-        &self,
-        entity: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<Merge>, bool)> {
-        let of_entity = match entity {
-            Some(_) => " AND entity = $entity",
-            None => "",
-        };
-        let mut vars = obj([
-            ("after", after.unwrap_or("").to_string().into_value()),
-            ("n", (limit as i64 + 1).into_value()),
-        ]);
-        if let Some(e) = entity {
-            vars.insert("entity".to_string(), e.to_string().into_value());
-        }
-        let aliases: Vec<String> = self
-            .run(
-                &format!(
-                    "SELECT VALUE alias FROM (SELECT alias FROM {SUPPORT} WHERE kind = 'alias' AND alias > $after{of_entity} GROUP BY alias) ORDER BY alias LIMIT $n"
-                ),
-                vars.clone(),
-            )
-            .await?;
-        let more = aliases.len() > limit;
-        let aliases: Vec<String> = aliases.into_iter().take(limit).collect();
-        if aliases.is_empty() {
-            return Ok((Vec::new(), false));
-        }
-        vars.insert("aliases".to_string(), aliases.into_value());
-        #[derive(Deserialize)]
-        struct AliasRow {
-            alias: String,
-            entity: String,
-            origin: String,
-            chunk: i64,
-        }
-        let rows: Vec<AliasRow> = self
-            .run(
-                &format!(
-                    "SELECT alias, entity, origin, chunk FROM {SUPPORT} WHERE kind = 'alias' AND alias IN $aliases{of_entity}"
-                ),
-                vars,
-            )
-            .await?;
-        let mut by_pair: BTreeMap<(String, String), BTreeSet<MergeChunk>> = BTreeMap::new();
-        for r in rows {
-            let chunks = by_pair.entry((r.alias, r.entity)).or_default();
-            if let Some(Support::Chunk(c)) = support_of(&r.origin, r.chunk) {
-                chunks.insert(MergeChunk {
-                    source: c.source.source,
-                    source_id: c.source.source_id,
-                    position: c.chunk,
-                });
-            }
-        }
-        let merges = by_pair
-            .into_iter()
-            .map(|((alias, entity), chunks)| Merge {
-                alias,
-                entity,
-                chunks: chunks.into_iter().collect(),
-            })
-            .collect();
-        Ok((merges, more))
-    }
-
-    /// What every source's chunks said of each of `entities`: the texts of its description
-    /// supports, by source and chunk, and whether an import supports the entity (a source
-    /// never changes an import's entity).
-    pub async fn descriptions_of(&self, entities: &[String]) -> Result<Vec<Described>> {
-        #[derive(Deserialize)]
-        struct TextRow {
-            origin: String,
-            chunk: i64,
-            text: Option<String>,
-        }
-        let c = self.connection().await?;
-        let mut out = Vec::with_capacity(entities.len());
-        for batch in entities.chunks(OTHERS_BATCH) {
-            // A statement per entity, in one request: every support of the entity, whose
-            // chunks' rows carry the descriptions (an entity's supports are its chunks' and
-            // at most one import's).
-            let sql: String = (0..batch.len())
-                .map(|i| format!("SELECT origin, chunk, text FROM {SUPPORT} WHERE fact = $e{i};"))
-                .collect();
-            let mut vars = Object::new();
-            for (i, entity) in batch.iter().enumerate() {
-                vars.insert(
-                    format!("e{i}"),
-                    fact_key(&Fact::entity(entity.as_str())).into_value(),
-                );
-            }
-            let mut answers = self.send(&c, &sql, vars).await?;
-            for (i, entity) in batch.iter().enumerate() {
-                let rows: Vec<Json> = answers
-                    .take(i)
-                    .map_err(|e| StoreError::Query(e.to_string()))?;
-                let rows: Vec<TextRow> = rows
-                    .into_iter()
-                    .filter_map(|r| serde_json::from_value::<TextRow>(r).ok())
-                    .collect();
-                let imported = rows.iter().any(|r| r.origin == IMPORT_ORIGIN);
-                let mut texts: Vec<(Support, String)> = rows
-                    .into_iter()
-                    .filter_map(|r| Some((support_of(&r.origin, r.chunk)?, r.text?)))
-                    .collect();
-                texts.sort();
-                out.push(Described {
-                    entity: entity.clone(),
-                    texts,
-                    imported,
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    /// Replaces the text of recorded description supports: a chunk at the same place in a
-    /// new version of its source may describe the entity otherwise.
-    pub async fn set_support_texts(&self, rows: &[(Fact, Support, String)]) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let rows: Vec<Value> = rows
-            .iter()
-            .map(|(fact, support, text)| {
-                let (origin, chunk) = origin_of(support);
-                row([
-                    (
-                        "id",
-                        support_record_id(&fact_key(&stored_fact(fact)), &origin, chunk)
-                            .into_value(),
-                    ),
-                    ("text", text.clone().into_value()),
-                ])
-            })
-            .collect();
-        self.exec_in_batches(
-            "FOR $r IN $rows { UPDATE $r.id SET text = $r.text RETURN NONE };",
-            "rows",
-            &rows,
-        )
-        .await
-    }
-
-    /// The entity that `name` is an alias of (a name resolution merged into it), if any.
-    pub async fn alias_target(&self, name: &str) -> Result<Option<String>> {
-        let found: Vec<Option<String>> = self
-            .run(
-                &format!(
-                    "SELECT VALUE entity FROM {SUPPORT} WHERE kind = 'alias' AND alias = $name LIMIT 1"
-                ),
-                obj([("name", name.to_string().into_value())]),
-            )
-            .await?;
-        Ok(found.into_iter().flatten().next())
-    }
-
     /// Carries out `plan`'s retractions: supports dropped, then facts removed from SurrealDB
     /// and the indexes (an entity with its relationships; documents linked to it stay,
     /// unlinked). The plan's additions are written by the caller, before, with the facts
     /// themselves. An entity that a relationship outside the plan still reaches is kept.
     pub async fn retract(&self, plan: &Plan) -> Result<Retracted> {
         let mut done = Retracted::default();
-        // A description's support goes by taking the words from its row (see
-        // `stored_fact`), every other support by deleting its row; a description removed
-        // had the one support of its own chunk.
-        let mut dropped: Vec<RecordId> = Vec::new();
-        let mut undescribed: Vec<RecordId> = Vec::new();
+        // A description removed had the one support of its own chunk.
         let removed_descriptions = plan.remove.iter().filter_map(|fact| match fact {
-            Fact::Description { chunk, .. } => Some((fact, Support::Chunk(chunk.clone()))),
+            Fact::Description { chunk, .. } => Some((fact.clone(), Support::Chunk(chunk.clone()))),
             _ => None,
         });
-        let supports = plan
+        let dropped: Vec<(Fact, Support)> = plan
             .drop_supports
             .iter()
-            .map(|(fact, support)| (fact, support.clone()))
-            .chain(removed_descriptions);
-        for (fact, support) in supports {
-            let (origin, chunk) = origin_of(&support);
-            let id = support_record_id(&fact_key(&stored_fact(fact)), &origin, chunk);
-            match fact {
-                Fact::Description { .. } => undescribed.push(id),
-                _ => dropped.push(id),
-            }
-        }
-        self.exec_in_batches(
-            "UPDATE $ids SET text = NONE RETURN NONE",
-            "ids",
-            &undescribed,
-        )
-        .await?;
-        self.exec_in_batches("DELETE $ids", "ids", &dropped).await?;
+            .cloned()
+            .chain(removed_descriptions)
+            .collect();
+        let forgotten: Vec<Fact> = plan
+            .remove
+            .iter()
+            .filter(|fact| !matches!(fact, Fact::Description { .. }))
+            .cloned()
+            .collect();
+        self.drop_supports(&dropped, &forgotten).await?;
         let removed: BTreeSet<&Fact> = plan.remove.iter().collect();
         for fact in &plan.remove {
             match fact {
@@ -639,18 +195,6 @@ impl KnowledgeBase {
                 }
             }
         }
-        let gone: Vec<String> = plan
-            .remove
-            .iter()
-            .filter(|fact| !matches!(fact, Fact::Description { .. }))
-            .map(fact_key)
-            .collect();
-        self.exec_in_batches(
-            &format!("DELETE {SUPPORT} WHERE fact IN $facts"),
-            "facts",
-            &gone,
-        )
-        .await?;
         Ok(done)
     }
 
@@ -784,87 +328,6 @@ impl KnowledgeBase {
             .collect();
         self.exec_in_batches("UPDATE $ids SET sourced = true RETURN NONE", "ids", &ids)
             .await
-    }
-
-    /// Runs `sql` once per [`SUPPORT_BATCH`] of `items`, bound as `$var`.
-    async fn exec_in_batches<T: SurrealValue + Clone>(
-        &self,
-        sql: &str,
-        var: &str,
-        items: &[T],
-    ) -> Result<()> {
-        for batch in items.chunks(SUPPORT_BATCH) {
-            self.exec(sql, obj([(var, batch.to_vec().into_value())]))
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Folds the description supports of a store written before descriptions were kept on
-    /// their chunk's support of the entity ([`stored_fact`]): each becomes the words of that
-    /// row, written whole before the old row goes, in one transaction per batch. Done once
-    /// per store (a meta record says so); running it twice, or on two nodes at once, changes
-    /// nothing more.
-    pub(crate) async fn fold_descriptions(&self, c: &Connected) -> Result<()> {
-        let done: Vec<Json> = self
-            .run_on(
-                c,
-                &format!("SELECT VALUE id FROM {META}:{FOLDED_KEY}"),
-                Object::new(),
-            )
-            .await?;
-        if !done.is_empty() {
-            return Ok(());
-        }
-        #[derive(Deserialize)]
-        struct Old {
-            key: String,
-            fact: String,
-            origin: String,
-            chunk: i64,
-            text: Option<String>,
-        }
-        loop {
-            let old: Vec<Old> = self
-                .run_on(
-                    c,
-                    &format!(
-                        "SELECT meta::id(id) AS key, fact, origin, chunk, text FROM {SUPPORT} WHERE kind = 'description' LIMIT {SUPPORT_BATCH}"
-                    ),
-                    Object::new(),
-                )
-                .await?;
-            if old.is_empty() {
-                break;
-            }
-            let mut rows: BTreeMap<String, SupportDraft> = BTreeMap::new();
-            let mut ids = Vec::with_capacity(old.len());
-            for o in old {
-                ids.push(RecordId::new(SUPPORT, o.key));
-                let Ok(Fact::Description { entity, .. }) = serde_json::from_str::<Fact>(&o.fact)
-                else {
-                    continue;
-                };
-                let (key, mut draft) = SupportDraft::new(&Fact::entity(entity), o.origin, o.chunk);
-                draft.text = Some(o.text.unwrap_or_default());
-                rows.insert(key, draft);
-            }
-            let rows: Vec<Value> = rows.into_iter().map(|(id, draft)| draft.row(id)).collect();
-            self.exec_on(
-                c,
-                &format!(
-                    "BEGIN; INSERT INTO {SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE; DELETE $ids; COMMIT;"
-                ),
-                obj([("rows", rows.into_value()), ("ids", ids.into_value())]),
-            )
-            .await?;
-        }
-        self.exec_on(
-            c,
-            &format!("UPSERT {META}:{FOLDED_KEY} CONTENT {{ at: time::now() }} RETURN NONE"),
-            Object::new(),
-        )
-        .await
     }
 
     /// The relationships among `relationships` that are not in the graph.
@@ -1065,32 +528,6 @@ fn fact_record_key(fact: &Fact) -> Option<(&'static str, String)> {
     }
 }
 
-fn fact_kind(fact: &Fact) -> &'static str {
-    match fact {
-        Fact::Entity { .. } => "entity",
-        Fact::Relationship { .. } => "relationship",
-        Fact::Alias { .. } => "alias",
-        Fact::Description { .. } => "description",
-    }
-}
-
-/// The other name an alias fact gives its entity.
-fn fact_alias(fact: &Fact) -> Option<String> {
-    match fact {
-        Fact::Alias { alias, .. } => Some(alias.clone()),
-        _ => None,
-    }
-}
-
-/// The entity a fact is about (a relationship: none), for finding descriptions by entity.
-fn fact_entity(fact: &Fact) -> Option<String> {
-    match fact {
-        Fact::Entity { name } => Some(name.clone()),
-        Fact::Alias { entity, .. } | Fact::Description { entity, .. } => Some(entity.clone()),
-        Fact::Relationship { .. } => None,
-    }
-}
-
 fn source_record_id(source: &SourceKey) -> RecordId {
     RecordId::new(SOURCE, keys::source(&source.source, &source.source_id))
 }
@@ -1099,133 +536,4 @@ fn source_record_id(source: &SourceKey) -> RecordId {
 /// model (or provider chain) asked, and the prompt's version.
 pub fn extraction_key(chunk_hash: &str, model: &str, prompt_version: u32) -> String {
     keys::extraction(chunk_hash, model, prompt_version)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::{HashingEmbedder, StoreConfig};
-
-    /// A store written when each description support was a row of its own reads, once
-    /// folded, as one written now: the same descriptions, supports and plans.
-    #[tokio::test]
-    async fn description_rows_of_an_older_store_are_folded_once() {
-        let kb =
-            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
-        let source = SourceKey::new("notes", "a");
-        let chunk = |i: u32| ChunkRef {
-            source: source.clone(),
-            chunk: i,
-        };
-        // As the older store wrote them: an entity support, and a description of its own.
-        let mut rows = Vec::new();
-        for (fact, position, text) in [
-            (Fact::entity("Ada"), 0, None),
-            (
-                Fact::Description {
-                    entity: "Ada".into(),
-                    chunk: chunk(0),
-                },
-                0,
-                Some("Ada wrote the first program"),
-            ),
-            (
-                Fact::Description {
-                    entity: "Babbage".into(),
-                    chunk: chunk(1),
-                },
-                1,
-                Some("Babbage designed the engine"),
-            ),
-        ] {
-            let key = fact_key(&fact);
-            let origin = source_origin(&source);
-            rows.push(row([
-                (
-                    "id",
-                    support_record_id(&key, &origin, position).into_value(),
-                ),
-                ("fact", key.into_value()),
-                ("origin", origin.into_value()),
-                ("chunk", position.into_value()),
-                ("kind", fact_kind(&fact).to_string().into_value()),
-                ("entity", fact_entity(&fact).into_value()),
-                ("alias", None::<String>.into_value()),
-                ("text", text.map(str::to_string).into_value()),
-            ]));
-        }
-        kb.exec(
-            &format!("INSERT INTO {SUPPORT} $rows RETURN NONE; DELETE {META}:{FOLDED_KEY};"),
-            obj([("rows", rows.into_value())]),
-        )
-        .await
-        .unwrap();
-        let c = kb.connection().await.unwrap();
-        kb.fold_descriptions(&c).await.unwrap();
-
-        let rows = || async {
-            kb.run::<String>(
-                &format!("SELECT VALUE meta::id(id) FROM {SUPPORT}"),
-                Object::new(),
-            )
-            .await
-            .unwrap()
-            .len()
-        };
-        assert_eq!(rows().await, 2, "one row per entity and chunk");
-        let described = kb
-            .descriptions_of(&["Ada".into(), "Babbage".into()])
-            .await
-            .unwrap();
-        let texts: Vec<Vec<&str>> = described
-            .iter()
-            .map(|d| d.texts.iter().map(|(_, t)| t.as_str()).collect())
-            .collect();
-        assert_eq!(
-            texts,
-            [
-                vec!["Ada wrote the first program"],
-                vec!["Babbage designed the engine"]
-            ]
-        );
-        let mut facts: Vec<Fact> = kb
-            .supports_of(&source, &[])
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(f, _)| f)
-            .collect();
-        facts.sort();
-        let mut want = vec![
-            Fact::entity("Ada"),
-            Fact::entity("Babbage"),
-            Fact::Description {
-                entity: "Ada".into(),
-                chunk: chunk(0),
-            },
-            Fact::Description {
-                entity: "Babbage".into(),
-                chunk: chunk(1),
-            },
-        ];
-        want.sort();
-        assert_eq!(facts, want);
-
-        // Marked done: later opens skip the scan.
-        let done: Vec<Json> = kb
-            .run(&format!("SELECT * FROM {META}:{FOLDED_KEY}"), Object::new())
-            .await
-            .unwrap();
-        assert_eq!(done.len(), 1);
-
-        // Deleting the source takes every row, words and all.
-        let plan = kbq_ingest::provenance::plan_delete(
-            &kb.supports_of(&source, &[]).await.unwrap(),
-            &source,
-        );
-        kb.retract(&plan).await.unwrap();
-        assert_eq!(rows().await, 0);
-    }
 }

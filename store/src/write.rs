@@ -11,8 +11,8 @@ use surrealdb::types::{RecordId, SurrealValue, Value};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::db::{
-    RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, relationship_record_id, row, vector_bytes,
-    write_on,
+    Connected, RELATIONSHIP_NAME_FIELDS, entity_record_id, obj, relationship_record_id, row,
+    vector_bytes, write_on,
 };
 use crate::doc_index::DocEntry;
 use crate::embed::Embedder;
@@ -176,7 +176,7 @@ impl KnowledgeBase {
         sql: &str,
         items: &[T],
         build: F,
-        mut written: impl FnMut(X),
+        written: impl FnMut(X),
     ) -> Result<()>
     where
         T: Clone + Send + 'static,
@@ -185,8 +185,38 @@ impl KnowledgeBase {
         Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
     {
         let c = self.connection().await?;
+        self.insert_pipelined_on(&c, sql, items, build, written)
+            .await
+    }
+
+    /// As [`insert_pipelined`](Self::insert_pipelined) of rows already built, on `c`.
+    pub(crate) async fn insert_rows_on(
+        &self,
+        c: &Connected,
+        sql: &str,
+        rows: &[Value],
+    ) -> Result<()> {
+        self.insert_pipelined_on(c, sql, rows, |rows| async move { Ok((rows, ())) }, |()| {})
+            .await
+    }
+
+    /// As [`insert_pipelined`](Self::insert_pipelined), on `c`.
+    pub(crate) async fn insert_pipelined_on<T, X, F, Fut>(
+        &self,
+        c: &Connected,
+        sql: &str,
+        items: &[T],
+        build: F,
+        mut written: impl FnMut(X),
+    ) -> Result<()>
+    where
+        T: Clone + Send + 'static,
+        X: Send + 'static,
+        F: Fn(Vec<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
+    {
         // Guarded as one statement: its parts run on tasks of their own.
-        self.guarded(&c, async {
+        self.guarded(c, async {
             let sql: Arc<str> = Arc::from(sql);
             let mut chunks = items.chunks(INSERT_ROWS);
             let mut in_flight = std::collections::VecDeque::new();
