@@ -510,16 +510,20 @@ impl Ingestor {
         let lock = self.deps.source_lock(source);
         let _held = lock.lock().await;
         let writing = self.deps.writes.lock().await;
+        let mut phases = Phases::start();
         let kb = &self.deps.kb;
         let Some(record) = kb.source_record(source).await? else {
             return Ok(None);
         };
         let facts = kb.supports_of(source, &[]).await?;
         let plan = plan_delete(&facts, source);
+        phases.mark("plan");
         let retracted = kb.retract(&plan).await?;
+        phases.mark("retract");
         let positions: Vec<u32> = (0..record.chunks.len() as u32).collect();
         let chunks = kb.delete_chunks(source, &positions).await?;
         kb.delete_source_record(source).await?;
+        phases.mark("chunks");
         drop(writing);
         // The entities that keep other sources' descriptions get theirs remade without this
         // source's. A failure here leaves the old description, not a half-retracted source.
@@ -530,6 +534,8 @@ impl Ingestor {
         {
             tracing::warn!(error = %e, "descriptions not remade after a retraction");
         }
+        phases.mark("descriptions");
+        tracing::debug!(source = %source.source, source_id = %source.source_id, %phases, "source deleted");
         Ok(Some(SourceDeletion {
             chunks,
             entities: retracted.entities,

@@ -161,28 +161,23 @@ impl KnowledgeBase {
             .collect();
         self.drop_supports(&dropped, &forgotten).await?;
         let removed: BTreeSet<&Fact> = plan.remove.iter().collect();
+        let mut edges = Vec::new();
         for fact in &plan.remove {
             match fact {
                 Fact::Relationship {
                     source,
                     target,
                     relationship_type,
-                } => {
-                    if self
-                        .delete_relationship(source, target, relationship_type)
-                        .await?
-                    {
-                        done.relationships += 1;
-                    }
-                }
+                } => edges.push((source.as_str(), target.as_str(), relationship_type.as_str())),
                 Fact::Alias { .. } => done.aliases += 1,
                 Fact::Description { .. } => done.descriptions += 1,
                 Fact::Entity { .. } => {}
             }
         }
+        done.relationships = self.delete_relationships(&edges).await?;
         for fact in &plan.remove {
             if let Fact::Entity { name } = fact {
-                let edges = self.relationships_of(name).await?;
+                let edges = self.relationships_at(name).await?.unwrap_or_default();
                 let reached = edges.iter().any(|(s, t, ty)| {
                     !removed.contains(&Fact::relationship(s.clone(), t.clone(), ty.clone()))
                 });
@@ -198,43 +193,30 @@ impl KnowledgeBase {
         Ok(done)
     }
 
-    /// Removes the relationship (source, target, type); false when there was none.
-    pub async fn delete_relationship(
-        &self,
-        source: &str,
-        target: &str,
-        relationship_type: &str,
-    ) -> Result<bool> {
-        let id = relationship_record_id(source, target, relationship_type);
-        let gone: Vec<Json> = self
-            .run("DELETE $id RETURN BEFORE", obj([("id", id.into_value())]))
-            .await?;
-        if let Some(index) = self.graph_index() {
-            index
-                .write()
-                .remove_relationship(source, target, relationship_type);
+    /// Removes the relationships `edges` (source, target, type), a statement per
+    /// [`SUPPORT_BATCH`]; answers how many there were.
+    pub async fn delete_relationships(&self, edges: &[(&str, &str, &str)]) -> Result<u64> {
+        let mut deleted = 0;
+        for batch in edges.chunks(SUPPORT_BATCH) {
+            let ids: Vec<RecordId> = batch
+                .iter()
+                .map(|(s, t, ty)| relationship_record_id(s, t, ty))
+                .collect();
+            let gone: Vec<Json> = self
+                .run(
+                    "DELETE $ids RETURN BEFORE",
+                    obj([("ids", ids.into_value())]),
+                )
+                .await?;
+            deleted += gone.len() as u64;
+            if let Some(index) = self.graph_index() {
+                let mut index = index.write();
+                for (s, t, ty) in batch {
+                    index.remove_relationship(s, t, ty);
+                }
+            }
         }
-        Ok(!gone.is_empty())
-    }
-
-    /// Every relationship at either end of `name`, as (source, target, type).
-    async fn relationships_of(&self, name: &str) -> Result<Vec<(String, String, String)>> {
-        #[derive(Deserialize)]
-        struct Edge {
-            source_name: String,
-            target_name: String,
-            relationship_type: String,
-        }
-        let edges: Vec<Edge> = self
-            .run(
-                &format!("SELECT source_name, target_name, relationship_type FROM {RELATES} WHERE source_name = $name OR target_name = $name"),
-                obj([("name", name.to_string().into_value())]),
-            )
-            .await?;
-        Ok(edges
-            .into_iter()
-            .map(|e| (e.source_name, e.target_name, e.relationship_type))
-            .collect())
+        Ok(deleted)
     }
 
     /// Removes the chunk documents of `source` at `positions`.

@@ -249,11 +249,13 @@ impl KnowledgeBase {
         .await
     }
 
-    /// Deletes an entity, every relationship touching it, and the link of its documents to it
-    /// (the documents stay, with `entity_name` null). Deleting an entity that does not exist
-    /// changes nothing. Each step is its own write, in an order that a retry completes.
-    pub async fn delete_entity(&self, name: &str) -> Result<EntityDeletion> {
-        crate::model::check_name("name", name)?;
+    /// Every relationship at either end of the entity `name`, as (source, target, type),
+    /// sorted, each once; `None` when there is no such entity. Read along the entity's own
+    /// edges, not by a scan of the relationships.
+    pub(crate) async fn relationships_at(
+        &self,
+        name: &str,
+    ) -> Result<Option<Vec<(String, String, String)>>> {
         #[derive(serde::Deserialize)]
         struct EdgeRow {
             source_name: String,
@@ -267,24 +269,34 @@ impl KnowledgeBase {
             #[serde(default)]
             ins: Vec<EdgeRow>,
         }
-        let id = entity_record_id(name);
         let rows: Vec<Row> = self
             .run(
                 &format!("SELECT ->{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS outs, <-{RELATES}.{{{RELATIONSHIP_NAME_FIELDS}}} AS ins FROM $ids"),
-                obj([("ids", vec![id.clone()].into_value())]),
+                obj([("ids", vec![entity_record_id(name)].into_value())]),
             )
             .await?;
-        let Some(row) = rows.into_iter().next() else {
+        Ok(rows.into_iter().next().map(|row| {
+            let mut edges: Vec<(String, String, String)> = row
+                .outs
+                .into_iter()
+                .chain(row.ins)
+                .map(|e| (e.source_name, e.target_name, e.relationship_type))
+                .collect();
+            edges.sort();
+            edges.dedup();
+            edges
+        }))
+    }
+
+    /// Deletes an entity, every relationship touching it, and the link of its documents to it
+    /// (the documents stay, with `entity_name` null). Deleting an entity that does not exist
+    /// changes nothing. Each step is its own write, in an order that a retry completes.
+    pub async fn delete_entity(&self, name: &str) -> Result<EntityDeletion> {
+        crate::model::check_name("name", name)?;
+        let id = entity_record_id(name);
+        let Some(edges) = self.relationships_at(name).await? else {
             return Ok(EntityDeletion::default());
         };
-        let mut edges: Vec<(String, String, String)> = row
-            .outs
-            .into_iter()
-            .chain(row.ins)
-            .map(|e| (e.source_name, e.target_name, e.relationship_type))
-            .collect();
-        edges.sort();
-        edges.dedup();
         let edge_ids: Vec<RecordId> = edges
             .iter()
             .map(|(s, d, t)| relationship_record_id(s, d, t))
