@@ -69,6 +69,9 @@ pub struct IngestConfig {
     pub nice: u8,
     /// Ended jobs this node keeps in memory; older ones are answered from the store.
     pub keep_ended_jobs: usize,
+    /// How long after it ended a job is forgotten: its record goes from the store, and
+    /// from this node's memory; `None`: never.
+    pub forget_ended_after: Option<Duration>,
     /// Largest source accepted, in bytes.
     pub max_source_bytes: usize,
     /// How long a node holds its jobs without renewing its lease; the jobs of a node whose
@@ -97,6 +100,7 @@ impl Default for IngestConfig {
             threads: 2,
             nice: 10,
             keep_ended_jobs: 1000,
+            forget_ended_after: Some(Duration::from_secs(7 * 24 * 3600)),
             max_source_bytes: 16 << 20,
             lease: Duration::from_secs(30),
             claims: true,
@@ -253,6 +257,8 @@ pub struct IngestDeps {
     runtime: Option<tokio::runtime::Handle>,
     /// This node's name in its jobs and its lease: a new one each time the node starts.
     node: String,
+    /// When this node last forgot the jobs that ended too long ago.
+    forgot: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 /// The edge's handle on ingestion.
@@ -355,6 +361,7 @@ impl Ingestor {
                 config,
                 model,
                 jobs: Default::default(),
+                forgot: Default::default(),
                 sources: Default::default(),
                 calls,
                 writes: Default::default(),
@@ -606,6 +613,7 @@ impl IngestDeps {
         if let Err(e) = self.kb.heartbeat(&self.node, until).await {
             tracing::warn!(error = %e, "the node's lease on its ingest jobs not renewed");
         }
+        self.forget_ended().await;
         let (queued, running, _) = self.jobs_here();
         if queued + running == 0 {
             return;
@@ -624,6 +632,33 @@ impl IngestDeps {
             }
             Err(e) => tracing::warn!(error = %e, "cancellations asked for not read"),
         }
+    }
+
+    /// Forgets the jobs that ended longer ago than `forget_ended_after`: their records in
+    /// the store (any node's: every node does this, and a record goes once), and this
+    /// node's memory of them. At most once per [`FORGET_EVERY`], or per
+    /// `forget_ended_after` when that is shorter.
+    async fn forget_ended(&self) {
+        let Some(after) = self.config.forget_ended_after else {
+            return;
+        };
+        {
+            let mut forgot = self.forgot.lock();
+            if forgot.is_some_and(|t| t.elapsed() < after.min(FORGET_EVERY)) {
+                return;
+            }
+            *forgot = Some(std::time::Instant::now());
+        }
+        let before = now_ms() - after.as_millis() as i64;
+        match self.kb.forget_ended_jobs(before).await {
+            Ok(0) => {}
+            Ok(forgotten) => tracing::info!(forgotten, "ended ingest jobs forgotten"),
+            Err(e) => tracing::warn!(error = %e, "ended ingest jobs not forgotten"),
+        }
+        self.jobs.lock().retain(|_, r| {
+            let view = r.progress.borrow();
+            !(view.status.is_final() && view.updated_at < before)
+        });
     }
 
     async fn load(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
@@ -2106,6 +2141,10 @@ const CLAIM_AFTER: Duration = Duration::from_millis(200);
 /// Longest time between two renewals of this node's lease, which is also how soon it hears
 /// of a cancellation asked on another node.
 const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+/// How often a node forgets the jobs that ended too long ago (see
+/// [`IngestConfig::forget_ended_after`]).
+const FORGET_EVERY: Duration = Duration::from_secs(600);
 
 /// The ingestion actor: queues jobs and runs at most `max_jobs` at once; takes over the
 /// unfinished jobs that no live node holds (those of a node that stopped, this one

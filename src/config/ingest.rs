@@ -42,6 +42,9 @@ pub struct IngestSection {
     pub nice: u8,
     /// Ended jobs this node keeps in memory; older ones are answered from the store.
     pub keep_ended_jobs: usize,
+    /// Seconds after its end that a job is forgotten (its record deleted; the job then
+    /// answers 404); 0: never.
+    pub forget_ended_jobs_after_secs: u64,
     /// Seconds a node holds its jobs without renewing its lease (every 2 s); another node
     /// takes over the jobs of a node whose lease ended.
     pub job_lease_secs: u64,
@@ -71,6 +74,7 @@ impl Default for IngestSection {
             threads: 2,
             nice: 10,
             keep_ended_jobs: 1000,
+            forget_ended_jobs_after_secs: 7 * 24 * 3600,
             job_lease_secs: 30,
             summarise_after: 4,
         }
@@ -100,6 +104,12 @@ impl IngestSection {
         within("ingest.threads", self.threads, 0, 64)?;
         within("ingest.nice", self.nice, 0, 19)?;
         within("ingest.keep_ended_jobs", self.keep_ended_jobs, 1, 1_000_000)?;
+        within(
+            "ingest.forget_ended_jobs_after_secs",
+            self.forget_ended_jobs_after_secs,
+            0,
+            10 * 365 * 24 * 3600,
+        )?;
         within("ingest.job_lease_secs", self.job_lease_secs, 6, 3600)?;
         within("ingest.summarise_after", self.summarise_after, 0, 1000)?;
         within(
@@ -155,6 +165,8 @@ impl IngestSection {
             threads: self.threads,
             nice: self.nice,
             keep_ended_jobs: self.keep_ended_jobs,
+            forget_ended_after: (self.forget_ended_jobs_after_secs > 0)
+                .then(|| std::time::Duration::from_secs(self.forget_ended_jobs_after_secs)),
             max_source_bytes: self.max_source_bytes,
             lease: std::time::Duration::from_secs(self.job_lease_secs),
             claims: true,

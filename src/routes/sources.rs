@@ -339,7 +339,7 @@ async fn upload(mut multipart: Multipart, max: usize) -> Result<SourceInput, Api
     params(("job_id" = String, Path, description = "The job's id, as submitting answered it")),
     responses(
         (status = 200, description = "The job", body = JobView),
-        (status = 404, description = ErrorCode::NotFound.answers("no job of this key has this id"), body = ErrorBody),
+        (status = 404, description = ErrorCode::NotFound.answers("no job of this key has this id, or it ended longer ago than `ingest.forget_ended_jobs_after_secs` (7 days by default)"), body = ErrorBody),
         (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
     ),
     security(("bearer" = ["write"]), ("api_key" = ["write"])),

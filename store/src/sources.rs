@@ -388,6 +388,20 @@ impl KnowledgeBase {
         .await
     }
 
+    /// Deletes the records of the jobs that ended before `before` (Unix milliseconds, the
+    /// `updated_at` of their view); answers how many.
+    pub async fn forget_ended_jobs(&self, before: i64) -> Result<u64> {
+        let gone: Vec<Json> = self
+            .run(
+                &format!(
+                    "DELETE {INGEST_JOB} WHERE finished = true AND record.view.updated_at < $before RETURN BEFORE"
+                ),
+                obj([("before", before.into_value())]),
+            )
+            .await?;
+        Ok(gone.len() as u64)
+    }
+
     /// An ingest job's record.
     pub async fn job(&self, job_id: &str) -> Result<Option<Json>> {
         let rows: Vec<Json> = self

@@ -1557,3 +1557,43 @@ async fn a_name_with_several_doubtful_candidates_merges_into_the_one_confirmed()
     t.stop().await;
     llm.stop().await;
 }
+
+/// `ingest.forget_ended_jobs_after_secs` after it ended, a job is forgotten: it answers 404,
+/// from the node that ran it and from the store, while a job still running stays, and what
+/// the ended job wrote stays in the graph.
+#[tokio::test]
+async fn an_ended_job_is_forgotten_after_its_time_and_its_writes_stay() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 30_000)]);
+    config.ingest.forget_ended_jobs_after_secs = 1;
+    let t = start(config).await;
+    let done = ingest(
+        &t,
+        markdown("kept", "[[Grace Hopper]] -[wrote]-> [[COBOL]]."),
+    )
+    .await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let done_path = format!("/data/v1/ingest/jobs/{}", done["job_id"].as_str().unwrap());
+    // A job that runs on past the others' forgetting.
+    llm.push(Step::Delay(
+        Duration::from_secs(8),
+        Box::new(Step::Answer(r#"{"entities":[],"relationships":[]}"#.into())),
+    ));
+    let (status, slow) = t.post(SOURCES, markdown("slow", "[[Slow Person]]")).await;
+    assert_eq!(status, 202, "{slow}");
+    let slow_path = format!("/data/v1/ingest/jobs/{}", slow["job_id"].as_str().unwrap());
+
+    let forgotten = eventually(Duration::from_secs(15), || async {
+        t.get(&done_path).await.0 == 404
+    })
+    .await;
+    assert!(forgotten, "the ended job was not forgotten");
+    let (_, body) = t.get(&done_path).await;
+    assert_error(&body, "not_found", None);
+    let (status, running) = t.get(&slow_path).await;
+    assert_eq!(status, 200, "a running job is not forgotten: {running}");
+    assert!(!running["status"].as_str().unwrap().is_empty());
+    assert_eq!(entity(&t, "Grace Hopper").await["name"], "Grace Hopper");
+    t.stop().await;
+    llm.stop().await;
+}

@@ -2567,7 +2567,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+            /** @description `not_found`: no job of this key has this id, or it ended longer ago than `ingest.forget_ended_jobs_after_secs` (7 days by default); or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
             404: {
                 headers: {
                     [name: string]: unknown;
