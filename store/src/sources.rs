@@ -193,8 +193,8 @@ impl KnowledgeBase {
         Ok(done)
     }
 
-    /// Removes the relationships `edges` (source, target, type), a statement per
-    /// [`SUPPORT_BATCH`]; answers how many there were.
+    /// Removes the relationships `edges` (source, target, type), a statement per 500;
+    /// answers how many there were.
     pub async fn delete_relationships(&self, edges: &[(&str, &str, &str)]) -> Result<u64> {
         let mut deleted = 0;
         for batch in edges.chunks(SUPPORT_BATCH) {
