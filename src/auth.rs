@@ -47,6 +47,10 @@ pub struct KeyIdentity {
     pub id: Arc<str>,
     pub scopes: Scopes,
     pub workspace: Arc<str>,
+    /// For a key minted in a registered workspace, that workspace's database: the key opens
+    /// the workspace of that name only while it is the same one (not one deleted and created
+    /// again under the name).
+    pub database: Option<Arc<str>>,
 }
 
 impl KeyIdentity {
@@ -55,6 +59,16 @@ impl KeyIdentity {
     /// holds every scope in that workspace only.
     pub fn is_operator(&self) -> bool {
         self.scopes.allows(Scope::Admin) && &*self.workspace == workspaces::DEFAULT
+    }
+
+    /// Whether the key may open the workspace `name` held in `database`: any but its own
+    /// (where the header and the operator's rights decide), and its own while it is still
+    /// the one the key was minted in.
+    pub fn opens(&self, name: &str, database: &str) -> bool {
+        match &self.database {
+            Some(minted_in) if name == &*self.workspace => **minted_in == *database,
+            _ => true,
+        }
     }
 }
 
@@ -156,6 +170,7 @@ impl Key {
             id: self.id.clone(),
             scopes: self.scopes,
             workspace: workspaces::DEFAULT.into(),
+            database: None,
         }
     }
 }
@@ -227,6 +242,7 @@ pub fn mint(
         workspace,
         sha256: hex::encode(hash),
         created_at: String::new(),
+        database: None,
     };
     (key, stored)
 }
@@ -299,6 +315,7 @@ impl Keys {
                 id: k.id.into(),
                 scopes,
                 workspace: k.workspace.into(),
+                database: k.database.map(Into::into),
             }
         });
         if found.is_some() || self.minted.len() < UNKNOWN_KEYS_KEPT {
@@ -485,7 +502,16 @@ async fn workspace_of(
         }
         _ => &*identity.workspace,
     };
-    workspaces.get(name).await.map(Some)
+    let workspace = workspaces.get(name).await?;
+    if !identity.opens(name, &workspace.knowledge.kb.config().database) {
+        // Its workspace was deleted (and one created under its name) before this node's
+        // memory of the key and of the workspace caught up.
+        return Err(ApiError::new(
+            ErrorCode::InvalidApiKey,
+            "this API key's workspace was deleted",
+        ));
+    }
+    Ok(Some(workspace))
 }
 
 /// Middleware (after [`require_key`]): 403 `insufficient_scope` unless the key holds `scope`.
@@ -512,6 +538,30 @@ pub async fn require_scope(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A minted key opens its own workspace only while that is the one it was minted in (a
+    /// workspace deleted and created again under its name has another database); a
+    /// configured key, with no database, opens its workspace whatever it is.
+    #[test]
+    fn a_minted_key_opens_only_the_workspace_it_was_minted_in() {
+        let minted = KeyIdentity {
+            name: "reader".into(),
+            id: "id".into(),
+            scopes: Scopes::from_names(Some(&["read".to_string()])),
+            workspace: "acme".into(),
+            database: Some("ws_first".into()),
+        };
+        assert!(minted.opens("acme", "ws_first"));
+        assert!(!minted.opens("acme", "ws_second"));
+        // Another workspace is the header's and the scopes' business, not this check's.
+        assert!(minted.opens("other", "ws_other"));
+        let configured = KeyIdentity {
+            database: None,
+            workspace: workspaces::DEFAULT.into(),
+            ..minted
+        };
+        assert!(configured.opens(workspaces::DEFAULT, "kbq"));
+    }
 
     /// A key is known by its configured name and by an id, its hash's first half in hex,
     /// whichever way it was configured; another key is not known.

@@ -173,6 +173,7 @@ fn registry_schema() -> String {
          DEFINE FIELD IF NOT EXISTS workspace ON {API_KEY} TYPE string;
          DEFINE FIELD IF NOT EXISTS sha256 ON {API_KEY} TYPE string;
          DEFINE FIELD IF NOT EXISTS created_at ON {API_KEY} TYPE string;
+         DEFINE FIELD IF NOT EXISTS database ON {API_KEY} TYPE option<string>;
          DEFINE INDEX IF NOT EXISTS api_key_sha256 ON {API_KEY} FIELDS sha256 UNIQUE;
          DEFINE INDEX IF NOT EXISTS api_key_workspace ON {API_KEY} FIELDS workspace;"
     )

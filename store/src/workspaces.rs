@@ -62,12 +62,19 @@ pub struct StoredKey {
     pub sha256: String,
     /// RFC 3339, UTC; [`put_key`](KnowledgeBase::put_key) stamps a key given none.
     pub created_at: String,
+    /// The database of the workspace the key was minted in, which
+    /// [`put_key`](KnowledgeBase::put_key) reads from the workspace's record whatever this
+    /// says: a workspace deleted and created again under its name has another, and the key
+    /// does not open it. `None` for `default`'s keys (and keys stored before).
+    #[serde(default)]
+    pub database: Option<String>,
 }
 
 /// A workspace as a query returns it.
 const WORKSPACE_FIELDS: &str = "meta::id(id) AS name, database, created_at";
 /// A key as a query returns it.
-const KEY_FIELDS: &str = "meta::id(id) AS id, name, scopes, workspace, sha256, created_at";
+const KEY_FIELDS: &str =
+    "meta::id(id) AS id, name, scopes, workspace, sha256, created_at, database";
 
 /// Checks the rule for workspace names: 1 to [`MAX_WORKSPACE_NAME_CHARS`] characters of
 /// `a-z`, `0-9` and `-`, starting with a letter. The edge checks names with it before they
@@ -237,7 +244,8 @@ impl KnowledgeBase {
                  };
                  CREATE $key CONTENT {
                      name: $name, scopes: $scopes, workspace: $workspace, sha256: $sha256,
-                     created_at: $created_at
+                     created_at: $created_at,
+                     database: IF $workspace != $default { $ws.database } ELSE { NONE }
                  } RETURN NONE;
                  COMMIT;",
                 obj([

@@ -247,8 +247,17 @@ fn key(id: &str, workspace: &str, created_at: &str) -> (String, StoredKey) {
         workspace: workspace.into(),
         sha256: sha256.clone(),
         created_at: created_at.into(),
+        database: None,
     };
     (sha256, stored)
+}
+
+/// `key` as the store answers it: with the database of the workspace it was minted in.
+fn minted_in(key: &StoredKey, database: &str) -> StoredKey {
+    StoredKey {
+        database: Some(database.into()),
+        ..key.clone()
+    }
 }
 
 fn is_invalid(result: kbq_store::Result<impl std::fmt::Debug>, field: &str) -> bool {
@@ -258,13 +267,18 @@ fn is_invalid(result: kbq_store::Result<impl std::fmt::Debug>, field: &str) -> b
 #[tokio::test]
 async fn keys_are_found_by_hash_and_revoked_only_through_their_workspace() {
     let kb = open(StoreConfig::memory()).await;
-    kb.create_workspace("acme").await.unwrap().unwrap();
+    let acme = kb.create_workspace("acme").await.unwrap().unwrap();
     let (_, later) = key("k2", "acme", "2025-01-02T00:00:00.000Z");
     let (hash, earlier) = key("k1", "acme", "2025-01-01T00:00:00.000Z");
     let (default_hash, in_default) = key("k3", DEFAULT_WORKSPACE, "2025-01-01T00:00:00.000Z");
     kb.put_key(&later).await.unwrap();
     kb.put_key(&earlier).await.unwrap();
     kb.put_key(&in_default).await.unwrap();
+    // Read back, a key of `acme` names acme's database; one of `default`, none.
+    let (later, earlier) = (
+        minted_in(&later, &acme.database),
+        minted_in(&earlier, &acme.database),
+    );
 
     assert_eq!(kb.key_by_hash(&hash).await.unwrap(), Some(earlier.clone()));
     assert_eq!(
@@ -313,7 +327,7 @@ async fn keys_are_found_by_hash_and_revoked_only_through_their_workspace() {
 async fn deleting_a_workspace_deletes_its_keys_and_only_its() {
     let kb = open(StoreConfig::memory()).await;
     let acme = kb.create_workspace("acme").await.unwrap().unwrap();
-    kb.create_workspace("other").await.unwrap().unwrap();
+    let other = kb.create_workspace("other").await.unwrap().unwrap();
     let (acme_hash, acme_key) = key("a1", "acme", "2025-01-01T00:00:00.000Z");
     let (other_hash, other_key) = key("o1", "other", "2025-01-01T00:00:00.000Z");
     let (default_hash, default_key) = key("d1", DEFAULT_WORKSPACE, "2025-01-01T00:00:00.000Z");
@@ -331,7 +345,10 @@ async fn deleting_a_workspace_deletes_its_keys_and_only_its() {
     assert!(kb.keys_of("acme").await.unwrap().is_empty());
     assert_eq!(kb.key_by_hash(&acme_hash).await.unwrap(), None);
     assert_eq!(kb.key_by_hash(&second_hash).await.unwrap(), None);
-    assert_eq!(kb.key_by_hash(&other_hash).await.unwrap(), Some(other_key));
+    assert_eq!(
+        kb.key_by_hash(&other_hash).await.unwrap(),
+        Some(minted_in(&other_key, &other.database))
+    );
     assert_eq!(
         kb.key_by_hash(&default_hash).await.unwrap(),
         Some(default_key)
@@ -429,4 +446,33 @@ async fn siblings_are_sessions_on_one_socket_of_a_server() {
     }
     assert!(a_kb.remember("alice", "too late", &[], &[]).await.is_err());
     assert_holds(&parent, "Root").await;
+}
+
+/// A key names the database of the workspace it was minted in, and a workspace created
+/// again under a deleted one's name has another: so a node that still remembers the old
+/// key (for up to a second) does not let it into the new workspace.
+#[tokio::test]
+async fn a_key_names_the_database_of_the_workspace_it_was_minted_in() {
+    let kb = open(StoreConfig::memory()).await;
+    let first = kb.create_workspace("acme").await.unwrap().unwrap();
+    let (hash, old) = key("a1", "acme", "2025-01-01T00:00:00.000Z");
+    // Whatever the key says, the store records the workspace's own database.
+    let claims_another = StoredKey {
+        database: Some("ws_00000000000000000000000000000000".into()),
+        ..old.clone()
+    };
+    kb.put_key(&claims_another).await.unwrap();
+    assert_eq!(
+        kb.key_by_hash(&hash).await.unwrap(),
+        Some(minted_in(&old, &first.database))
+    );
+    kb.delete_workspace("acme").await.unwrap().unwrap();
+    let second = kb.create_workspace("acme").await.unwrap().unwrap();
+    assert_ne!(second.database, first.database);
+    let (hash, new) = key("a2", "acme", "2025-01-02T00:00:00.000Z");
+    kb.put_key(&new).await.unwrap();
+    assert_eq!(
+        kb.key_by_hash(&hash).await.unwrap().unwrap().database,
+        Some(second.database)
+    );
 }
