@@ -242,7 +242,7 @@ async fn knowledge_routes(t: &TestServer) -> Vec<(String, String)> {
 #[tokio::test]
 async fn every_knowledge_route_answers_from_the_requests_workspace_only() {
     let t = TestServer::start().await;
-    isolation_matrix(&t, &t).await;
+    isolation_matrix(&t, &t, false).await;
     // The default workspace holds the fixture, and neither marker.
     let (s, found) = t.get("/data/v1/query/graph/entity/Alpha%20Marker").await;
     assert_eq!((s.as_u16(), found), (200, Value::Null));
@@ -252,15 +252,71 @@ async fn every_knowledge_route_answers_from_the_requests_workspace_only() {
     t.stop().await;
 }
 
+/// Every route of the matrix, while both workspaces are written without pause: entities
+/// that carry their workspace's secrets, each write through the workspace's key or the
+/// operator's header in turn. A request resolves its workspace once, from its credential,
+/// however many others run at once.
+#[tokio::test]
+async fn every_knowledge_route_answers_from_its_workspace_only_while_both_are_written() {
+    let t = TestServer::start().await;
+    isolation_matrix(&t, &t, true).await;
+    t.stop().await;
+}
+
+/// Writes, until `stop`, entities into `workspace` that carry its secrets (the name of its
+/// second entity and its type), through its key and the operator's header in turn; answers
+/// how many it wrote. Every write must succeed.
+async fn keep_writing(
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    workspace: &'static str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> usize {
+    let [kind, friend, _] = secrets(workspace);
+    let mut written = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut req = http.post(&url);
+        req = match written % 2 {
+            0 => req.bearer_auth(&key),
+            _ => req.bearer_auth(KEY).header("X-KBQ-Workspace", workspace),
+        };
+        let body = json!([{"name": format!("{friend} {written}"), "entity_type": kind}]);
+        let res = req.json(&body).send().await.unwrap();
+        assert_eq!(res.status(), 200, "a write into {workspace}");
+        written += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    written
+}
+
 /// The isolation matrix: two workspaces created and filled through `writer`, then every
 /// knowledge route of the served `/openapi.json` probed through `reader` (the same node, or
 /// another on the same SurrealDB server) in both, with each workspace's key and with the
-/// operator's header, asking for its own data and for the other's.
-async fn isolation_matrix(writer: &TestServer, reader: &TestServer) {
+/// operator's header, asking for its own data and for the other's; with `busy`, while both
+/// workspaces are written ([`keep_writing`]).
+async fn isolation_matrix(writer: &TestServer, reader: &TestServer, busy: bool) {
     let alpha = workspace_with_key(writer, "alpha").await;
     let beta = workspace_with_key(writer, "beta").await;
     fill(writer, &alpha, "alpha").await;
     fill(writer, &beta, "beta").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = match busy {
+        false => Vec::new(),
+        true => [(&alpha, "alpha"), (&beta, "beta")]
+            .into_iter()
+            .map(|(key, workspace)| {
+                let (http, url) = (writer.http.clone(), writer.url("/data/v1/ingest/entities"));
+                tokio::spawn(keep_writing(
+                    http,
+                    url,
+                    key.clone(),
+                    workspace,
+                    stop.clone(),
+                ))
+            })
+            .collect(),
+    };
     if !std::ptr::eq(writer, reader) {
         // The reader follows the writer's writes within its window.
         for (key, workspace) in [(&alpha, "alpha"), (&beta, "beta")] {
@@ -317,6 +373,14 @@ async fn isolation_matrix(writer: &TestServer, reader: &TestServer) {
         }
     }
     assert!(probed >= 10, "only {probed} routes probed");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        let written = w.await.unwrap();
+        assert!(
+            written > 10,
+            "only {written} writes ran alongside the probes"
+        );
+    }
 }
 
 /// The isolation matrix on two nodes of one SurrealDB server: the workspaces, keys and data
@@ -334,7 +398,7 @@ async fn remote_two_nodes_pass_the_isolation_matrix() {
     let config = remote_config(&db, true);
     let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
-    isolation_matrix(&a, &b).await;
+    isolation_matrix(&a, &b, false).await;
     a.stop().await;
     b.stop().await;
 }
