@@ -154,13 +154,33 @@ fn alias_support_id(alias: &str, entity: &str, origin: &str, chunk: i64) -> Reco
     )
 }
 
+/// Per chunk of a source (origin, chunk): fact keys, and the keys of entities described.
+type ChunkLists = BTreeMap<(String, i64), (BTreeSet<String>, BTreeSet<String>)>;
+
+/// Rows of `chunk_support` saying `lists` (to add, or to take away).
+fn chunk_rows(lists: ChunkLists) -> Vec<Value> {
+    lists
+        .into_iter()
+        .map(|((origin, chunk), (facts, described))| {
+            row([
+                ("id", chunk_support_id(&origin, chunk).into_value()),
+                ("facts", facts.into_value()),
+                ("described", described.into_value()),
+            ])
+        })
+        .collect()
+}
+
+/// The fields of a fact support read by key.
+const FACT_ROW: &str = "id[0] AS fact, id[1] AS origin, id[2] AS chunk";
+
 /// The rows that record a set of supports, by table.
 #[derive(Default)]
 struct SupportRows {
     /// Fact supports: (fact key, origin, chunk) and the description's words, if any.
     facts: BTreeMap<(String, String, i64), Option<String>>,
     /// Per chunk of a source: the fact keys it supports and the entities it describes.
-    chunks: BTreeMap<(String, i64), (BTreeSet<String>, BTreeSet<String>)>,
+    chunks: ChunkLists,
     /// Merges: (alias, entity, origin, chunk).
     aliases: BTreeSet<(String, String, String, i64)>,
 }
@@ -283,18 +303,9 @@ impl KnowledgeBase {
         let c = self.connection().await?;
         for batch in named.chunks(OTHERS_BATCH) {
             // One statement per fact, in one request: each stops at its first match.
-            let sql: String = (0..batch.len())
-                .map(|i| {
-                    format!(
-                        "SELECT id[0] AS fact, id[1] AS origin, id[2] AS chunk FROM {FACT_SUPPORT}:[$f{i}, NONE]..=[$f{i}, {{}}] WHERE id[1] != $origin LIMIT 1;"
-                    )
-                })
-                .collect();
-            let mut vars = obj([("origin", origin.clone().into_value())]);
-            for (i, key) in batch.iter().enumerate() {
-                vars.insert(format!("f{i}"), key.clone().into_value());
-            }
-            let mut answers = self.send(&c, &sql, vars).await?;
+            let vars = obj([("origin", origin.clone().into_value())]);
+            let tail = " WHERE id[1] != $origin LIMIT 1";
+            let mut answers = self.per_fact(&c, FACT_ROW, tail, batch, vars).await?;
             for i in 0..batch.len() {
                 for r in answer::<FactRow>(&mut answers, i)? {
                     if let Some(s) = support_of(&r.origin, r.chunk) {
@@ -307,6 +318,28 @@ impl KnowledgeBase {
             .into_iter()
             .map(|(key, supports)| Ok((fact_of(&key)?, supports)))
             .collect()
+    }
+
+    /// One request of a statement per fact key: `fields` of the supports of `keys[i]` (the
+    /// range of its key), then `tail` (a filter, a limit), with `vars` bound beside each
+    /// key's `$f{i}`. The `i`th answer is `keys[i]`'s.
+    async fn per_fact(
+        &self,
+        c: &Connected,
+        fields: &str,
+        tail: &str,
+        keys: &[String],
+        mut vars: Object,
+    ) -> Result<surrealdb::IndexedResults> {
+        let sql: String = (0..keys.len())
+            .map(|i| {
+                format!("SELECT {fields} FROM {FACT_SUPPORT}:[$f{i}, NONE]..=[$f{i}, {{}}]{tail};")
+            })
+            .collect();
+        for (i, key) in keys.iter().enumerate() {
+            vars.insert(format!("f{i}"), key.clone().into_value());
+        }
+        self.send(c, &sql, vars).await
     }
 
     /// Records supports; one already recorded is left as it is, but for the words of a
@@ -323,17 +356,7 @@ impl KnowledgeBase {
     }
 
     async fn write_supports(&self, c: &Connected, rows: SupportRows) -> Result<()> {
-        let chunks: Vec<Value> = rows
-            .chunks
-            .into_iter()
-            .map(|((origin, chunk), (facts, described))| {
-                row([
-                    ("id", chunk_support_id(&origin, chunk).into_value()),
-                    ("facts", facts.into_value()),
-                    ("described", described.into_value()),
-                ])
-            })
-            .collect();
+        let chunks = chunk_rows(rows.chunks);
         self.insert_rows_on(
             c,
             &format!(
@@ -400,8 +423,7 @@ impl KnowledgeBase {
         let mut undescribed: Vec<RecordId> = Vec::new();
         let mut gone: Vec<RecordId> = Vec::new();
         // What each chunk's row stops listing: facts, and entities described.
-        let mut unlisted: BTreeMap<(String, i64), (BTreeSet<String>, BTreeSet<String>)> =
-            BTreeMap::new();
+        let mut unlisted = ChunkLists::new();
         for (fact, support) in dropped {
             let (origin, chunk) = origin_of(support);
             let key = fact_key(&stored_fact(fact));
@@ -430,18 +452,9 @@ impl KnowledgeBase {
         let c = self.connection().await?;
         for batch in forgotten.chunks(OTHERS_BATCH) {
             let keys: Vec<String> = batch.iter().map(fact_key).collect();
-            let sql: String = (0..batch.len())
-                .map(|i| {
-                    format!(
-                        "SELECT id[0] AS fact, id[1] AS origin, id[2] AS chunk FROM {FACT_SUPPORT}:[$f{i}, NONE]..=[$f{i}, {{}}];"
-                    )
-                })
-                .collect();
-            let mut vars = Object::new();
-            for (i, key) in keys.iter().enumerate() {
-                vars.insert(format!("f{i}"), key.clone().into_value());
-            }
-            let mut answers = self.send(&c, &sql, vars).await?;
+            let mut answers = self
+                .per_fact(&c, FACT_ROW, "", &keys, Object::new())
+                .await?;
             for (i, fact) in batch.iter().enumerate() {
                 for r in answer::<FactRow>(&mut answers, i)? {
                     gone.push(fact_support_id(&r.fact, &r.origin, r.chunk));
@@ -463,16 +476,7 @@ impl KnowledgeBase {
         )
         .await?;
         self.exec_in_batches("DELETE $ids", "ids", &gone).await?;
-        let rows: Vec<Value> = unlisted
-            .into_iter()
-            .map(|((origin, chunk), (facts, described))| {
-                row([
-                    ("id", chunk_support_id(&origin, chunk).into_value()),
-                    ("facts", facts.into_value()),
-                    ("described", described.into_value()),
-                ])
-            })
-            .collect();
+        let rows = chunk_rows(unlisted);
         // A chunk's row that lists nothing more goes.
         self.exec_in_batches(
             "FOR $r IN $rows { UPDATE $r.id SET facts = array::complement(facts ?? [], $r.facts), described = array::complement(described ?? [], $r.described) RETURN NONE; }; DELETE $rows.id WHERE array::len(facts ?? []) = 0;",
@@ -572,21 +576,12 @@ impl KnowledgeBase {
             // A statement per entity, in one request: every support of the entity, whose
             // chunks' rows carry the descriptions (an entity's supports are its chunks' and
             // at most one import's).
-            let sql: String = (0..batch.len())
-                .map(|i| {
-                    format!(
-                        "SELECT id[1] AS origin, id[2] AS chunk, text FROM {FACT_SUPPORT}:[$e{i}, NONE]..=[$e{i}, {{}}];"
-                    )
-                })
+            let keys: Vec<String> = batch
+                .iter()
+                .map(|entity| fact_key(&Fact::entity(entity.as_str())))
                 .collect();
-            let mut vars = Object::new();
-            for (i, entity) in batch.iter().enumerate() {
-                vars.insert(
-                    format!("e{i}"),
-                    fact_key(&Fact::entity(entity.as_str())).into_value(),
-                );
-            }
-            let mut answers = self.send(&c, &sql, vars).await?;
+            let fields = "id[1] AS origin, id[2] AS chunk, text";
+            let mut answers = self.per_fact(&c, fields, "", &keys, Object::new()).await?;
             for (i, entity) in batch.iter().enumerate() {
                 let rows: Vec<TextRow> = answer(&mut answers, i)?;
                 let imported = rows.iter().any(|r| r.origin == IMPORT_ORIGIN);
