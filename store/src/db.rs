@@ -241,7 +241,7 @@ pub(crate) fn obj<const N: usize>(fields: [(&str, Value); N]) -> Object {
 }
 
 /// Runs `sql` on `db` with a time limit. A free function, so that a statement can run on a
-/// task of its own (see [`KnowledgeBase::insert_pipelined`]).
+/// task of its own (see [`KnowledgeBase::insert_pipelined_on`]).
 pub(crate) async fn query_on(
     db: &Database,
     sql: &str,

@@ -38,7 +38,7 @@ pub(crate) const INSERT_ROWS: usize = 100;
 pub(crate) const LOCK_BATCH: usize = 16;
 
 /// How many INSERT statements of one batch are written at once (see
-/// [`KnowledgeBase::insert_pipelined`]): one per core, at least two, at most eight. With one,
+/// [`KnowledgeBase::insert_pipelined_on`]): one per core, at least two, at most eight. With one,
 /// the embedded engine used one core (user time equal to wall time); two took the benchmark
 /// import from 136.9 s to 76.2 s on two cores, and four were no faster than two
 /// (docs/benchmarks.md).
@@ -107,7 +107,7 @@ impl KnowledgeBase {
         .await
     }
 
-    /// Writes graph records with `insert` (see [`insert_pipelined`](Self::insert_pipelined)),
+    /// Writes graph records with `insert` (see [`insert_pipelined_on`](Self::insert_pipelined_on)),
     /// a record already there getting `updates`; with `sourced`, every record is marked
     /// `sourced: true` as well. Each statement's records go into the graph index once it has
     /// succeeded, then `then` is called.
@@ -121,7 +121,9 @@ impl KnowledgeBase {
     ) -> Result<()> {
         let mark = if sourced { ", sourced = true" } else { "" };
         let sql = format!("{insert} $rows ON DUPLICATE KEY UPDATE {updates}{mark} RETURN NONE");
-        self.insert_pipelined(
+        let c = self.connection().await?;
+        self.insert_pipelined_on(
+            &c,
             &sql,
             records,
             |chunk: Vec<R>| async move {
@@ -156,7 +158,9 @@ impl KnowledgeBase {
     /// Inserts or updates documents by (source, source_id), embedding each.
     pub async fn upsert_documents(&self, docs: &[NewDocument]) -> Result<()> {
         let embedder = self.embedder().clone();
-        self.insert_pipelined(
+        let c = self.connection().await?;
+        self.insert_pipelined_on(
+            &c,
             &format!("INSERT INTO {DOCUMENT} $rows ON DUPLICATE KEY UPDATE title = $input.title, content = $input.content, content_type = $input.content_type, url = $input.url, entity_name = $input.entity_name, entity = $input.entity, mentions = $input.mentions, embedding = $input.embedding RETURN NONE"),
             docs,
             move |chunk: Vec<NewDocument>| document_rows(embedder.clone(), chunk),
@@ -165,31 +169,7 @@ impl KnowledgeBase {
         .await
     }
 
-    /// Writes `items` in INSERT statements of [`INSERT_ROWS`] rows: `sql` binds them as
-    /// `$rows`. Up to [`writers`] statements are in flight at once, each built (by `build`)
-    /// and written on a task of its own: SurrealDB's embedded engine runs a statement inside
-    /// the future that awaits it, so statements awaited by one task would take turns on one
-    /// thread. `written` gets what `build` returned beside the rows, in the order of `items`,
-    /// once their statement has succeeded.
-    pub(crate) async fn insert_pipelined<T, X, F, Fut>(
-        &self,
-        sql: &str,
-        items: &[T],
-        build: F,
-        written: impl FnMut(X),
-    ) -> Result<()>
-    where
-        T: Clone + Send + 'static,
-        X: Send + 'static,
-        F: Fn(Vec<T>) -> Fut,
-        Fut: std::future::Future<Output = Result<(Vec<Value>, X)>> + Send + 'static,
-    {
-        let c = self.connection().await?;
-        self.insert_pipelined_on(&c, sql, items, build, written)
-            .await
-    }
-
-    /// As [`insert_pipelined`](Self::insert_pipelined) of rows already built, on `c`.
+    /// As [`insert_pipelined_on`](Self::insert_pipelined_on) of rows already built.
     pub(crate) async fn insert_rows_on(
         &self,
         c: &Connected,
@@ -200,7 +180,12 @@ impl KnowledgeBase {
             .await
     }
 
-    /// As [`insert_pipelined`](Self::insert_pipelined), on `c`.
+    /// Writes `items`, on `c`, in INSERT statements of [`INSERT_ROWS`] rows: `sql` binds them as
+    /// `$rows`. Up to [`writers`] statements are in flight at once, each built (by `build`)
+    /// and written on a task of its own: SurrealDB's embedded engine runs a statement inside
+    /// the future that awaits it, so statements awaited by one task would take turns on one
+    /// thread. `written` gets what `build` returned beside the rows, in the order of `items`,
+    /// once their statement has succeeded.
     pub(crate) async fn insert_pipelined_on<T, X, F, Fut>(
         &self,
         c: &Connected,
