@@ -1471,6 +1471,9 @@ impl IngestDeps {
                 None => {
                     let near = added.iter().chain(group_added.iter()).find(|a| {
                         kbq_ingest::compare(name, a, None, &self.config.resolve) == Decision::Same
+                            || prepared
+                                .confirmed
+                                .contains(&(name.to_string(), a.to_string()))
                     });
                     match near {
                         Some(a) => a.clone(),
@@ -1595,11 +1598,21 @@ impl IngestDeps {
                     .map(|e| e.name),
             );
         }
+        // The names the graph does not hold already, for the pairs among them below.
+        let mut new_names: Vec<&str> = Vec::new();
         for name in &names {
             let name = name.as_str();
             let description = described.get(name).copied().unwrap_or_default();
-            let InGraph::Doubtful(others) = self.in_graph(name, description).await? else {
-                continue;
+            let others = match self.in_graph(name, description).await? {
+                InGraph::Same(_) => continue,
+                InGraph::None => {
+                    new_names.push(name);
+                    continue;
+                }
+                InGraph::Doubtful(others) => {
+                    new_names.push(name);
+                    others
+                }
             };
             for other in others {
                 let Some(entity) = self.kb.entity(&other).await? else {
@@ -1618,6 +1631,25 @@ impl IngestDeps {
                 if self.ask_same(id, ours, theirs, model).await? == Some(true) {
                     confirmed.insert((name.to_string(), other));
                     break;
+                }
+            }
+        }
+        // Two new names of the source that are doubtful by name are asked about too, so that
+        // they are one entity when the model says so, as they would be had the first been in
+        // the graph already. Either order is confirmed: resolution meets them in the text's.
+        for (i, &a) in new_names.iter().enumerate() {
+            for &b in &new_names[i + 1..] {
+                if kbq_ingest::compare(a, b, None, &self.config.resolve) != Decision::Doubtful {
+                    continue;
+                }
+                let [ours, theirs] = [a, b].map(|name| kbq_ingest::confirm::Named {
+                    name,
+                    entity_type: typed.get(name).copied().unwrap_or_default(),
+                    description: described.get(name).copied().unwrap_or_default(),
+                });
+                if self.ask_same(id, ours, theirs, model).await? == Some(true) {
+                    confirmed.insert((a.to_string(), b.to_string()));
+                    confirmed.insert((b.to_string(), a.to_string()));
                 }
             }
         }

@@ -694,6 +694,51 @@ async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_onc
     llm.stop().await;
 }
 
+/// Two new names of one source that are doubtful by name are asked about as a name and a
+/// graph entity are: one entity when the model confirms it (the first met keeps its name),
+/// two when it does not.
+#[tokio::test]
+async fn a_doubtful_pair_within_one_source_merges_only_when_the_model_confirms_it() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    llm.confirm_same("Seymour R. Cray", "Seymour Cray");
+    let done = ingest(
+        &t,
+        markdown(
+            "both",
+            "[[Seymour Cray]] -[founded]-> [[Cray Research]]. [[International Business Machines]] -[built]-> [[Stretch]].\n\n[[Seymour R. Cray]] -[designed]-> [[CDC 6600]]. [[IBM]] -[built]-> [[System/360]].",
+        ),
+    )
+    .await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let asked = confirmations(&llm);
+    for pair in [
+        ("Seymour Cray", "Seymour R. Cray"),
+        ("IBM", "International Business Machines"),
+    ] {
+        let (a, b) = (pair.0.to_string(), pair.1.to_string());
+        assert!(
+            asked.contains(&(a.clone(), b.clone())) || asked.contains(&(b, a)),
+            "{pair:?} not asked: {asked:?}"
+        );
+    }
+    assert_eq!(entity(&t, "Seymour R. Cray").await["name"], "Seymour Cray");
+    assert_eq!(
+        outgoing(&t, "Seymour Cray").await,
+        vec![
+            ("CDC 6600".to_string(), "designed".to_string()),
+            ("Cray Research".to_string(), "founded".to_string())
+        ]
+    );
+    assert_eq!(entity(&t, "IBM").await["name"], "IBM");
+    assert_eq!(
+        entity(&t, "International Business Machines").await["name"],
+        "International Business Machines"
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn a_chunk_answered_with_broken_json_is_retried_then_counted_failed() {
     let llm = ScriptedLlm::start().await;
