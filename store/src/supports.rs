@@ -271,6 +271,8 @@ impl KnowledgeBase {
             )
             .await?;
         let mut by_fact: BTreeMap<String, Vec<Support>> = BTreeMap::new();
+        // A description is its chunk's alone: no other origin supports it.
+        let mut descriptions: BTreeSet<String> = BTreeSet::new();
         for r in own {
             let Ok(chunk) = u32::try_from(r.chunk) else {
                 continue;
@@ -286,10 +288,12 @@ impl KnowledgeBase {
                         entity: name,
                         chunk: chunk.clone(),
                     };
+                    let key = fact_key(&description);
                     by_fact
-                        .entry(fact_key(&description))
+                        .entry(key.clone())
                         .or_default()
                         .push(support.clone());
+                    descriptions.insert(key);
                 }
             }
             for key in r.facts {
@@ -297,9 +301,17 @@ impl KnowledgeBase {
             }
         }
         for fact in also {
-            by_fact.entry(fact_key(fact)).or_default();
+            let key = fact_key(fact);
+            if let Fact::Description { .. } = fact {
+                descriptions.insert(key.clone());
+            }
+            by_fact.entry(key).or_default();
         }
-        let named: Vec<String> = by_fact.keys().cloned().collect();
+        let named: Vec<String> = by_fact
+            .keys()
+            .filter(|key| !descriptions.contains(*key))
+            .cloned()
+            .collect();
         let c = self.connection().await?;
         for batch in named.chunks(OTHERS_BATCH) {
             // One statement per fact, in one request: each stops at its first match.
@@ -653,14 +665,18 @@ impl KnowledgeBase {
     /// stores kept as rows of their own become the words of their chunk's support of the
     /// entity on the way. Done when the old table is empty; it stays, empty and unindexed.
     pub(crate) async fn move_old_supports(&self, c: &Connected) -> Result<()> {
-        let has_old: Vec<bool> = self
+        // Whether there is anything to move: no old table (a store written since), or an
+        // old table already emptied, costs one statement at each open.
+        let old_rows: Vec<u64> = self
             .run_on(
                 c,
-                &format!("RETURN [(INFO FOR DB).tables.{SUPPORT} != NONE]"),
+                &format!(
+                    "RETURN [IF (INFO FOR DB).tables.{SUPPORT} {{ count(SELECT VALUE id FROM {SUPPORT} LIMIT 1) }} ELSE {{ 0 }}]"
+                ),
                 Object::new(),
             )
             .await?;
-        if has_old.first() != Some(&true) {
+        if old_rows.first().copied().unwrap_or(0) == 0 {
             return Ok(());
         }
         self.exec_on(
