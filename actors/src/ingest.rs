@@ -1598,40 +1598,40 @@ impl IngestDeps {
                     .map(|e| e.name),
             );
         }
-        // The names the graph does not hold already, for the pairs among them below.
+        // A name of the job as the model is asked about it.
+        let ours = |name| kbq_ingest::confirm::Named {
+            name,
+            entity_type: typed.get(name).copied().unwrap_or_default(),
+            description: described.get(name).copied().unwrap_or_default(),
+        };
+        // The names that will be new entities (in the graph neither as they are nor by a
+        // confirmed pair), for the pairs among them below.
         let mut new_names: Vec<&str> = Vec::new();
         for name in &names {
             let name = name.as_str();
-            let description = described.get(name).copied().unwrap_or_default();
-            let others = match self.in_graph(name, description).await? {
+            let others = match self.in_graph(name, ours(name).description).await? {
                 InGraph::Same(_) => continue,
-                InGraph::None => {
-                    new_names.push(name);
-                    continue;
-                }
-                InGraph::Doubtful(others) => {
-                    new_names.push(name);
-                    others
-                }
+                InGraph::None => Vec::new(),
+                InGraph::Doubtful(others) => others,
             };
+            let mut merged = false;
             for other in others {
                 let Some(entity) = self.kb.entity(&other).await? else {
                     continue;
-                };
-                let ours = kbq_ingest::confirm::Named {
-                    name,
-                    entity_type: typed.get(name).copied().unwrap_or_default(),
-                    description,
                 };
                 let theirs = kbq_ingest::confirm::Named {
                     name: &entity.name,
                     entity_type: &entity.entity_type,
                     description: entity_description(&entity),
                 };
-                if self.ask_same(id, ours, theirs, model).await? == Some(true) {
+                if self.ask_same(id, ours(name), theirs, model).await? == Some(true) {
                     confirmed.insert((name.to_string(), other));
+                    merged = true;
                     break;
                 }
+            }
+            if !merged {
+                new_names.push(name);
             }
         }
         // Two new names of the source that are doubtful by name are asked about too, so that
@@ -1642,12 +1642,7 @@ impl IngestDeps {
                 if kbq_ingest::compare(a, b, None, &self.config.resolve) != Decision::Doubtful {
                     continue;
                 }
-                let [ours, theirs] = [a, b].map(|name| kbq_ingest::confirm::Named {
-                    name,
-                    entity_type: typed.get(name).copied().unwrap_or_default(),
-                    description: described.get(name).copied().unwrap_or_default(),
-                });
-                if self.ask_same(id, ours, theirs, model).await? == Some(true) {
+                if self.ask_same(id, ours(a), ours(b), model).await? == Some(true) {
                     confirmed.insert((a.to_string(), b.to_string()));
                     confirmed.insert((b.to_string(), a.to_string()));
                 }
