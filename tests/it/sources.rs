@@ -630,6 +630,29 @@ fn confirmations(llm: &ScriptedLlm) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The graph after "Seymour R. Cray" (confirmed as "Seymour Cray") and "IBM" (not confirmed
+/// as "International Business Machines") were met: the first name is an alias of an entity
+/// with both names' relationships, the second pair two entities.
+async fn one_cray_and_two_ibms(t: &TestServer) {
+    assert_eq!(entity(t, "Seymour R. Cray").await["name"], "Seymour Cray");
+    assert_eq!(
+        outgoing(t, "Seymour Cray").await,
+        vec![
+            ("CDC 6600".to_string(), "designed".to_string()),
+            ("Cray Research".to_string(), "founded".to_string())
+        ]
+    );
+    assert_eq!(entity(t, "IBM").await["name"], "IBM");
+    assert_eq!(
+        outgoing(t, "IBM").await,
+        vec![("System/360".to_string(), "built".to_string())]
+    );
+    assert_eq!(
+        entity(t, "International Business Machines").await["name"],
+        "International Business Machines"
+    );
+}
+
 #[tokio::test]
 async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_once() {
     let llm = ScriptedLlm::start().await;
@@ -661,21 +684,7 @@ async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_onc
         "{asked:?}"
     );
     assert_eq!(two["counts"]["entities_merged"], 1, "{two}");
-    // Merged: the name is an alias of the entity, which has both sources' relationships.
-    assert_eq!(entity(&t, "Seymour R. Cray").await["name"], "Seymour Cray");
-    assert_eq!(
-        outgoing(&t, "Seymour Cray").await,
-        vec![
-            ("CDC 6600".to_string(), "designed".to_string()),
-            ("Cray Research".to_string(), "founded".to_string())
-        ]
-    );
-    // Not confirmed (or not doubtful once the descriptions are compared): two entities.
-    assert_eq!(entity(&t, "IBM").await["name"], "IBM");
-    assert_eq!(
-        outgoing(&t, "IBM").await,
-        vec![("System/360".to_string(), "built".to_string())]
-    );
+    one_cray_and_two_ibms(&t).await;
 
     // A new version of "two": its changed chunk is read again, but the pairs' answers are
     // kept and not asked again.
@@ -722,19 +731,7 @@ async fn a_doubtful_pair_within_one_source_merges_only_when_the_model_confirms_i
             "{pair:?} not asked: {asked:?}"
         );
     }
-    assert_eq!(entity(&t, "Seymour R. Cray").await["name"], "Seymour Cray");
-    assert_eq!(
-        outgoing(&t, "Seymour Cray").await,
-        vec![
-            ("CDC 6600".to_string(), "designed".to_string()),
-            ("Cray Research".to_string(), "founded".to_string())
-        ]
-    );
-    assert_eq!(entity(&t, "IBM").await["name"], "IBM");
-    assert_eq!(
-        entity(&t, "International Business Machines").await["name"],
-        "International Business Machines"
-    );
+    one_cray_and_two_ibms(&t).await;
     t.stop().await;
     llm.stop().await;
 }
