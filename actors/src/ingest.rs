@@ -847,11 +847,11 @@ impl IngestDeps {
             _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
         };
         phases.mark("extract");
-        let confirmed = match &self.model {
+        let pairs = match &self.model {
             Some(model) if self.config.confirm_doubtful => {
                 self.confirm_doubtful(id, &found, model).await?
             }
-            _ => BTreeSet::new(),
+            _ => Pairs::default(),
         };
         phases.mark("confirm");
         Ok(Some(Prepared {
@@ -866,7 +866,8 @@ impl IngestDeps {
             found,
             failed,
             old,
-            confirmed,
+            pairs,
+            asked_again: 0,
             phases,
         }))
     }
@@ -880,38 +881,57 @@ impl IngestDeps {
     /// for every job at once.
     async fn write(
         &self,
-        prepared: Prepared,
+        mut prepared: Prepared,
         cancel: &CancellationToken,
     ) -> Result<(), JobFailure> {
         let id = prepared.id;
-        let (done, mut result) = tokio::sync::oneshot::channel();
-        self.pending.lock().push(Pending { prepared, done });
-        let written = tokio::select! {
-            // Written by the group another job led while this one waited: done, without
-            // taking the lock, which would make this job lead (and wait for) the next group.
-            written = &mut result => written,
-            writing = self.writes.lock() => {
-                let group = std::mem::take(&mut *self.pending.lock());
-                if !group.is_empty() {
-                    self.write_group(group).await;
+        let touched = loop {
+            let (done, mut result) = tokio::sync::oneshot::channel();
+            self.pending.lock().push(Pending { prepared, done });
+            let written = tokio::select! {
+                // Written by the group another job led while this one waited: done, without
+                // taking the lock, which would make this job lead (and wait for) the next
+                // group.
+                written = &mut result => written,
+                writing = self.writes.lock() => {
+                    let group = std::mem::take(&mut *self.pending.lock());
+                    if !group.is_empty() {
+                        self.write_group(group).await;
+                    }
+                    drop(writing);
+                    result.await
                 }
-                drop(writing);
-                result.await
-            }
-            _ = cancel.cancelled() => {
-                // Cancelled while waiting: withdrawn, unless a group has taken it already.
-                let withdrawn = {
-                    let mut pending = self.pending.lock();
-                    let at = pending.iter().position(|p| p.prepared.id == id);
-                    at.map(|at| pending.swap_remove(at)).is_some()
-                };
-                if withdrawn {
-                    return Err(JobFailure::Cancelled);
+                _ = cancel.cancelled() => {
+                    // Cancelled while waiting: withdrawn, unless a group has taken it already.
+                    let withdrawn = {
+                        let mut pending = self.pending.lock();
+                        let at = pending.iter().position(|p| p.prepared.id == id);
+                        at.map(|at| pending.swap_remove(at)).is_some()
+                    };
+                    if withdrawn {
+                        return Err(JobFailure::Cancelled);
+                    }
+                    result.await
                 }
-                result.await
+            };
+            match written.unwrap_or_else(|_| Err(lost_write()))? {
+                Written::Done(touched) => break touched,
+                Written::AskAgain(back) => {
+                    // Nothing of it was written: its pairs are asked again against the graph
+                    // as it is now (answers already kept are not asked twice).
+                    prepared = *back;
+                    prepared.asked_again += 1;
+                    if let Some(model) = &self.model {
+                        let asking = self.confirm_doubtful(id, &prepared.found, model);
+                        prepared.pairs = tokio::select! {
+                            pairs = asking => pairs?,
+                            _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
+                        };
+                    }
+                    prepared.phases.mark("ask again");
+                }
             }
         };
-        let touched = written.unwrap_or_else(|_| Err(lost_write()))?;
         // After the write lock: a summary may wait for the model.
         Ok(self.describe(Some(id), touched).await?)
     }
@@ -1052,7 +1072,12 @@ impl IngestDeps {
         for Pending { mut prepared, done } in group {
             prepared.phases.mark("wait to write");
             match self.resolve(&prepared, &mut group_added).await {
-                Ok(resolved) => jobs.push(Writing::new(prepared, resolved, done, &self.model)),
+                Ok(Some(resolved)) => {
+                    jobs.push(Writing::new(prepared, resolved, done, &self.model))
+                }
+                Ok(None) => {
+                    let _ = done.send(Ok(Written::AskAgain(Box::new(prepared))));
+                }
                 Err(e) => {
                     let _ = done.send(Err(e));
                 }
@@ -1253,7 +1278,7 @@ impl IngestDeps {
         for (mut job, retracted) in finished {
             let outcome = retracted
                 .and_then(|()| recorded.clone().map_err(JobFailure::from))
-                .map(|()| std::mem::take(&mut job.touched));
+                .map(|()| Written::Done(std::mem::take(&mut job.touched)));
             job.prepared.phases.mark("retract and record");
             tracing::debug!(job = %job.prepared.id, chunks = job.prepared.chunks.len(), group = size, phases = %job.prepared.phases, "ingest job written");
             let _ = job.done.send(outcome);
@@ -1424,12 +1449,21 @@ impl IngestDeps {
 
     /// Resolves every name the extractions give: to itself, to another name of the same
     /// source under the same key (case, spacing, punctuation), or to an entity of the graph
-    /// that [`Self::decide`] calls the same (or doubtful, and `confirmed`).
+    /// that [`Self::decide`] calls the same (or doubtful, and confirmed). `None`, with
+    /// nothing resolved, when a name is doubtful with an entity of the graph or a name an
+    /// earlier job of the group adds, and the model confirms pairs but was never asked about
+    /// that one (it was not there when the job asked): the job is to ask again
+    /// ([`Written::AskAgain`]), at most [`ASK_AGAIN`] times.
     async fn resolve(
         &self,
         prepared: &Prepared,
         group_added: &mut Vec<String>,
-    ) -> Result<Resolution, JobFailure> {
+    ) -> Result<Option<Resolution>, JobFailure> {
+        let asks = self.model.is_some()
+            && self.config.confirm_doubtful
+            && prepared.asked_again < ASK_AGAIN;
+        let pairs = &prepared.pairs;
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
         let mut names: Vec<&str> = Vec::new();
         for e in prepared.found.iter().flatten() {
             names.extend(e.entities.iter().map(|e| e.name.as_str()));
@@ -1459,22 +1493,44 @@ impl IngestDeps {
             let description = described.get(name).copied().unwrap_or_default();
             let found = match self.in_graph(name, description).await? {
                 InGraph::Same(found) => Some(found),
-                InGraph::Doubtful(found) => found.into_iter().find(|c| {
-                    prepared
-                        .confirmed
-                        .contains(&(name.to_string(), c.to_string()))
-                }),
+                InGraph::Doubtful(found) => {
+                    let confirmed = found
+                        .iter()
+                        .find(|c| pairs.confirmed.contains(&pair(name, c)));
+                    if confirmed.is_none()
+                        && asks
+                        && found.iter().any(|c| !pairs.asked.contains(&pair(name, c)))
+                    {
+                        return Ok(None);
+                    }
+                    confirmed.cloned()
+                }
                 InGraph::None => None,
             };
             let canonical = match found {
                 Some(found) => found,
                 None => {
-                    let near = added.iter().chain(group_added.iter()).find(|a| {
-                        kbq_ingest::compare(name, a, None, &self.config.resolve) == Decision::Same
-                            || prepared
-                                .confirmed
-                                .contains(&(name.to_string(), a.to_string()))
+                    // One pass: the first the same or confirmed, and whether a name an
+                    // earlier job adds is doubtful and was never asked about.
+                    let mut unasked = false;
+                    let ours = added.iter().map(|a| (a, false));
+                    let theirs = group_added.iter().map(|a| (a, true));
+                    let near = ours.chain(theirs).find_map(|(a, earlier_job)| {
+                        if pairs.confirmed.contains(&pair(name, a)) {
+                            return Some(a);
+                        }
+                        match kbq_ingest::compare(name, a, None, &self.config.resolve) {
+                            Decision::Same => Some(a),
+                            Decision::Doubtful if earlier_job => {
+                                unasked |= !pairs.asked.contains(&pair(name, a));
+                                None
+                            }
+                            _ => None,
+                        }
                     });
+                    if near.is_none() && unasked && asks {
+                        return Ok(None);
+                    }
                     match near {
                         Some(a) => a.clone(),
                         None => {
@@ -1491,7 +1547,7 @@ impl IngestDeps {
             resolution.to.insert(name.to_string(), canonical);
         }
         group_added.append(&mut added);
-        Ok(resolution)
+        Ok(Some(resolution))
     }
 
     /// The entity of the graph that `name` (described by `description`, empty if unknown)
@@ -1573,16 +1629,17 @@ impl IngestDeps {
         Ok(kbq_ingest::compare(name, &entity.name, cosine, config))
     }
 
-    /// The doubtful pairs of a job's names and the graph's entities that the model confirms
-    /// as one entity; asked before the job waits to write, so that no group waits on a
-    /// model. Each pair's answer is kept, as extractions are. A failed call confirms nothing.
+    /// The doubtful pairs of a job's names and the graph's entities (and of its own new
+    /// names) that the model is asked about, and those it confirms as one entity; asked
+    /// before the job waits to write, so that no group waits on a model. Each pair's answer
+    /// is kept, as extractions are. A failed call confirms nothing.
     async fn confirm_doubtful(
         &self,
         id: Uuid,
         found: &[Option<Extraction>],
         model: &str,
-    ) -> Result<BTreeSet<(String, String)>, StoreError> {
-        let mut confirmed = BTreeSet::new();
+    ) -> Result<Pairs, StoreError> {
+        let mut pairs = Pairs::default();
         let described = described(found);
         let typed: HashMap<&str, &str> = found
             .iter()
@@ -1624,8 +1681,10 @@ impl IngestDeps {
                     entity_type: &entity.entity_type,
                     description: entity_description(&entity),
                 };
-                if self.ask_same(id, ours(name), theirs, model).await? == Some(true) {
-                    confirmed.insert((name.to_string(), other));
+                let same = self.ask_same(id, ours(name), theirs, model).await?;
+                pairs.asked.insert((name.to_string(), other.clone()));
+                if same == Some(true) {
+                    pairs.confirmed.insert((name.to_string(), other));
                     merged = true;
                     break;
                 }
@@ -1642,13 +1701,16 @@ impl IngestDeps {
                 if kbq_ingest::compare(a, b, None, &self.config.resolve) != Decision::Doubtful {
                     continue;
                 }
-                if self.ask_same(id, ours(a), ours(b), model).await? == Some(true) {
-                    confirmed.insert((a.to_string(), b.to_string()));
-                    confirmed.insert((b.to_string(), a.to_string()));
+                let same = self.ask_same(id, ours(a), ours(b), model).await?;
+                for (x, y) in [(a, b), (b, a)] {
+                    pairs.asked.insert((x.to_string(), y.to_string()));
+                    if same == Some(true) {
+                        pairs.confirmed.insert((x.to_string(), y.to_string()));
+                    }
                 }
             }
         }
-        Ok(confirmed)
+        Ok(pairs)
     }
 
     /// The model's answer to whether `a` and `b` are one entity, kept by the pair; `None`
@@ -1835,15 +1897,39 @@ struct Prepared {
     failed: Vec<bool>,
     /// The version stored before, if any.
     old: Option<SourceRecord>,
-    /// Doubtful pairs (a name of the job, an entity of the graph) the model called one.
-    confirmed: BTreeSet<(String, String)>,
+    /// The doubtful pairs the model was asked about, and those it called one.
+    pairs: Pairs,
+    /// How many times the job was sent back from its write group to ask about pairs it met
+    /// there ([`Written::AskAgain`]).
+    asked_again: u8,
     phases: Phases,
+}
+
+/// Doubtful pairs of a job, each as (a name of the job, an entity of the graph or another
+/// name of the job).
+#[derive(Default)]
+struct Pairs {
+    /// Every pair the model was asked about, whatever it answered (a failed call included).
+    asked: BTreeSet<(String, String)>,
+    /// The pairs the model called one entity.
+    confirmed: BTreeSet<(String, String)>,
 }
 
 /// A job waiting to write, and where its outcome goes.
 struct Pending {
     prepared: Prepared,
-    done: tokio::sync::oneshot::Sender<Result<Touched, JobFailure>>,
+    done: tokio::sync::oneshot::Sender<Result<Written, JobFailure>>,
+}
+
+/// What became of a job its write group took.
+enum Written {
+    /// Written: the entities whose descriptions it changed.
+    Done(Touched),
+    /// Not written: one of its names is doubtful with a name the graph (or an earlier job of
+    /// the group) gained after the job's pairs were asked, and that pair was never asked. The
+    /// job asks again, as it would have had it been prepared after that write, and then waits
+    /// to write anew.
+    AskAgain(Box<Prepared>),
 }
 
 /// The entities whose descriptions a job or a retraction changed: for each, the
@@ -1882,7 +1968,7 @@ fn touched(plan: &kbq_ingest::provenance::Plan, texts: &BTreeMap<Fact, String>) 
 struct Writing {
     prepared: Prepared,
     resolved: Resolution,
-    done: tokio::sync::oneshot::Sender<Result<Touched, JobFailure>>,
+    done: tokio::sync::oneshot::Sender<Result<Written, JobFailure>>,
     /// The facts this version supports, with the chunks that support each.
     new_version: BTreeMap<Fact, BTreeSet<u32>>,
     /// The words of each description fact.
@@ -1900,7 +1986,7 @@ impl Writing {
     fn new(
         prepared: Prepared,
         resolved: Resolution,
-        done: tokio::sync::oneshot::Sender<Result<Touched, JobFailure>>,
+        done: tokio::sync::oneshot::Sender<Result<Written, JobFailure>>,
         model: &Option<String>,
     ) -> Self {
         let mut new_version: BTreeMap<Fact, BTreeSet<u32>> = BTreeMap::new();
@@ -2046,6 +2132,12 @@ impl From<StoreError> for JobFailure {
         JobFailure::Failed(e.to_string())
     }
 }
+
+/// How many times a job may be sent back from its write group to ask about doubtful pairs
+/// it meets there ([`Written::AskAgain`]); past that, such a pair stays apart. Each time,
+/// jobs written meanwhile are what it meets: the bound is reached only while others keep
+/// adding doubtful names.
+const ASK_AGAIN: u8 = 3;
 
 /// Longest a source may take to parse: HTML nested thousands deep parses in time that grows
 /// with the square of its depth.

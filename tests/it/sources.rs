@@ -736,6 +736,83 @@ async fn a_doubtful_pair_within_one_source_merges_only_when_the_model_confirms_i
     llm.stop().await;
 }
 
+/// Sources ingested at once, each naming one of a doubtful pair: a job that asked about its
+/// pairs before another's name was written (or that meets it in its own write group) asks
+/// again before it writes, so the pair merges when the model confirms it, as it would had the
+/// sources come one after the other.
+#[tokio::test]
+async fn a_doubtful_pair_across_sources_ingested_at_once_is_asked_and_merged() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let pairs = [
+        ("Seymour Cray", "Seymour R. Cray"),
+        ("Mira Kaplan", "Mira J. Kaplan"),
+        ("Tomas Ekberg", "Tomas L. Ekberg"),
+        ("Ruth Okafor", "Ruth A. Okafor"),
+    ];
+    for (a, b) in pairs {
+        llm.confirm_same(a, b);
+    }
+    // Every extraction waits, so that the jobs ask about their pairs at about the same time,
+    // before any of them has written.
+    llm.set_extraction_delay(Duration::from_millis(300));
+    let mut sources: Vec<(String, String)> = Vec::new();
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        sources.push((
+            format!("a{i}"),
+            format!("[[{a}]] -[built]-> [[Machine {i}]]."),
+        ));
+        sources.push((
+            format!("b{i}"),
+            format!("[[{b}]] -[wrote]-> [[Paper {i}]]."),
+        ));
+    }
+    sources.push(("lena".into(), "[[Lena Voss]] -[built]-> [[Engine]].".into()));
+    sources.push((
+        "lena-k".into(),
+        "[[Lena K. Voss]] -[wrote]-> [[Notes]].".into(),
+    ));
+    let mut ids = Vec::new();
+    for (id, text) in &sources {
+        let (status, job) = t.post(SOURCES, markdown(id, text)).await;
+        assert_eq!(status, 202, "{job}");
+        ids.push(job["job_id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        let job = finished(&t, id).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+    let asked = confirmations(&llm);
+    for (i, (a, b)) in pairs.iter().enumerate() {
+        let (one, two) = (entity(&t, a).await, entity(&t, b).await);
+        assert_eq!(
+            one["name"], two["name"],
+            "{a} and {b} are two entities; asked {asked:?}"
+        );
+        // The entity has both names' relationships.
+        let mut out = outgoing(&t, one["name"].as_str().unwrap()).await;
+        out.sort();
+        assert_eq!(
+            out,
+            [
+                (format!("Machine {i}"), "built".to_string()),
+                (format!("Paper {i}"), "wrote".to_string())
+            ],
+        );
+    }
+    // A pair the model does not confirm was asked too, and stays apart.
+    let lena = ("Lena Voss".to_string(), "Lena K. Voss".to_string());
+    let lena_back = (lena.1.clone(), lena.0.clone());
+    assert!(
+        asked.contains(&lena) || asked.contains(&lena_back),
+        "{asked:?}"
+    );
+    assert_eq!(entity(&t, "Lena Voss").await["name"], "Lena Voss");
+    assert_eq!(entity(&t, "Lena K. Voss").await["name"], "Lena K. Voss");
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn a_chunk_answered_with_broken_json_is_retried_then_counted_failed() {
     let llm = ScriptedLlm::start().await;
