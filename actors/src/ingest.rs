@@ -1551,8 +1551,9 @@ impl IngestDeps {
     }
 
     /// The entity of the graph that `name` (described by `description`, empty if unknown)
-    /// names: itself; else the first candidate of the name search that [`Self::decide`] calls
-    /// the same; else the first few it calls doubtful.
+    /// names: itself; else the first candidate of the name search (by the name's longest
+    /// words, then its acronyms) that [`Self::decide`] calls the same; else the first few it
+    /// calls doubtful.
     async fn in_graph(&self, name: &str, description: &str) -> Result<InGraph, StoreError> {
         if self.kb.entity(name).await?.is_some() {
             return Ok(InGraph::Same(name.to_string()));
@@ -1575,11 +1576,21 @@ impl IngestDeps {
             .filter(|&(i, w)| i == 0 || w.chars().count() >= PROBE_WORD_CHARS)
             .take(PROBES)
             .map(|(_, w)| *w);
+        // An entity named by the name's acronym ("IBM" for "International Business
+        // Machines"), which shares none of its words: the name search's hits of exactly that
+        // key.
+        let acronyms = kbq_ingest::acronyms(&key);
+        let probes = probes
+            .map(|w| (w, false))
+            .chain(acronyms.iter().map(|a| (a.as_str(), true)));
         let mut doubtful = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
-        for probe in probes {
+        for (probe, exact) in probes {
             let candidates = self.kb.search_entities(probe, None, 50).await?;
             for c in &candidates {
+                if exact && kbq_ingest::name_key(&c.name) != probe {
+                    continue;
+                }
                 if !seen.insert(c.name.clone()) {
                     continue;
                 }

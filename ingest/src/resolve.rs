@@ -247,6 +247,32 @@ const ACRONYM_SKIPS: &[&str] = &[
     "le", "und", "y",
 ];
 
+/// The acronyms a name key (of two or more words, each starting with a letter) may go by: its
+/// words' initials, with and without the small words an acronym skips, of two or more
+/// letters each. Empty for any other key.
+pub fn acronyms(key: &str) -> Vec<String> {
+    let words: Vec<&str> = key.split(' ').filter(|w| !w.is_empty()).collect();
+    if words.len() < 2
+        || !words
+            .iter()
+            .all(|w| w.chars().next().is_some_and(char::is_alphabetic))
+    {
+        return Vec::new();
+    }
+    let mut out: Vec<String> = Vec::new();
+    for skip in [false, true] {
+        let initials: String = words
+            .iter()
+            .filter(|w| !(skip && ACRONYM_SKIPS.contains(w)))
+            .filter_map(|w| w.chars().next())
+            .collect();
+        if initials.chars().count() >= 2 && !out.contains(&initials) {
+            out.push(initials);
+        }
+    }
+    out
+}
+
 /// `short` is one word of two or more letters, the initials of `long`'s words, with or
 /// without the small words an acronym skips.
 fn is_acronym_of(short: &str, long: &str) -> bool {
@@ -489,6 +515,20 @@ mod tests {
             prop_assert!((0.0..=1.0).contains(&s));
             prop_assert_eq!(s, similarity(&b, &a));
             prop_assert_eq!(s == 1.0, name_key(&a) == name_key(&b));
+        }
+    }
+
+    #[test]
+    fn a_name_of_words_has_its_acronyms() {
+        assert_eq!(acronyms("international business machines"), ["ibm"]);
+        assert_eq!(
+            acronyms("massachusetts institute of technology"),
+            ["miot", "mit"]
+        );
+        assert!(acronyms("ibm").is_empty());
+        assert!(acronyms("person 500").is_empty(), "digits are not initials");
+        for short in acronyms("bank of america") {
+            assert!(is_acronym_of(&short, "bank of america"), "{short}");
         }
     }
 }

@@ -703,6 +703,47 @@ async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_onc
     llm.stop().await;
 }
 
+/// A name met after its acronym is in the graph is found by that acronym, which shares none
+/// of its words, and merges when the model confirms the pair.
+#[tokio::test]
+async fn a_name_met_after_its_acronym_merges_when_the_model_confirms_it() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let one = ingest(&t, markdown("one", "[[IBM]] -[built]-> [[System/360]].")).await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    llm.confirm_same("International Business Machines", "IBM");
+    let two = ingest(
+        &t,
+        markdown(
+            "two",
+            "[[International Business Machines]] -[built]-> [[Stretch]].",
+        ),
+    )
+    .await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+    assert_eq!(
+        confirmations(&llm),
+        [(
+            "International Business Machines".to_string(),
+            "IBM".to_string()
+        )]
+    );
+    assert_eq!(two["counts"]["entities_merged"], 1, "{two}");
+    assert_eq!(
+        entity(&t, "International Business Machines").await["name"],
+        "IBM"
+    );
+    assert_eq!(
+        outgoing(&t, "IBM").await,
+        vec![
+            ("Stretch".to_string(), "built".to_string()),
+            ("System/360".to_string(), "built".to_string())
+        ]
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
 /// Two new names of one source that are doubtful by name are asked about as a name and a
 /// graph entity are: one entity when the model confirms it (the first met keeps its name),
 /// two when it does not.
