@@ -276,6 +276,8 @@ impl Modify for Rules {
         state::<kbq_store::NewRelationship>(doc);
         state::<kbq_store::NewDocument>(doc);
         state::<routes::sources::SourceRequest>(doc);
+        state::<routes::sources::SourceUpload>(doc);
+        file_types(doc);
         state::<routes::admin::NewKey>(doc);
         // A key's scopes: each once, so at most the four there are.
         let scopes = array(component(doc, "NewKey"), "NewKey", "scopes");
@@ -312,6 +314,28 @@ impl Modify for Rules {
 }
 
 /// The schema of `path`'s POST body of type `content_type`.
+/// States the content types a source's `file` part may have, as its multipart encoding:
+/// one of these, or a generic type and a file name of an accepted extension (the operation's
+/// description says so); any other is refused with 415.
+fn file_types(doc: &mut Document) {
+    let path = "/data/v1/ingest/sources";
+    let content = doc
+        .paths
+        .paths
+        .get_mut(path)
+        .and_then(|item| item.post.as_mut())
+        .and_then(|op| match op.request_body.as_mut() {
+            Some(RefOr::T(body)) => body.content.get_mut("multipart/form-data"),
+            _ => None,
+        });
+    let Some(RefOr::T(content)) = content else {
+        panic!("POST {path} takes no multipart body of its own");
+    };
+    let mut file = utoipa::openapi::encoding::Encoding::default();
+    file.content_type = Some(kbq_ingest::format::ACCEPTED_CONTENT_TYPES.join(", "));
+    content.encoding.insert("file".to_string(), file);
+}
+
 fn request_schema<'a>(doc: &'a mut Document, path: &str, content_type: &str) -> &'a mut Schema {
     let body = doc
         .paths

@@ -149,6 +149,11 @@ impl Rules for SourceRequest {
     ];
 }
 
+impl Rules for SourceUpload {
+    const NAMES: &'static [&'static str] = &["source", "source_id"];
+    const LENGTHS: &'static [(&'static str, usize)] = SourceRequest::LENGTHS;
+}
+
 /// One server-sent event of a job's stream, as an SSE client reads it: `progress` and `end`
 /// each carry the job (a [`JobView`]) as JSON in `data`.
 #[derive(ToSchema)]
