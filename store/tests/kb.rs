@@ -301,6 +301,30 @@ async fn surrealkv_store_persists_across_reopen() {
     assert_eq!(hits[0].document.title, "The Engine");
 }
 
+/// The store URL's query reaches SurrealDB: a store that fsyncs its log once a second (or
+/// leaves it to the operating system) opens, keeps what was written, and opens again.
+#[tokio::test]
+async fn a_surrealkv_url_may_say_how_often_the_log_is_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kb");
+    let config = |sync: &str| StoreConfig {
+        url: format!("surrealkv://{}?sync={sync}", path.display()),
+        ..StoreConfig::memory()
+    };
+    {
+        let dimension = HashingEmbedder::DEFAULT_DIMENSION;
+        let kb = reopen(&config("1s"), dimension, false).await.unwrap();
+        import::import(&kb, SMALL.as_bytes(), &Silent)
+            .await
+            .unwrap();
+    }
+    let kb = reopen(&config("never"), HashingEmbedder::DEFAULT_DIMENSION, false)
+        .await
+        .unwrap();
+    assert_eq!(kb.counts().await.unwrap().entities, 5);
+    assert!(path.join("wal").is_dir(), "the store is at the URL's path");
+}
+
 /// Opens `config` with a hashing embedder of `dimension` (`reembed`: for reembedding) and
 /// waits until it connects or fails for a reason other than the database being out of reach: a
 /// dropped instance lets go of its files in the background.
