@@ -27,6 +27,8 @@ export type NewEntity = Schemas["NewEntity"];
 export type NewRelationship = Schemas["NewRelationship"];
 export type NewDocument = Schemas["NewDocument"];
 export type ImportRecord = Schemas["ImportRecord"];
+/** One line of an export: an import record, or a kept record (`memory`, `source`, `support`, `extraction`), or the last, `end`, with the counts written. */
+export type ExportRecord = { kind: string; [field: string]: unknown };
 export type BatchReport = Schemas["BatchReport"];
 export type NdjsonReport = Schemas["NdjsonReport"];
 export type EntityDeletion = Schemas["EntityDeletion"];
@@ -193,6 +195,8 @@ export declare class Client {
     mintKey(workspace: string, args: NewKey, options?: RequestOptions): Promise<MintedKey>;
     listKeys(workspace: string, options?: RequestOptions): Promise<KeyList>;
     revokeKey(workspace: string, keyId: string, options?: RequestOptions): Promise<KeyRevocation>;
+    /** The workspace's knowledge base in the import format, a record at a time; the last is `end`. */
+    export(args?: { workspace?: string }, options?: RequestOptions): AsyncIterable<ExportRecord>;
   };
 }
 export default Client;

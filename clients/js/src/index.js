@@ -178,6 +178,7 @@ export const OPERATIONS = {
   admin_mint: ["POST", "/admin/v1/workspaces/{workspace}/keys"],
   admin_keys: ["GET", "/admin/v1/workspaces/{workspace}/keys"],
   admin_revoke: ["DELETE", "/admin/v1/workspaces/{workspace}/keys/{key_id}"],
+  admin_export: ["GET", "/admin/v1/export"],
 };
 
 function op(operation, params = {}, options = {}) {
@@ -600,6 +601,50 @@ class Admin extends Resource {
   revokeKey(workspace, keyId, options) {
     return this._client._send(op("admin_revoke", { workspace, key_id: keyId }), options);
   }
+
+  /**
+   * The knowledge base of `workspace` (default `default`) in kbq's import format, as it
+   * streams in: an async iterable of records, each a line's object, the last of kind `end`
+   * with the counts written. It is read a piece at a time, never held whole: write each
+   * record to a file as a line of JSON for a backup that `kbq import` reads. A stream that
+   * stops before its `end` record throws a KbqError. NotFoundError (code
+   * `workspace_not_found`) when there is no such workspace.
+   */
+  export({ workspace } = {}, options) {
+    const c = op("admin_export");
+    if (workspace != null) c.path += `?workspace=${encodeURIComponent(workspace)}`;
+    return exportRecords(this._client, c, options);
+  }
+}
+
+/** The records of an export's NDJSON answer, parsed line by line as its pieces come. */
+async function* exportRecords(client, c, options) {
+  const response = await client._response(c, { ...options, stream: true });
+  if (response.status >= 400) throw await client._error(response);
+  const decoder = new TextDecoder();
+  let partial = "";
+  let ended = false;
+  const record = (line) => {
+    if (ended) throw new KbqError("the export has a record after its end record");
+    const r = JSON.parse(line);
+    ended = r?.kind === "end";
+    return r;
+  };
+  let done = false;
+  try {
+    for await (const piece of response.body) {
+      const lines = (partial + decoder.decode(piece, { stream: true })).split("\n");
+      partial = lines.pop();
+      for (const line of lines) if (line.trim()) yield record(line);
+    }
+    partial += decoder.decode();
+    if (partial.trim()) yield record(partial);
+    done = true;
+  } finally {
+    // A caller that stops early lets go of the connection.
+    if (!done) await response.body?.cancel().catch(() => {});
+  }
+  if (!ended) throw new KbqError("the export stopped before its end record: it is incomplete");
 }
 
 // ---------------------------------------------------------------------------------------

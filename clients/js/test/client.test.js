@@ -306,6 +306,42 @@ describe("admin", () => {
     assert.deepEqual([e.status, e.code], [409, "conflict"]);
     assert.ok(!(await client.admin.listWorkspaces()).workspaces.some((w) => w.name === "js-team"));
   });
+
+  test("the export streams every record and ends with its counts", async () => {
+    const records = [];
+    for await (const r of client.admin.export()) records.push(r);
+    const end = records.at(-1);
+    assert.equal(end.kind, "end");
+    const kinds = records.slice(0, -1).map((r) => r.kind);
+    assert.ok(!kinds.includes("end"));
+    assert.ok(end.entities > 0);
+    assert.equal(end.entities, kinds.filter((k) => k === "entity").length);
+    assert.equal(end.relationships, kinds.filter((k) => k === "relationship").length);
+    assert.equal(end.documents, kinds.filter((k) => k === "document").length);
+    assert.ok(records.some((r) => r.kind === "entity" && r.name === "Alan Turing"));
+
+    // Another workspace's export holds its own knowledge only.
+    await client.admin.createWorkspace({ name: "js-export" });
+    const operator = new kbq.Client({ baseUrl: main.url, apiKey: KEY, workspace: "js-export" });
+    await operator.ingest.entities([{ name: "Exported Only", entity_type: "test" }]);
+    const theirs = [];
+    for await (const r of client.admin.export({ workspace: "js-export" })) theirs.push(r);
+    assert.deepEqual(theirs.filter((r) => r.kind === "entity").map((r) => r.name), ["Exported Only"]);
+    assert.equal(theirs.at(-1).entities, 1);
+    const drain = async (iterable) => {
+      for await (const _ of iterable);
+    };
+    let e = await failure(drain(client.admin.export({ workspace: "js-nowhere" })));
+    assert.ok(e instanceof kbq.NotFoundError);
+    assert.equal(e.code, "workspace_not_found");
+    e = await failure(drain(client.admin.export({ workspace: "Not A Name" })));
+    assert.ok(e instanceof kbq.BadRequestError);
+    assert.equal(e.field, "workspace");
+    // A caller that stops early lets go: the next request is answered.
+    for await (const _ of client.admin.export()) break;
+    assert.equal((await client.admin.getWorkspace("js-export")).counts.entities, 1);
+    await client.admin.deleteWorkspace("js-export");
+  });
 });
 
 test("a streamed chat reports each call and ends with the answer chat returns", async () => {

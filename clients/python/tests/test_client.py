@@ -494,3 +494,58 @@ async def test_the_async_client_manages_workspaces(url, key):
         assert (await operator.admin.get_workspace("py-async-team")).counts.entities == 0
         assert (await operator.admin.revoke_key("py-async-team", minted.id)).revoked
         assert (await operator.admin.delete_workspace("py-async-team")).deleted
+
+
+def test_the_export_streams_every_record_and_ends_with_its_counts(client, url, key):
+    records = list(client.admin.export())
+    end = records[-1]
+    assert end["kind"] == "end", end
+    kinds = [r["kind"] for r in records[:-1]]
+    assert "end" not in kinds
+    assert end["entities"] == kinds.count("entity") > 0
+    assert end["relationships"] == kinds.count("relationship")
+    assert end["documents"] == kinds.count("document")
+    names = {r["name"] for r in records if r["kind"] == "entity"}
+    assert "Alan Turing" in names
+
+    # Another workspace's export holds its own knowledge only.
+    client.admin.create_workspace("py-export")
+    with kbq.Client(base_url=url, api_key=key, workspace="py-export") as operator:
+        operator.ingest.entities([{"name": "Exported Only", "entity_type": "test"}])
+    theirs = list(client.admin.export(workspace="py-export"))
+    assert [r["name"] for r in theirs if r["kind"] == "entity"] == ["Exported Only"]
+    assert theirs[-1]["entities"] == 1
+    with pytest.raises(kbq.NotFoundError) as e:
+        list(client.admin.export(workspace="py-nowhere"))
+    assert e.value.code == "workspace_not_found"
+    with pytest.raises(kbq.BadRequestError) as e:
+        list(client.admin.export(workspace="Not A Name"))
+    assert e.value.field == "workspace"
+    client.admin.delete_workspace("py-export")
+
+
+async def test_the_async_export_streams_the_same_records(client, aclient):
+    records = [r async for r in aclient.admin.export()]
+    assert records[-1]["kind"] == "end"
+    assert len(records) == len(list(client.admin.export()))
+
+
+def test_records_are_read_across_pieces_and_a_cut_export_raises():
+    from kbq._base import Records
+
+    text = b'{"kind":"entity","name":"A"}\n{"kind":"document","content":"x\\ny"}\n{"kind":"end"}\n'
+    records = Records()
+    read = []
+    for i in range(0, len(text), 7):
+        read += records.feed(text[i : i + 7])
+    read += records.finish()
+    assert [r["kind"] for r in read] == ["entity", "document", "end"]
+    assert read[1]["content"] == "x\ny"
+    # Without its end record, or with a record after it, the export is refused.
+    cut = Records()
+    cut.feed(text[: text.index(b'{"kind":"end"}')])
+    with pytest.raises(kbq.KbqError):
+        cut.finish()
+    late = Records()
+    with pytest.raises(kbq.KbqError):
+        late.feed(text + b'{"kind":"entity","name":"B"}\n')

@@ -26,7 +26,6 @@ NOT_HERE = {
     "openai_completions": "the official openai client speaks it",
     "openai_embeddings": "the official openai client speaks it",
     "openai_models": "the official openai client speaks it",
-    "admin_export": "a backup, streamed to a file by `kbq export -o` or curl, not held in memory",
 }
 
 

@@ -4,11 +4,12 @@ before a retry, deprecation warnings, and turning an answer into a result or an 
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import random
 import time
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 import httpx
 
@@ -146,6 +147,34 @@ def error_for(response: httpx.Response, body: Any) -> Exception:
     )
 
 
+class Records:
+    """The records of a streamed NDJSON answer (an export), read a piece at a time: the
+    lines of each piece are parsed as they complete. The answer must end with its ``end``
+    record: one that stops before it was cut short, and raises."""
+
+    def __init__(self) -> None:
+        self.partial = b""
+        self.ended = False
+
+    def feed(self, piece: bytes) -> List[Any]:
+        lines = (self.partial + piece).split(b"\n")
+        self.partial = lines.pop()
+        return [self.record(line) for line in lines if line.strip()]
+
+    def finish(self) -> List[Any]:
+        out = [self.record(self.partial)] if self.partial.strip() else []
+        if not self.ended:
+            raise KbqError("the export stopped before its end record: it is incomplete")
+        return out
+
+    def record(self, line: bytes) -> Any:
+        if self.ended:
+            raise KbqError("the export has a record after its end record")
+        record = json.loads(line)
+        self.ended = isinstance(record, dict) and record.get("kind") == "end"
+        return record
+
+
 def json_of(response: httpx.Response) -> Any:
     try:
         return response.json()
@@ -166,6 +195,8 @@ def request_args(settings: Settings, call: Call) -> dict:
     args: dict = {"headers": headers}
     if call.stream:
         headers["accept"] = "text/event-stream"
+    if call.query:
+        args["params"] = call.query
     if call.content is not None:
         args["content"] = call.content
     elif call.files is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Optional
 
 import httpx
 
@@ -109,6 +109,19 @@ class Client(_Common):
             raise _base.error_for(response, _base.json_of(response))
         return STREAMS[call.operation][0](response)
 
+    def _records(self, call: Call) -> Iterator[Any]:
+        response = self._send_raw(call, stream=True)
+        try:
+            if response.status_code >= 400:
+                response.read()
+                raise _base.error_for(response, _base.json_of(response))
+            records = _base.Records()
+            for piece in response.iter_bytes():
+                yield from records.feed(piece)
+            yield from records.finish()
+        finally:
+            response.close()
+
     def _poll(self, call: Call, done: Callable[[Any], bool], timeout: Optional[float]) -> Any:
         """Sends ``call`` until ``done`` holds of its answer or ``timeout`` seconds have
         passed; the last answer."""
@@ -180,6 +193,21 @@ class AsyncClient(_Common):
             await response.aclose()
             raise _base.error_for(response, _base.json_of(response))
         return STREAMS[call.operation][1](response)
+
+    async def _records(self, call: Call) -> AsyncIterator[Any]:
+        response = await self._send_raw(call, stream=True)
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                raise _base.error_for(response, _base.json_of(response))
+            records = _base.Records()
+            async for piece in response.aiter_bytes():
+                for record in records.feed(piece):
+                    yield record
+            for record in records.finish():
+                yield record
+        finally:
+            await response.aclose()
 
     async def _poll(
         self, call: Call, done: Callable[[Any], bool], timeout: Optional[float]

@@ -44,6 +44,7 @@ PATHS = {
     "admin_mint": ("POST", "/admin/v1/workspaces/{workspace}/keys"),
     "admin_keys": ("GET", "/admin/v1/workspaces/{workspace}/keys"),
     "admin_revoke": ("DELETE", "/admin/v1/workspaces/{workspace}/keys/{key_id}"),
+    "admin_export": ("GET", "/admin/v1/export"),
 }
 
 
@@ -61,6 +62,8 @@ class Call:
     files: Optional[Dict[str, Any]] = None
     headers: Dict[str, str] = field(default_factory=dict)
     path_params: Dict[str, str] = field(default_factory=dict)
+    #: The query string's parameters.
+    query: Dict[str, str] = field(default_factory=dict)
     #: Safe to send again after a 429 or 503 (kbq did nothing): every read and upsert.
     idempotent: bool = True
     #: Turns the answer's JSON into the operation's type.
@@ -392,3 +395,7 @@ def revoke_key(workspace: str, key_id: str) -> Call:
         path_params={"workspace": workspace, "key_id": key_id},
         parse=_parser(t.KeyRevocation),
     )
+
+
+def export(workspace: Optional[str]) -> Call:
+    return Call("admin_export", query={"workspace": workspace} if workspace is not None else {})

@@ -291,3 +291,13 @@ class Admin(_Resource):
         ``workspace``: it stops working at once. ``NotFoundError`` (code ``not_found``) when
         the workspace has no key of that id."""
         return self._client._send(ops.revoke_key(workspace, key_id))
+
+    def export(self, workspace: Optional[str] = None) -> Any:
+        """The knowledge base of ``workspace`` (default ``default``) in kbq's import format,
+        as it streams in: an iterator (an async iterator from the async client) of records,
+        each a ``dict`` of a line, the last of kind ``end`` with the counts written. It is
+        read a piece at a time, never held whole: write each record to a file as a line of
+        JSON for a backup that ``kbq import`` reads. A stream that stops before its ``end``
+        record raises ``KbqError``. ``NotFoundError`` (code ``workspace_not_found``) when
+        there is no such workspace."""
+        return self._client._records(ops.export(workspace))
