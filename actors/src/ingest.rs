@@ -1068,7 +1068,7 @@ impl IngestDeps {
         // The names the group's jobs add to the graph, in the order resolved: a later job's
         // near spelling of one is that entity, as it would be had the first job been written
         // alone before it.
-        let mut group_added: Vec<String> = Vec::new();
+        let mut group_added: Vec<(String, String)> = Vec::new();
         for Pending { mut prepared, done } in group {
             prepared.phases.mark("wait to write");
             match self.resolve(&prepared, &mut group_added).await {
@@ -1457,7 +1457,7 @@ impl IngestDeps {
     async fn resolve(
         &self,
         prepared: &Prepared,
-        group_added: &mut Vec<String>,
+        group_added: &mut Vec<(String, String)>,
     ) -> Result<Option<Resolution>, JobFailure> {
         let asks = self.model.is_some()
             && self.config.confirm_doubtful
@@ -1477,7 +1477,7 @@ impl IngestDeps {
         let mut by_key: HashMap<String, String> = HashMap::new();
         // The names this source adds to the graph, in the order met: a later near spelling
         // of one is that entity.
-        let mut added: Vec<String> = Vec::new();
+        let mut added: Vec<(String, String)> = Vec::new();
         for name in names {
             if resolution.to.contains_key(name) {
                 continue;
@@ -1515,11 +1515,11 @@ impl IngestDeps {
                     let mut unasked = false;
                     let ours = added.iter().map(|a| (a, false));
                     let theirs = group_added.iter().map(|a| (a, true));
-                    let near = ours.chain(theirs).find_map(|(a, earlier_job)| {
-                        if pairs.confirmed.contains(&pair(name, a)) {
+                    let near = ours.chain(theirs).find_map(|((a, a_key), earlier_job)| {
+                        if !pairs.confirmed.is_empty() && pairs.confirmed.contains(&pair(name, a)) {
                             return Some(a);
                         }
-                        match kbq_ingest::compare(name, a, None, &self.config.resolve) {
+                        match kbq_ingest::compare_keys(&key, a_key, None, &self.config.resolve) {
                             Decision::Same => Some(a),
                             Decision::Doubtful if earlier_job => {
                                 unasked |= !pairs.asked.contains(&pair(name, a));
@@ -1534,7 +1534,7 @@ impl IngestDeps {
                     match near {
                         Some(a) => a.clone(),
                         None => {
-                            added.push(name.to_string());
+                            added.push((name.to_string(), key.clone()));
                             name.to_string()
                         }
                     }
@@ -1594,7 +1594,7 @@ impl IngestDeps {
                 if !seen.insert(c.name.clone()) {
                     continue;
                 }
-                match self.decide(name, description, c).await? {
+                match self.decide(&key, description, c).await? {
                     Decision::Same => return Ok(InGraph::Same(c.name.clone())),
                     Decision::Doubtful if doubtful.len() < DOUBTFUL_ASKED => {
                         doubtful.push(c.name.clone())
@@ -1609,22 +1609,23 @@ impl IngestDeps {
         })
     }
 
-    /// [`kbq_ingest::compare`] of `name` and an entity of the graph, with the cosine of their
-    /// descriptions' embeddings when both are known and the names alone do not say
-    /// different (descriptions only ever lower a decision).
+    /// [`kbq_ingest::compare`] of a name (by its key, `key`) and an entity of the graph, with
+    /// the cosine of their descriptions' embeddings when both are known and the names alone
+    /// do not say different (descriptions only ever lower a decision).
     async fn decide(
         &self,
-        name: &str,
+        key: &str,
         description: &str,
         entity: &kbq_store::model::Entity,
     ) -> Result<Decision, StoreError> {
         let config = &self.config.resolve;
-        let by_name = kbq_ingest::compare(name, &entity.name, None, config);
+        let their_key = kbq_ingest::name_key(&entity.name);
+        let by_name = kbq_ingest::compare_keys(key, &their_key, None, config);
         let theirs = entity_description(entity);
         if by_name == Decision::Different
             || description.is_empty()
             || theirs.is_empty()
-            || kbq_ingest::name_key(name) == kbq_ingest::name_key(&entity.name)
+            || key == their_key
         {
             return Ok(by_name);
         }
@@ -1637,7 +1638,7 @@ impl IngestDeps {
             [a, b] => Some(kbq_store::cosine(a, b)),
             _ => None,
         };
-        Ok(kbq_ingest::compare(name, &entity.name, cosine, config))
+        Ok(kbq_ingest::compare_keys(key, &their_key, cosine, config))
     }
 
     /// The doubtful pairs of a job's names and the graph's entities (and of its own new
@@ -2233,7 +2234,13 @@ fn phrases(text: &str, most: usize) -> Vec<String> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    out
 }
 
 fn now_ms() -> i64 {
@@ -2444,5 +2451,31 @@ async fn claim(myself: &ActorRef<IngestMessage>, state: &mut IngestState) {
         tracing::info!(job = %id, "taking over an unfinished ingest job");
         deps.register(id, &record);
         state.waiting.push_back(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_bytes_go_through_a_job_record_as_hex_and_back() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let text = hex(&bytes);
+        assert_eq!(&text[..8], "00010203");
+        assert_eq!(&text[text.len() - 4..], "feff");
+        let json = serde_json::to_value(SourceInput {
+            source: "s".into(),
+            source_id: "i".into(),
+            title: None,
+            url: None,
+            content_type: None,
+            file_name: None,
+            content: bytes.clone(),
+        })
+        .unwrap();
+        assert_eq!(json["content"], text);
+        let back: SourceInput = serde_json::from_value(json).unwrap();
+        assert_eq!(back.content, bytes);
     }
 }

@@ -46,4 +46,6 @@ pub use extraction::{
 pub use format::{Format, UnsupportedFormat, detect};
 pub use parse::{ParseError, Parsed, Section, parse};
 pub use provenance::{ChunkRef, Fact, Plan, SourceKey, Support, apply, plan_delete, plan_replace};
-pub use resolve::{Decision, ResolveConfig, acronyms, compare, decide, name_key, similarity};
+pub use resolve::{
+    Decision, ResolveConfig, acronyms, compare, compare_keys, decide, name_key, similarity,
+};

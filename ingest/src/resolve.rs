@@ -74,7 +74,11 @@ fn join_initials(tokens: Vec<String>) -> Vec<String> {
 /// R." is "J. R. R. Tolkien"), and with their spaces removed ("Post Gres" is "Postgres").
 /// Names that only the last two readings equate score 0.99, not 1.
 pub fn similarity(a: &str, b: &str) -> f64 {
-    let (a, b) = (name_key(a), name_key(b));
+    similarity_of_keys(&name_key(a), &name_key(b))
+}
+
+/// [`similarity`] of two names' keys ([`name_key`]).
+pub fn similarity_of_keys(a: &str, b: &str) -> f64 {
     if a == b {
         return 1.0;
     }
@@ -90,9 +94,9 @@ pub fn similarity(a: &str, b: &str) -> f64 {
         words.join(" ")
     };
     let compact = |key: &str| key.replace(' ', "");
-    score(&a, &b)
-        .max(score(&sorted(&a), &sorted(&b)))
-        .max(score(&compact(&a), &compact(&b)))
+    score(a, b)
+        .max(score(&sorted(a), &sorted(b)))
+        .max(score(&compact(a), &compact(b)))
         .min(0.99)
 }
 
@@ -215,23 +219,33 @@ pub fn compare(
     description_cosine: Option<f32>,
     config: &ResolveConfig,
 ) -> Decision {
-    let (key_a, key_b) = (name_key(a), name_key(b));
+    compare_keys(&name_key(a), &name_key(b), description_cosine, config)
+}
+
+/// [`compare`] of two names' keys ([`name_key`]): for a name compared with many, its key made
+/// once.
+pub fn compare_keys(
+    key_a: &str,
+    key_b: &str,
+    description_cosine: Option<f32>,
+    config: &ResolveConfig,
+) -> Decision {
     if key_a == key_b {
         return Decision::Same;
     }
-    if numbers(&key_a) != numbers(&key_b) {
+    if numbers(key_a) != numbers(key_b) {
         // "Apollo 11" and "Apollo 13", "Z1" and "Z2", "Windows 10" and "Windows 11": names
         // that differ in a number name different things, however alike they look.
         return Decision::Different;
     }
-    if is_acronym_of(&key_a, &key_b)
-        || is_acronym_of(&key_b, &key_a)
-        || words_within(&key_a, &key_b)
-        || words_within(&key_b, &key_a)
+    if is_acronym_of(key_a, key_b)
+        || is_acronym_of(key_b, key_a)
+        || words_within(key_a, key_b)
+        || words_within(key_b, key_a)
     {
         return lower_by_description(Decision::Doubtful, description_cosine, config);
     }
-    decide(similarity(a, b), description_cosine, config)
+    decide(similarity_of_keys(key_a, key_b), description_cosine, config)
 }
 
 /// The runs of digits in a name key, in order.
