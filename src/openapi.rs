@@ -11,6 +11,7 @@
 //! this module.
 
 use utoipa::Number;
+use utoipa::openapi::content::Content;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn, PathItem};
 use utoipa::openapi::schema::{Array, ArrayItems, Object, ObjectBuilder, Schema};
@@ -313,47 +314,38 @@ impl Modify for Rules {
     }
 }
 
-/// The schema of `path`'s POST body of type `content_type`.
 /// States the content types a source's `file` part may have, as its multipart encoding:
 /// one of these, or a generic type and a file name of an accepted extension (the operation's
 /// description says so); any other is refused with 415.
 fn file_types(doc: &mut Document) {
-    let path = "/data/v1/ingest/sources";
+    let content = request_content(doc, "/data/v1/ingest/sources", "multipart/form-data");
+    let mut file = utoipa::openapi::encoding::Encoding::default();
+    file.content_type = Some(kbq_ingest::format::ACCEPTED_CONTENT_TYPES.join(", "));
+    content.encoding.insert("file".to_string(), file);
+}
+
+/// The content of `path`'s POST body of type `content_type`.
+fn request_content<'a>(doc: &'a mut Document, path: &str, content_type: &str) -> &'a mut Content {
     let content = doc
         .paths
         .paths
         .get_mut(path)
         .and_then(|item| item.post.as_mut())
         .and_then(|op| match op.request_body.as_mut() {
-            Some(RefOr::T(body)) => body.content.get_mut("multipart/form-data"),
+            Some(RefOr::T(body)) => body.content.get_mut(content_type),
             _ => None,
         });
-    let Some(RefOr::T(content)) = content else {
-        panic!("POST {path} takes no multipart body of its own");
-    };
-    let mut file = utoipa::openapi::encoding::Encoding::default();
-    file.content_type = Some(kbq_ingest::format::ACCEPTED_CONTENT_TYPES.join(", "));
-    content.encoding.insert("file".to_string(), file);
+    match content {
+        Some(RefOr::T(content)) => content,
+        _ => panic!("POST {path} takes no {content_type} body of its own"),
+    }
 }
 
+/// The schema of `path`'s POST body of type `content_type`.
 fn request_schema<'a>(doc: &'a mut Document, path: &str, content_type: &str) -> &'a mut Schema {
-    let body = doc
-        .paths
-        .paths
-        .get_mut(path)
-        .and_then(|item| item.post.as_mut())
-        .and_then(|op| match op.request_body.as_mut() {
-            Some(RefOr::T(body)) => Some(body),
-            _ => None,
-        })
-        .and_then(|body| body.content.get_mut(content_type))
-        .and_then(|content| match content {
-            RefOr::T(content) => content.schema.as_mut(),
-            RefOr::Ref(_) => None,
-        });
-    match body {
+    match request_content(doc, path, content_type).schema.as_mut() {
         Some(RefOr::T(schema)) => schema,
-        _ => panic!("POST {path} takes no {content_type} body of its own"),
+        _ => panic!("POST {path} takes no {content_type} schema of its own"),
     }
 }
 
