@@ -459,4 +459,88 @@ mod tests {
             assert!(!is_workspace_database(other), "{other}");
         }
     }
+
+    /// A store written before there were workspaces has no registry (no workspace or key
+    /// tables): opened by this release, what it holds is the `default` workspace's, the
+    /// registry is made, and workspaces and keys are added beside it, changing nothing of it.
+    #[tokio::test]
+    async fn a_store_from_before_workspaces_opens_as_the_default_workspace() {
+        use std::sync::Arc;
+
+        use crate::embed::HashingEmbedder;
+        use crate::import::{Silent, import};
+        use crate::kb::StoreConfig;
+
+        const OLD: &str = "{\"kind\":\"entity\",\"name\":\"Ada\",\"entity_type\":\"person\"}\n\
+             {\"kind\":\"entity\",\"name\":\"Engine\",\"entity_type\":\"machine\"}\n\
+             {\"kind\":\"relationship\",\"source_name\":\"Ada\",\"target_name\":\"Engine\",\"relationship_type\":\"described\"}\n\
+             {\"kind\":\"document\",\"title\":\"Notes\",\"content\":\"On the engine\",\"source\":\"s\",\"source_id\":\"1\",\"content_type\":\"text/plain\"}\n";
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            url: format!("surrealkv://{}", dir.path().join("kb").display()),
+            ..StoreConfig::memory()
+        };
+        let open = || KnowledgeBase::open(config.clone(), Arc::new(HashingEmbedder::default()));
+        let tables = |kb: Arc<KnowledgeBase>| async move {
+            let info: Vec<Json> = kb
+                .run("RETURN (INFO FOR DB).tables", Object::new())
+                .await
+                .unwrap();
+            let tables = info[0].as_object().cloned().unwrap_or_default();
+            (tables.contains_key(WORKSPACE), tables.contains_key(API_KEY))
+        };
+        let before = {
+            let kb = open().await;
+            let report = import(&kb, OLD.as_bytes(), &Silent).await.unwrap();
+            assert!(report.failures.is_empty(), "{report:?}");
+            kb.exec(
+                &format!("REMOVE TABLE {WORKSPACE}; REMOVE TABLE {API_KEY};"),
+                Object::new(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(tables(kb.clone()).await, (false, false));
+            kb.counts().await.unwrap()
+        };
+        assert_eq!(
+            (before.entities, before.relationships, before.documents),
+            (2, 1, 1)
+        );
+
+        // The first instance lets go of its files in the background after it is dropped.
+        let kb = open().await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let counts = loop {
+            match kb.counts().await {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() > deadline => panic!("not reopened: {e}"),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        };
+        assert_eq!(counts, before);
+        assert_eq!(tables(kb.clone()).await, (true, true));
+        assert_eq!(kb.workspaces().await.unwrap(), []);
+        assert!(kb.entity("Ada").await.unwrap().is_some());
+
+        let team = kb.create_workspace("team").await.unwrap().unwrap();
+        let theirs = kb.workspace_kb(&team.database);
+        assert_eq!(theirs.counts().await.unwrap().entities, 0);
+        assert!(theirs.entity("Ada").await.unwrap().is_none());
+        let key = StoredKey {
+            id: "k1".into(),
+            name: "operator".into(),
+            scopes: vec!["admin".into()],
+            workspace: DEFAULT_WORKSPACE.into(),
+            sha256: "a".repeat(64),
+            created_at: String::new(),
+            database: None,
+        };
+        kb.put_key(&key).await.unwrap();
+        let found = kb.key_by_hash(&key.sha256).await.unwrap().unwrap();
+        assert_eq!(
+            (found.id.as_str(), found.workspace.as_str()),
+            ("k1", DEFAULT_WORKSPACE)
+        );
+        assert_eq!(kb.counts().await.unwrap(), before);
+    }
 }
