@@ -256,7 +256,13 @@ async fn a_real_embedding_model_finds_what_paraphrased_questions_mean() {
 
     // A server on the store answers with what a question means.
     let mut cfg = crate::support::test_config();
+    // The store the commands above wrote, in its own database: not the fresh database a
+    // remote run (`scripts/test-remote`) gives each test config.
+    let defaults = kbq::config::Config::default().store;
     cfg.store.url = store.clone();
+    cfg.store.database = defaults.database;
+    cfg.store.username = defaults.username;
+    cfg.store.password = defaults.password;
     cfg.embedder = kbq::config::Config::load(Some(std::path::Path::new(config)))
         .unwrap()
         .embedder;
