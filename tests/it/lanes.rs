@@ -11,6 +11,18 @@ use tokio::sync::oneshot;
 use crate::support::{TestServer, eventually, test_config};
 
 /// One worker and one queued place per lane, so two held requests fill a lane.
+/// `config` on an embedded in-memory store, also in a remote run (`scripts/test-remote`): graph
+/// documents are answered on an HTTP worker's own thread only when an embedded store holds
+/// the documents in memory; over a SurrealDB server they wait on it, in their lane.
+fn embedded(mut config: kbq::config::Config) -> kbq::config::Config {
+    let defaults = kbq::config::Config::default().store;
+    config.store.url = "mem://".into();
+    config.store.database = defaults.database;
+    config.store.username = defaults.username;
+    config.store.password = defaults.password;
+    config
+}
+
 fn one_worker_lanes() -> kbq::config::Config {
     let mut config = test_config();
     config.graph.workers = 1;
@@ -239,7 +251,7 @@ async fn lookups_over_http_are_answered_by_the_http_workers_own_actor() {
 /// lane's bound, while a call from this test's thread waits in the lane.
 #[tokio::test]
 async fn graph_documents_over_http_are_answered_by_the_http_workers_own_actor() {
-    let t = crate::agent::start(one_worker_lanes()).await;
+    let t = crate::agent::start(embedded(one_worker_lanes())).await;
     let (pool, kb) = (t.server().graph.clone(), t.server().kb.clone());
     let held = hold(&t, GraphLane::Documents, 1).await;
     for _ in 0..5 {
@@ -294,7 +306,7 @@ async fn assert_pool_in_flight(t: &TestServer, pool: &str, n: usize) {
 /// its lane, for each lane answered on the HTTP workers (lookups, graph documents).
 #[tokio::test]
 async fn a_failed_local_graph_actor_is_replaced_at_its_threads_next_request() {
-    let t = crate::agent::start(test_config()).await;
+    let t = crate::agent::start(embedded(test_config())).await;
     let (pool, kb) = (t.server().graph.clone(), t.server().kb.clone());
     let documents = || async {
         let found = pool.documents(&kb, ada_documents()).await.unwrap();
