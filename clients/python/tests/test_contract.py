@@ -65,8 +65,10 @@ def test_every_error_code_has_its_status(url):
         assert f"`{code}` ({status})" in schema["description"], code
 
 
-def test_the_readme_examples_run(url, key, monkeypatch):
+def test_the_readme_examples_run(url, key, monkeypatch, tmp_path):
     readme = (ROOT / "README.md").read_text()
+    # An example may write a file (a backup): into a directory of the test's own.
+    monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert len(blocks) >= 5
     monkeypatch.setenv("KBQ_BASE_URL", url)
