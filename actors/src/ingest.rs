@@ -807,7 +807,7 @@ impl IngestDeps {
         .map_err(|e| JobFailure::Failed(e.to_string()))?;
         phases.mark("parse");
         let chunks = kbq_ingest::chunk(&parsed, &self.config.chunk);
-        let content_hash = hex(&Sha256::digest(&input.content));
+        let content_hash = hex::encode(Sha256::digest(&input.content));
         let hashes: Vec<String> = chunks.iter().map(|c| c.hash.clone()).collect();
         let old = self.kb.source_record(source).await?;
         let total = chunks.len() as u64;
@@ -1045,7 +1045,7 @@ impl IngestDeps {
     ) -> Result<Option<String>, StoreError> {
         use kbq_ingest::summary;
         let (system, user) = summary::messages(&entity.name, &entity.entity_type, texts);
-        let asked = hex(&Sha256::digest(format!("{system}\0{user}")));
+        let asked = hex::encode(Sha256::digest(format!("{system}\0{user}")));
         let key = extraction_key(&asked, model, summary::PROMPT_VERSION);
         let request =
             || structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
@@ -1463,7 +1463,6 @@ impl IngestDeps {
             && self.config.confirm_doubtful
             && prepared.asked_again < ASK_AGAIN;
         let pairs = &prepared.pairs;
-        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
         let mut names: Vec<&str> = Vec::new();
         for e in prepared.found.iter().flatten() {
             names.extend(e.entities.iter().map(|e| e.name.as_str()));
@@ -1494,12 +1493,10 @@ impl IngestDeps {
             let found = match self.in_graph(name, description).await? {
                 InGraph::Same(found) => Some(found),
                 InGraph::Doubtful(found) => {
-                    let confirmed = found
-                        .iter()
-                        .find(|c| pairs.confirmed.contains(&pair(name, c)));
+                    let confirmed = found.iter().find(|c| pairs.is_confirmed(name, c));
                     if confirmed.is_none()
                         && asks
-                        && found.iter().any(|c| !pairs.asked.contains(&pair(name, c)))
+                        && found.iter().any(|c| !pairs.was_asked(name, c))
                     {
                         return Ok(None);
                     }
@@ -1516,13 +1513,13 @@ impl IngestDeps {
                     let ours = added.iter().map(|a| (a, false));
                     let theirs = group_added.iter().map(|a| (a, true));
                     let near = ours.chain(theirs).find_map(|((a, a_key), earlier_job)| {
-                        if !pairs.confirmed.is_empty() && pairs.confirmed.contains(&pair(name, a)) {
+                        if pairs.is_confirmed(name, a) {
                             return Some(a);
                         }
                         match kbq_ingest::compare_keys(&key, a_key, None, &self.config.resolve) {
                             Decision::Same => Some(a),
                             Decision::Doubtful if earlier_job => {
-                                unasked |= !pairs.asked.contains(&pair(name, a));
+                                unasked |= !pairs.was_asked(name, a);
                                 None
                             }
                             _ => None,
@@ -1694,9 +1691,8 @@ impl IngestDeps {
                     description: entity_description(&entity),
                 };
                 let same = self.ask_same(id, ours(name), theirs, model).await?;
-                pairs.asked.insert((name.to_string(), other.clone()));
+                pairs.record(name, &other, same);
                 if same == Some(true) {
-                    pairs.confirmed.insert((name.to_string(), other));
                     merged = true;
                     break;
                 }
@@ -1714,12 +1710,8 @@ impl IngestDeps {
                     continue;
                 }
                 let same = self.ask_same(id, ours(a), ours(b), model).await?;
-                for (x, y) in [(a, b), (b, a)] {
-                    pairs.asked.insert((x.to_string(), y.to_string()));
-                    if same == Some(true) {
-                        pairs.confirmed.insert((x.to_string(), y.to_string()));
-                    }
-                }
+                pairs.record(a, b, same);
+                pairs.record(b, a, same);
             }
         }
         Ok(pairs)
@@ -1737,7 +1729,7 @@ impl IngestDeps {
         let (system, user) = kbq_ingest::confirm::messages(a, b);
         // Kept by the pair of names: the same pair is not asked again when a description
         // changes (an entity's description is remade as sources describe it).
-        let pair = hex(&Sha256::digest(format!(
+        let pair = hex::encode(Sha256::digest(format!(
             "same\0{}\0{}\0{}\0{}",
             a.name, a.entity_type, b.name, b.entity_type
         )));
@@ -1925,6 +1917,25 @@ struct Pairs {
     asked: BTreeSet<(String, String)>,
     /// The pairs the model called one entity.
     confirmed: BTreeSet<(String, String)>,
+}
+
+impl Pairs {
+    /// Records the model's answer about (`a`, `b`): asked, and one entity when `same` says so.
+    fn record(&mut self, a: &str, b: &str, same: Option<bool>) {
+        let pair = (a.to_string(), b.to_string());
+        if same == Some(true) {
+            self.confirmed.insert(pair.clone());
+        }
+        self.asked.insert(pair);
+    }
+
+    fn was_asked(&self, a: &str, b: &str) -> bool {
+        !self.asked.is_empty() && self.asked.contains(&(a.to_string(), b.to_string()))
+    }
+
+    fn is_confirmed(&self, a: &str, b: &str) -> bool {
+        !self.confirmed.is_empty() && self.confirmed.contains(&(a.to_string(), b.to_string()))
+    }
 }
 
 /// A job waiting to write, and where its outcome goes.
@@ -2233,16 +2244,6 @@ fn phrases(text: &str, most: usize) -> Vec<String> {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-    out
-}
-
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -2255,19 +2256,12 @@ mod hex_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&super::hex(bytes))
+        s.serialize_str(&hex::encode(bytes))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(d)?;
-        (0..text.len())
-            .step_by(2)
-            .map(|i| {
-                text.get(i..i + 2)
-                    .and_then(|b| u8::from_str_radix(b, 16).ok())
-                    .ok_or_else(|| serde::de::Error::custom("bad hex"))
-            })
-            .collect()
+        hex::decode(text).map_err(|_| serde::de::Error::custom("bad hex"))
     }
 }
 
@@ -2461,7 +2455,7 @@ mod tests {
     #[test]
     fn input_bytes_go_through_a_job_record_as_hex_and_back() {
         let bytes: Vec<u8> = (0..=255).collect();
-        let text = hex(&bytes);
+        let text = hex::encode(&bytes);
         assert_eq!(&text[..8], "00010203");
         assert_eq!(&text[text.len() - 4..], "feff");
         let json = serde_json::to_value(SourceInput {
