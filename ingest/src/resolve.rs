@@ -275,11 +275,7 @@ pub fn acronyms(key: &str) -> Vec<String> {
     }
     let mut out: Vec<String> = Vec::new();
     for skip in [false, true] {
-        let initials: String = words
-            .iter()
-            .filter(|w| !(skip && ACRONYM_SKIPS.contains(w)))
-            .filter_map(|w| w.chars().next())
-            .collect();
+        let initials = initials(&words, skip);
         if initials.chars().count() >= 2 && !out.contains(&initials) {
             out.push(initials);
         }
@@ -294,14 +290,16 @@ fn is_acronym_of(short: &str, long: &str) -> bool {
     if short.contains(' ') || short.chars().count() < 2 || words.len() < 2 {
         return false;
     }
-    let initials = |skip: bool| -> String {
-        words
-            .iter()
-            .filter(|w| !(skip && ACRONYM_SKIPS.contains(w)))
-            .filter_map(|w| w.chars().next())
-            .collect()
-    };
-    short == initials(false) || short == initials(true)
+    short == initials(&words, false) || short == initials(&words, true)
+}
+
+/// The first letters of `words`, without the small words an acronym skips when `skip`.
+fn initials(words: &[&str], skip: bool) -> String {
+    words
+        .iter()
+        .filter(|w| !(skip && ACRONYM_SKIPS.contains(w)))
+        .filter_map(|w| w.chars().next())
+        .collect()
 }
 
 /// Every word of `short` is a word of `long`, which has more.
