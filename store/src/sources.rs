@@ -391,10 +391,11 @@ impl KnowledgeBase {
     /// Deletes the records of the jobs that ended before `before` (Unix milliseconds, the
     /// `updated_at` of their view); answers how many.
     pub async fn forget_ended_jobs(&self, before: i64) -> Result<u64> {
+        // One row per record deleted, to count, without the records (each holds its input).
         let gone: Vec<Json> = self
             .run(
                 &format!(
-                    "DELETE {INGEST_JOB} WHERE finished = true AND record.view.updated_at < $before RETURN BEFORE"
+                    "DELETE {INGEST_JOB} WHERE finished = true AND record.view.updated_at < $before RETURN id"
                 ),
                 obj([("before", before.into_value())]),
             )

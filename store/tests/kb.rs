@@ -1656,3 +1656,25 @@ async fn an_export_imported_into_an_empty_store_exports_the_same() {
     drop(rx);
     assert!(task.await.unwrap().is_err());
 }
+
+/// Forgetting ended jobs deletes the records of those that ended before the time given,
+/// never a running one's, and counts what it deleted.
+#[tokio::test]
+async fn ended_jobs_are_forgotten_by_their_end_and_counted() {
+    let kb = open(false).await;
+    for (id, status, updated_at) in [
+        ("early", "succeeded", 1),
+        ("late", "failed", 5),
+        ("running", "running", 1),
+    ] {
+        let record = serde_json::json!({"view": {"status": status, "updated_at": updated_at}});
+        kb.put_job(id, record, "node").await.unwrap();
+    }
+    assert_eq!(kb.forget_ended_jobs(3).await.unwrap(), 1);
+    assert!(kb.job("early").await.unwrap().is_none());
+    assert!(kb.job("late").await.unwrap().is_some());
+    assert_eq!(kb.forget_ended_jobs(9).await.unwrap(), 1);
+    assert!(kb.job("late").await.unwrap().is_none());
+    assert!(kb.job("running").await.unwrap().is_some());
+    assert_eq!(kb.forget_ended_jobs(9).await.unwrap(), 0);
+}
