@@ -26,6 +26,7 @@ use crate::documents::DocumentTable;
 use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
+use crate::grouped::Grouped;
 use crate::live::FirstSubscription;
 use crate::model::table::{DOCUMENT, ENTITY, RELATES};
 use crate::numbers::EntityNumbers;
@@ -152,6 +153,9 @@ pub struct KnowledgeBase {
     /// When a statement last found the store unreachable (see [`guarded`](Self::guarded));
     /// `None` while it answers. A workspace's knowledge base uses its parent's.
     unreachable: parking_lot::Mutex<Option<Instant>>,
+    /// Reads and writes of kept model answers, grouped across the jobs that make them at once.
+    kept_reads: Grouped<String, Option<serde_json::Value>>,
+    kept_writes: Grouped<(String, serde_json::Value), ()>,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -238,6 +242,8 @@ impl KnowledgeBase {
             first_subscription: parking_lot::Mutex::new(Default::default()),
             parent,
             unreachable: parking_lot::Mutex::new(None),
+            kept_reads: Grouped::default(),
+            kept_writes: Grouped::default(),
         })
     }
 
@@ -256,6 +262,16 @@ impl KnowledgeBase {
 
     pub fn config(&self) -> &StoreConfig {
         &self.config
+    }
+
+    /// Reads of kept model answers, grouped (`sources`).
+    pub(crate) fn kept_reads(&self) -> &Grouped<String, Option<serde_json::Value>> {
+        &self.kept_reads
+    }
+
+    /// Writes of kept model answers, grouped (`sources`).
+    pub(crate) fn kept_writes(&self) -> &Grouped<(String, serde_json::Value), ()> {
+        &self.kept_writes
     }
 
     /// The SurrealDB database this knowledge base lives in: its workspace's.

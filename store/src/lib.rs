@@ -16,6 +16,8 @@
 //! - `documents`: the table of every document an embedded store holds in memory.
 //! - [`graph_reads`]: entity lookup, name search and traversal, from the index or SurrealDB.
 //! - [`graph`]: the breadth-first walk both read paths share, and the in-memory [`GraphIndex`].
+//! - `grouped`: statements of one kind that concurrent callers send, run as one (a group
+//!   commit led by one of the callers).
 //! - [`names`]: the [`NameIndex`](names::NameIndex) of n-gram posting lists that name search
 //!   reads, and how names are compared (`fold_case`, `search_rank`).
 //! - [`numbers`]: [`EntityNumbers`](numbers::EntityNumbers), one number per entity name, that
@@ -55,6 +57,7 @@ pub mod follow;
 pub mod generate;
 pub mod graph;
 pub mod graph_reads;
+pub(crate) mod grouped;
 pub(crate) mod heap;
 pub(crate) mod hint;
 pub mod import;

@@ -28,6 +28,13 @@ use crate::model::{NewRelationship, keys};
 use crate::supports::SUPPORT_BATCH;
 pub use crate::supports::{Described, Merge, MergeChunk};
 
+/// A kept answer read back with its key.
+#[derive(Deserialize)]
+struct KeptRow {
+    key: String,
+    answer: Json,
+}
+
 /// A source's current version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceRecord {
@@ -239,27 +246,53 @@ impl KnowledgeBase {
         .await
     }
 
-    /// The kept answer of a model for `key` (see [`extraction_key`]).
+    /// The kept answer of a model for `key` (see [`extraction_key`]). Reads that jobs make
+    /// at once are one statement ([`Grouped`](crate::grouped::Grouped)).
     pub async fn cached_extraction(&self, key: &str) -> Result<Option<Json>> {
-        let rows: Vec<Json> = self
-            .run(
-                "SELECT VALUE answer FROM $id",
-                obj([("id", RecordId::new(EXTRACTION, key).into_value())]),
-            )
-            .await?;
-        Ok(rows.into_iter().next())
+        self.kept_reads()
+            .run(key.to_string(), |keys| self.cached_extractions(keys))
+            .await
     }
 
-    /// Keeps a model's answer for `key`.
+    /// The kept answers of `keys`, one per key, in their order.
+    async fn cached_extractions(&self, keys: Vec<String>) -> Result<Vec<Option<Json>>> {
+        let ids: Vec<Value> = keys
+            .iter()
+            .map(|k| RecordId::new(EXTRACTION, k.as_str()).into_value())
+            .collect();
+        let rows: Vec<KeptRow> = self
+            .run(
+                "SELECT meta::id(id) AS key, answer FROM $ids",
+                obj([("ids", Value::Array(ids.into()))]),
+            )
+            .await?;
+        let found: BTreeMap<String, Json> = rows.into_iter().map(|r| (r.key, r.answer)).collect();
+        Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
+    }
+
+    /// Keeps a model's answer for `key`. Answers kept at once are one statement
+    /// ([`Grouped`](crate::grouped::Grouped)), written before any of their callers returns.
     pub async fn cache_extraction(&self, key: &str, answer: Json) -> Result<()> {
-        self.exec(
-            "UPSERT $id CONTENT { answer: $answer } RETURN NONE",
-            obj([
-                ("id", RecordId::new(EXTRACTION, key).into_value()),
-                ("answer", answer.into_value()),
-            ]),
-        )
-        .await
+        self.kept_writes()
+            .run((key.to_string(), answer), |kept| async move {
+                let count = kept.len();
+                let rows: Vec<Value> = kept
+                    .into_iter()
+                    .map(|(key, answer)| {
+                        row([
+                            ("id", RecordId::new(EXTRACTION, key).into_value()),
+                            ("answer", answer.into_value()),
+                        ])
+                    })
+                    .collect();
+                self.exec(
+                    &format!("INSERT INTO {EXTRACTION} $rows ON DUPLICATE KEY UPDATE answer = $input.answer RETURN NONE"),
+                    obj([("rows", Value::Array(rows.into()))]),
+                )
+                .await?;
+                Ok(vec![(); count])
+            })
+            .await
     }
 
     /// The entity and relationship facts among `facts` whose records are in the graph without

@@ -1678,3 +1678,41 @@ async fn ended_jobs_are_forgotten_by_their_end_and_counted() {
     assert!(kb.job("running").await.unwrap().is_some());
     assert_eq!(kb.forget_ended_jobs(9).await.unwrap(), 0);
 }
+
+/// Model answers kept by many jobs at once (written and read in grouped statements) are
+/// each read back under their own key, a key never kept reads as none, and a key kept again
+/// holds the later answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_kept_at_once_are_each_read_back_under_their_own_key() {
+    let kb = open(true).await;
+    let writes: Vec<_> = (0..60)
+        .map(|i| {
+            let kb = kb.clone();
+            tokio::spawn(async move {
+                kb.cache_extraction(&format!("k{i}"), serde_json::json!({"n": i}))
+                    .await
+            })
+        })
+        .collect();
+    for w in writes {
+        w.await.unwrap().unwrap();
+    }
+    kb.cache_extraction("k7", serde_json::json!({"n": "again"}))
+        .await
+        .unwrap();
+    let reads: Vec<_> = (0..64)
+        .map(|i| {
+            let kb = kb.clone();
+            tokio::spawn(async move { (i, kb.cached_extraction(&format!("k{i}")).await) })
+        })
+        .collect();
+    for r in reads {
+        let (i, kept) = r.await.unwrap();
+        let expected = match i {
+            7 => Some(serde_json::json!({"n": "again"})),
+            60.. => None,
+            _ => Some(serde_json::json!({"n": i})),
+        };
+        assert_eq!(kept.unwrap(), expected, "key k{i}");
+    }
+}
