@@ -438,10 +438,12 @@ fn init_logs(config: &Config, one_shot: bool, traced: bool) -> Option<kbq::telem
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     // surrealkv's tree warns, when dropped outside a runtime (as a command's store is, at
-    // its end), that it cannot close itself: what it holds is in its write-ahead log, which
-    // the next open replays, so a command does not print it.
+    // its end), that it cannot close itself, and its background tasks, cancelled as the
+    // command's runtime ends, log their cancelled join as an error (`surrealkv::task`, which
+    // otherwise logs only compactions, which a serving node logs): what the store holds is in
+    // its write-ahead log, which the next open replays, so a command prints neither.
     let level = if one_shot {
-        "warn,surrealkv::lsm=error"
+        "warn,surrealkv::lsm=error,surrealkv::task=off"
     } else {
         &config.log.level
     };

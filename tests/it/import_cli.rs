@@ -65,6 +65,12 @@ fn import_reports_failed_lines_writes_the_rest_and_is_idempotent() {
         out.contains("imported 10 entities, 7 relationships, 3 documents from 20 records"),
         "{out}"
     );
+    // The result, and nothing of the storage engine: no log line at all.
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        !["ERROR", "WARN", "INFO"].iter().any(|l| err.contains(l)),
+        "a command prints its result, not logs: {err}"
+    );
     let again = kbq(&["import", "--store", &store, path]);
     assert!(again.status.success());
     assert!(
