@@ -1231,7 +1231,8 @@ async fn past_the_index_budget_the_least_recently_used_workspace_is_closed() {
         .send()
         .await
         .unwrap();
-    assert_eq!(res.status(), 200);
+    let (status, _, report) = read(res).await;
+    assert_eq!(status, 200, "{report}");
     fill(&t, &small, "small").await;
     let closed = crate::support::eventually(Duration::from_secs(20), || async {
         !loaded(&t, "big").await
