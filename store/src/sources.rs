@@ -247,7 +247,7 @@ impl KnowledgeBase {
     }
 
     /// The kept answer of a model for `key` (see [`extraction_key`]). Reads that jobs make
-    /// at once are one statement ([`Grouped`](crate::grouped::Grouped)).
+    /// at once are one statement (a group commit, `store/src/grouped.rs`).
     pub async fn cached_extraction(&self, key: &str) -> Result<Option<Json>> {
         self.kept_reads()
             .run(key.to_string(), |keys| self.cached_extractions(keys))
@@ -271,7 +271,7 @@ impl KnowledgeBase {
     }
 
     /// Keeps a model's answer for `key`. Answers kept at once are one statement
-    /// ([`Grouped`](crate::grouped::Grouped)), written before any of their callers returns.
+    /// (a group commit, `store/src/grouped.rs`), written before any of their callers returns.
     pub async fn cache_extraction(&self, key: &str, answer: Json) -> Result<()> {
         self.kept_writes()
             .run((key.to_string(), answer), |kept| async move {
