@@ -80,24 +80,21 @@ impl<I: Clone, O> Grouped<I, O> {
             senders.push(tx);
         }
         let count = items.len();
-        match round(items).await {
-            Ok(answers) if answers.len() == count => {
+        let answers = match round(items).await {
+            Ok(answers) if answers.len() != count => Err(StoreError::Query(format!(
+                "a grouped statement answered {} rows for {count} items",
+                answers.len()
+            ))),
+            answers => answers,
+        };
+        match answers {
+            Ok(answers) => {
                 let mut answers = answers.into_iter();
                 let mine = answers.next().expect("one answer per item");
                 for (tx, answer) in senders.into_iter().zip(answers) {
                     let _ = tx.send(Turn::Done(Ok(answer)));
                 }
                 Ok(mine)
-            }
-            Ok(answers) => {
-                let e = StoreError::Query(format!(
-                    "a grouped statement answered {} rows for {count} items",
-                    answers.len()
-                ));
-                for tx in senders {
-                    let _ = tx.send(Turn::Done(Err(e.clone())));
-                }
-                Err(e)
             }
             Err(e) => {
                 for tx in senders {

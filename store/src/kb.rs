@@ -154,8 +154,8 @@ pub struct KnowledgeBase {
     /// `None` while it answers. A workspace's knowledge base uses its parent's.
     unreachable: parking_lot::Mutex<Option<Instant>>,
     /// Reads and writes of kept model answers, grouped across the jobs that make them at once.
-    kept_reads: Grouped<String, Option<serde_json::Value>>,
-    kept_writes: Grouped<(String, serde_json::Value), ()>,
+    pub(crate) kept_reads: Grouped<String, Option<serde_json::Value>>,
+    pub(crate) kept_writes: Grouped<(String, serde_json::Value), ()>,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -262,16 +262,6 @@ impl KnowledgeBase {
 
     pub fn config(&self) -> &StoreConfig {
         &self.config
-    }
-
-    /// Reads of kept model answers, grouped (`sources`).
-    pub(crate) fn kept_reads(&self) -> &Grouped<String, Option<serde_json::Value>> {
-        &self.kept_reads
-    }
-
-    /// Writes of kept model answers, grouped (`sources`).
-    pub(crate) fn kept_writes(&self) -> &Grouped<(String, serde_json::Value), ()> {
-        &self.kept_writes
     }
 
     /// The SurrealDB database this knowledge base lives in: its workspace's.

@@ -249,7 +249,7 @@ impl KnowledgeBase {
     /// The kept answer of a model for `key` (see [`extraction_key`]). Reads that jobs make
     /// at once are one statement (a group commit, `store/src/grouped.rs`).
     pub async fn cached_extraction(&self, key: &str) -> Result<Option<Json>> {
-        self.kept_reads()
+        self.kept_reads
             .run(key.to_string(), |keys| self.cached_extractions(keys))
             .await
     }
@@ -273,7 +273,7 @@ impl KnowledgeBase {
     /// Keeps a model's answer for `key`. Answers kept at once are one statement
     /// (a group commit, `store/src/grouped.rs`), written before any of their callers returns.
     pub async fn cache_extraction(&self, key: &str, answer: Json) -> Result<()> {
-        self.kept_writes()
+        self.kept_writes
             .run((key.to_string(), answer), |kept| async move {
                 let count = kept.len();
                 let rows: Vec<Value> = kept
@@ -285,9 +285,11 @@ impl KnowledgeBase {
                         ])
                     })
                     .collect();
-                self.exec(
+                let c = self.connection().await?;
+                self.insert_rows_on(
+                    &c,
                     &format!("INSERT INTO {EXTRACTION} $rows ON DUPLICATE KEY UPDATE answer = $input.answer RETURN NONE"),
-                    obj([("rows", Value::Array(rows.into()))]),
+                    &rows,
                 )
                 .await?;
                 Ok(vec![(); count])
