@@ -108,10 +108,14 @@ async fn ingest_all(runtime: &Runtime, files: &[PathBuf]) -> Outcome {
     let mut running: Vec<(&PathBuf, tokio::sync::watch::Receiver<JobView>)> = Vec::new();
     let mut done_counts = JobCounts::default();
     while !waiting.is_empty() || !running.is_empty() {
-        while running.len() < ahead
-            && let Some(file) = waiting.pop_front()
-        {
-            match submit(runtime, file).await {
+        // The files that fit are submitted at once: their job records are written in one
+        // statement (the store groups the writes made at the same time).
+        let room = ahead.saturating_sub(running.len()).min(waiting.len());
+        let next: Vec<&PathBuf> = waiting.drain(..room).collect();
+        let submitted =
+            futures::future::join_all(next.iter().map(|file| submit(runtime, file))).await;
+        for (file, submitted) in next.into_iter().zip(submitted) {
+            match submitted {
                 Ok(watch) => running.push((file, watch)),
                 Err(reason) => {
                     outcome.failures.push((file.clone(), reason));

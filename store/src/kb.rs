@@ -156,6 +156,12 @@ pub struct KnowledgeBase {
     /// Reads and writes of kept model answers, grouped across the jobs that make them at once.
     pub(crate) kept_reads: Grouped<String, Option<serde_json::Value>>,
     pub(crate) kept_writes: Grouped<(String, serde_json::Value), ()>,
+    /// Reads of sources' records and of ingest jobs', and writes of jobs', grouped the same
+    /// way: every job makes them.
+    pub(crate) source_reads:
+        Grouped<kbq_ingest::provenance::SourceKey, Option<crate::model::SourceRecord>>,
+    pub(crate) job_reads: Grouped<String, Option<serde_json::Value>>,
+    pub(crate) job_writes: Grouped<crate::model::JobWrite, ()>,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -244,6 +250,9 @@ impl KnowledgeBase {
             unreachable: parking_lot::Mutex::new(None),
             kept_reads: Grouped::default(),
             kept_writes: Grouped::default(),
+            source_reads: Grouped::default(),
+            job_reads: Grouped::default(),
+            job_writes: Grouped::default(),
         })
     }
 

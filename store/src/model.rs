@@ -360,6 +360,45 @@ impl Record {
 pub type EntityRef = Arc<Entity>;
 pub type RelationshipRef = Arc<Relationship>;
 
+/// A write of an ingest job's record, grouped with the others made at the same time.
+#[derive(Clone)]
+pub(crate) enum JobWrite {
+    /// The whole record, held by a node.
+    Record {
+        id: String,
+        record: Value,
+        node: String,
+    },
+    /// The record's view (status, progress, counts) alone.
+    View { id: String, view: Value },
+}
+
+/// A source's current version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceRecord {
+    pub source: String,
+    pub source_id: String,
+    pub title: String,
+    pub url: Option<String>,
+    pub content_type: String,
+    /// SHA-256 of the bytes ingested, hex.
+    pub content_hash: String,
+    /// Each chunk's content hash, by position (empty for a chunk whose extraction failed).
+    pub chunks: Vec<String>,
+    /// What read the chunks: the model (and prompt settings) that extracted them, or `None`
+    /// when no model did (the chunks were linked to the names they mention).
+    #[serde(default)]
+    pub extracted_by: Option<String>,
+    /// Unix milliseconds of the ingest that wrote this version.
+    pub updated_at: i64,
+}
+
+impl SourceRecord {
+    pub fn key(&self) -> kbq_ingest::provenance::SourceKey {
+        kbq_ingest::provenance::SourceKey::new(&self.source, &self.source_id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@
 //! Every write here is idempotent (record ids follow from what the record says), so a job
 //! that stopped half way is completed by running it again: nothing is written twice.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kbq_ingest::provenance::{Fact, Plan, SourceKey, Support};
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,8 @@ use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
+pub(crate) use crate::model::JobWrite;
+pub use crate::model::SourceRecord;
 use crate::model::table::{ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE};
 use crate::model::{NewRelationship, keys};
 use crate::supports::SUPPORT_BATCH;
@@ -35,30 +37,11 @@ struct KeptRow {
     answer: Json,
 }
 
-/// A source's current version.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SourceRecord {
-    pub source: String,
-    pub source_id: String,
-    pub title: String,
-    pub url: Option<String>,
-    pub content_type: String,
-    /// SHA-256 of the bytes ingested, hex.
-    pub content_hash: String,
-    /// Each chunk's content hash, by position (empty for a chunk whose extraction failed).
-    pub chunks: Vec<String>,
-    /// What read the chunks: the model (and prompt settings) that extracted them, or `None`
-    /// when no model did (the chunks were linked to the names they mention).
-    #[serde(default)]
-    pub extracted_by: Option<String>,
-    /// Unix milliseconds of the ingest that wrote this version.
-    pub updated_at: i64,
-}
-
-impl SourceRecord {
-    pub fn key(&self) -> SourceKey {
-        SourceKey::new(&self.source, &self.source_id)
-    }
+/// An ingest job's record read back with its id.
+#[derive(Deserialize)]
+struct JobRow {
+    key: String,
+    record: Json,
 }
 
 /// The `source_id` of a source's chunk at `position`: its document is keyed by the source's
@@ -85,15 +68,26 @@ pub struct Retracted {
 }
 
 impl KnowledgeBase {
-    /// The current version of `source`, if it was ingested.
+    /// The current version of `source`, if it was ingested. Reads that jobs make at once are
+    /// one statement (a group commit, `store/src/grouped.rs`).
     pub async fn source_record(&self, source: &SourceKey) -> Result<Option<SourceRecord>> {
-        let rows: Vec<SourceRecord> = self
-            .run(
-                "SELECT source, source_id, title, url, content_type, content_hash, chunks, extracted_by, updated_at FROM $id",
-                obj([("id", source_record_id(source).into_value())]),
-            )
-            .await?;
-        Ok(rows.into_iter().next())
+        self.source_reads
+            .run(source.clone(), |sources| async move {
+                let ids: Vec<Value> = sources
+                    .iter()
+                    .map(|s| source_record_id(s).into_value())
+                    .collect();
+                let rows: Vec<SourceRecord> = self
+                    .run(
+                        "SELECT source, source_id, title, url, content_type, content_hash, chunks, extracted_by, updated_at FROM $ids",
+                        obj([("ids", Value::Array(ids.into()))]),
+                    )
+                    .await?;
+                let mut found: HashMap<SourceKey, SourceRecord> =
+                    rows.into_iter().map(|r| (r.key(), r)).collect();
+                Ok(sources.iter().map(|s| found.remove(s)).collect())
+            })
+            .await
     }
 
     /// The `limit` sources ingested most recently (newest first, then by source and id), and
@@ -387,17 +381,62 @@ impl KnowledgeBase {
     /// Stores an ingest job's record (JSON, the job's owner's business), replacing it, held
     /// by the node `node` (see [`heartbeat`](Self::heartbeat)).
     pub async fn put_job(&self, job_id: &str, record: Json, node: &str) -> Result<()> {
-        let finished = record.get("view").is_some_and(has_ended);
-        self.exec(
-            "UPSERT $id CONTENT { record: $record, finished: $finished, node: $node, cancel: false } RETURN NONE",
-            obj([
-                ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
-                ("record", record.into_value()),
-                ("finished", finished.into_value()),
-                ("node", node.into_value()),
-            ]),
-        )
+        self.write_job(JobWrite::Record {
+            id: job_id.to_string(),
+            record,
+            node: node.to_string(),
+        })
         .await
+    }
+
+    /// Writes `write`, in one transaction with the job writes made at the same time (a group
+    /// commit, `store/src/grouped.rs`): jobs update their records at every step.
+    async fn write_job(&self, write: JobWrite) -> Result<()> {
+        self.job_writes
+            .run(write, |writes| async move {
+                let count = writes.len();
+                let (mut records, mut open, mut ended) = (Vec::new(), Vec::new(), Vec::new());
+                for write in writes {
+                    match write {
+                        JobWrite::Record { id, record, node } => {
+                            let finished = record.get("view").is_some_and(has_ended);
+                            records.push(row([
+                                ("id", RecordId::new(INGEST_JOB, id).into_value()),
+                                ("record", record.into_value()),
+                                ("finished", finished.into_value()),
+                                ("node", node.into_value()),
+                            ]));
+                        }
+                        JobWrite::View { id, view } => {
+                            let views = match has_ended(&view) {
+                                true => &mut ended,
+                                false => &mut open,
+                            };
+                            views.push(row([
+                                ("id", RecordId::new(INGEST_JOB, id).into_value()),
+                                ("view", view.into_value()),
+                            ]));
+                        }
+                    }
+                }
+                // In the order written: a record before any view of it (a job's record is
+                // written before the job runs, so a round never holds both).
+                self.exec(
+                    "BEGIN;
+                     FOR $r IN $records { UPSERT $r.id CONTENT { record: $r.record, finished: $r.finished, node: $r.node, cancel: false } RETURN NONE; };
+                     FOR $v IN $open { UPDATE $v.id SET record.view = $v.view, finished = false RETURN NONE; };
+                     FOR $v IN $ended { UPDATE $v.id SET record.view = $v.view, finished = true, record.input.content = '' RETURN NONE; };
+                     COMMIT;",
+                    obj([
+                        ("records", Value::Array(records.into())),
+                        ("open", Value::Array(open.into())),
+                        ("ended", Value::Array(ended.into())),
+                    ]),
+                )
+                .await?;
+                Ok(vec![(); count])
+            })
+            .await
     }
 
     /// Replaces the `view` of an ingest job's stored record (its status, progress and
@@ -405,21 +444,10 @@ impl KnowledgeBase {
     /// kept while the job may run again, and emptied once the view says it has ended: only
     /// a resumed job reads it.
     pub async fn put_job_view(&self, job_id: &str, view: Json) -> Result<()> {
-        let finished = has_ended(&view);
-        let sql = match finished {
-            true => {
-                "UPDATE $id SET record.view = $view, finished = $finished, record.input.content = '' RETURN NONE"
-            }
-            false => "UPDATE $id SET record.view = $view, finished = $finished RETURN NONE",
-        };
-        self.exec(
-            sql,
-            obj([
-                ("id", RecordId::new(INGEST_JOB, job_id).into_value()),
-                ("view", view.into_value()),
-                ("finished", finished.into_value()),
-            ]),
-        )
+        self.write_job(JobWrite::View {
+            id: job_id.to_string(),
+            view,
+        })
         .await
     }
 
@@ -439,14 +467,26 @@ impl KnowledgeBase {
     }
 
     /// An ingest job's record.
+    /// Reads that jobs make at once are one statement (a group commit,
+    /// `store/src/grouped.rs`).
     pub async fn job(&self, job_id: &str) -> Result<Option<Json>> {
-        let rows: Vec<Json> = self
-            .run(
-                "SELECT VALUE record FROM $id",
-                obj([("id", RecordId::new(INGEST_JOB, job_id).into_value())]),
-            )
-            .await?;
-        Ok(rows.into_iter().next())
+        self.job_reads
+            .run(job_id.to_string(), |ids| async move {
+                let records: Vec<Value> = ids
+                    .iter()
+                    .map(|id| RecordId::new(INGEST_JOB, id.as_str()).into_value())
+                    .collect();
+                let rows: Vec<JobRow> = self
+                    .run(
+                        "SELECT meta::id(id) AS key, record FROM $ids",
+                        obj([("ids", Value::Array(records.into()))]),
+                    )
+                    .await?;
+                let mut found: HashMap<String, Json> =
+                    rows.into_iter().map(|r| (r.key, r.record)).collect();
+                Ok(ids.iter().map(|id| found.remove(id)).collect())
+            })
+            .await
     }
 
     /// The nodes alive at `now` (Unix milliseconds): those whose lease, renewed by every

@@ -1716,3 +1716,89 @@ async fn answers_kept_at_once_are_each_read_back_under_their_own_key() {
         assert_eq!(kept.unwrap(), expected, "key k{i}");
     }
 }
+
+/// Job records and views written by many jobs at once (in grouped statements) each land on
+/// their own job: an ended view drops its job's content, an open one keeps it, a job never
+/// written reads as none. Sources' records read at once are each their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_records_and_sources_written_and_read_at_once_are_each_their_own() {
+    let kb = open(false).await;
+    async fn put(kb: Arc<KnowledgeBase>, i: usize) -> kbq_store::Result<()> {
+        let record = serde_json::json!({
+            "view": {"job_id": format!("j{i}"), "status": "queued"},
+            "input": {"source_id": format!("s{i}"), "content": format!("c{i}")},
+        });
+        kb.put_job(&format!("j{i}"), record, "node").await
+    }
+    async fn view(kb: Arc<KnowledgeBase>, i: usize) -> kbq_store::Result<()> {
+        let status = if i.is_multiple_of(2) {
+            "succeeded"
+        } else {
+            "running"
+        };
+        let view = serde_json::json!({"job_id": format!("j{i}"), "status": status, "n": i});
+        kb.put_job_view(&format!("j{i}"), view).await
+    }
+    let puts: Vec<_> = (0..40).map(|i| tokio::spawn(put(kb.clone(), i))).collect();
+    for w in puts {
+        w.await.unwrap().unwrap();
+    }
+    let views: Vec<_> = (0..40).map(|i| tokio::spawn(view(kb.clone(), i))).collect();
+    for w in views {
+        w.await.unwrap().unwrap();
+    }
+    let reads: Vec<_> = (0..44usize)
+        .map(|i| {
+            let kb = kb.clone();
+            tokio::spawn(async move { (i, kb.job(&format!("j{i}")).await.unwrap()) })
+        })
+        .collect();
+    for r in reads {
+        let (i, record) = r.await.unwrap();
+        if i >= 40 {
+            assert!(record.is_none(), "j{i} was never written");
+            continue;
+        }
+        let record = record.unwrap_or_else(|| panic!("j{i} not read back"));
+        assert_eq!(record["view"]["n"], i, "j{i}'s view");
+        assert_eq!(
+            record["input"]["source_id"],
+            format!("s{i}"),
+            "j{i}'s input"
+        );
+        let content = if i.is_multiple_of(2) {
+            String::new()
+        } else {
+            format!("c{i}")
+        };
+        assert_eq!(record["input"]["content"], content, "j{i}'s content");
+    }
+
+    let source = |i: usize| kbq_store::sources::SourceRecord {
+        source: "notes".into(),
+        source_id: format!("n{i}.md"),
+        title: format!("Note {i}"),
+        url: None,
+        content_type: "text/markdown".into(),
+        content_hash: format!("h{i}"),
+        chunks: vec![format!("c{i}")],
+        extracted_by: None,
+        updated_at: i as i64,
+    };
+    let written: Vec<_> = (0..20).map(source).collect();
+    kb.put_source_records(&written).await.unwrap();
+    let reads: Vec<_> = (0..24)
+        .map(|i| {
+            let kb = kb.clone();
+            tokio::spawn(async move {
+                let key = kbq_ingest::provenance::SourceKey::new("notes", format!("n{i}.md"));
+                (i, kb.source_record(&key).await.unwrap())
+            })
+        })
+        .collect();
+    for r in reads {
+        let (i, read) = r.await.unwrap();
+        let expected = (i < 20).then(|| source(i));
+        assert_eq!(read, expected, "source n{i}.md");
+    }
+}
