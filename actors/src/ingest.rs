@@ -1084,11 +1084,17 @@ impl IngestDeps {
             }
         }
         phases.mark("resolve");
-        let written = async {
-            let documents: Vec<NewDocument> = jobs.iter().flat_map(Writing::documents).collect();
+        // The chunks' documents are written beside the graph's writes: they depend on none of
+        // them, and their statement runs on a task of its own (the analysis and embedding of
+        // their text with it), so the two share the cores. A job has ended only once both
+        // have, and its source's record is written after.
+        let documents: Vec<NewDocument> = jobs.iter().flat_map(Writing::documents).collect();
+        let documents = async {
+            let started = std::time::Instant::now();
             kb.upsert_documents(&documents).await?;
-            phases.mark("documents");
-
+            Ok::<_, StoreError>(started.elapsed())
+        };
+        let graph = async {
             // What is in the graph already, read before anything is written: a fact there
             // that no source supports is an import's, and no source's deletion takes it away.
             let mut names: BTreeSet<&str> = BTreeSet::new();
@@ -1257,12 +1263,15 @@ impl IngestDeps {
             phases.mark("write relationships");
             Ok::<(), StoreError>(())
         };
-        if let Err(e) = written.await {
-            for job in jobs {
-                let _ = job.done.send(Err(JobFailure::from(e.clone())));
+        let documents_took = match tokio::try_join!(documents, graph) {
+            Ok((took, ())) => took,
+            Err(e) => {
+                for job in jobs {
+                    let _ = job.done.send(Err(JobFailure::from(e.clone())));
+                }
+                return;
             }
-            return;
-        }
+        };
         let chunks: usize = jobs.iter().map(|j| j.prepared.chunks.len()).sum();
         // Each job's retractions, then every source record in one write: a job has ended
         // once its record is there.
@@ -1284,7 +1293,7 @@ impl IngestDeps {
             let _ = job.done.send(outcome);
         }
         phases.mark("retract and record");
-        tracing::debug!(jobs = size, chunks, phases = %phases, "ingest group written");
+        tracing::debug!(jobs = size, chunks, phases = %phases, documents_ms = documents_took.as_secs_f64() * 1e3, "ingest group written");
     }
 
     /// One job's writes after its group's: its counts, its retractions and the chunks past

@@ -367,16 +367,13 @@ impl KnowledgeBase {
             .await
     }
 
+    /// The four kinds of row go at once (each statement on a task of its own): they are of
+    /// other tables, or other rows of one.
     async fn write_supports(&self, c: &Connected, rows: SupportRows) -> Result<()> {
         let chunks = chunk_rows(rows.chunks);
-        self.insert_rows_on(
-            c,
-            &format!(
-                "INSERT INTO {CHUNK_SUPPORT} $rows ON DUPLICATE KEY UPDATE facts = array::union(facts ?? [], $input.facts), described = array::union(described ?? [], $input.described) RETURN NONE"
-            ),
-            &chunks,
-        )
-        .await?;
+        let chunk_sql = format!(
+            "INSERT INTO {CHUNK_SUPPORT} $rows ON DUPLICATE KEY UPDATE facts = array::union(facts ?? [], $input.facts), described = array::union(described ?? [], $input.described) RETURN NONE"
+        );
         let aliases: Vec<Value> = rows
             .aliases
             .iter()
@@ -387,12 +384,7 @@ impl KnowledgeBase {
                 )])
             })
             .collect();
-        self.insert_rows_on(
-            c,
-            &format!("INSERT IGNORE INTO {ALIAS_SUPPORT} $rows RETURN NONE"),
-            &aliases,
-        )
-        .await?;
+        let alias_sql = format!("INSERT IGNORE INTO {ALIAS_SUPPORT} $rows RETURN NONE");
         let (described, plain): (Vec<_>, Vec<_>) =
             rows.facts.into_iter().partition(|(_, text)| text.is_some());
         let fact_rows = |facts: Vec<((String, String, i64), Option<String>)>| -> Vec<Value> {
@@ -408,20 +400,17 @@ impl KnowledgeBase {
                 .collect()
         };
         let (described, plain) = (fact_rows(described), fact_rows(plain));
-        self.insert_rows_on(
-            c,
-            &format!("INSERT IGNORE INTO {FACT_SUPPORT} $rows RETURN NONE"),
-            &plain,
+        let plain_sql = format!("INSERT IGNORE INTO {FACT_SUPPORT} $rows RETURN NONE");
+        let described_sql = format!(
+            "INSERT INTO {FACT_SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE"
+        );
+        tokio::try_join!(
+            self.insert_rows_on(c, &chunk_sql, &chunks),
+            self.insert_rows_on(c, &alias_sql, &aliases),
+            self.insert_rows_on(c, &plain_sql, &plain),
+            self.insert_rows_on(c, &described_sql, &described),
         )
-        .await?;
-        self.insert_rows_on(
-            c,
-            &format!(
-                "INSERT INTO {FACT_SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE"
-            ),
-            &described,
-        )
-        .await
+        .map(drop)
     }
 
     /// Takes away supports: `dropped` entirely (a description's words only, as a
