@@ -30,18 +30,11 @@ use crate::model::{NewRelationship, keys};
 use crate::supports::SUPPORT_BATCH;
 pub use crate::supports::{Described, Merge, MergeChunk};
 
-/// A kept answer read back with its key.
+/// A record's field read back with the record's key.
 #[derive(Deserialize)]
-struct KeptRow {
+struct KeyedRow {
     key: String,
-    answer: Json,
-}
-
-/// An ingest job's record read back with its id.
-#[derive(Deserialize)]
-struct JobRow {
-    key: String,
-    record: Json,
+    value: Json,
 }
 
 /// The `source_id` of a source's chunk at `position`: its document is keyed by the source's
@@ -83,9 +76,9 @@ impl KnowledgeBase {
                         obj([("ids", Value::Array(ids.into()))]),
                     )
                     .await?;
-                let mut found: HashMap<SourceKey, SourceRecord> =
+                let found: HashMap<SourceKey, SourceRecord> =
                     rows.into_iter().map(|r| (r.key(), r)).collect();
-                Ok(sources.iter().map(|s| found.remove(s)).collect())
+                Ok(sources.iter().map(|s| found.get(s).cloned()).collect())
             })
             .await
     }
@@ -250,17 +243,28 @@ impl KnowledgeBase {
 
     /// The kept answers of `keys`, one per key, in their order.
     async fn cached_extractions(&self, keys: Vec<String>) -> Result<Vec<Option<Json>>> {
+        self.values_by_key(EXTRACTION, "answer", &keys).await
+    }
+
+    /// The field `field` of the records of `table` keyed `keys`, one per key, in their order
+    /// (none for a record that is not there; a key asked twice is answered twice).
+    async fn values_by_key(
+        &self,
+        table: &str,
+        field: &str,
+        keys: &[String],
+    ) -> Result<Vec<Option<Json>>> {
         let ids: Vec<Value> = keys
             .iter()
-            .map(|k| RecordId::new(EXTRACTION, k.as_str()).into_value())
+            .map(|k| RecordId::new(table, k.as_str()).into_value())
             .collect();
-        let rows: Vec<KeptRow> = self
+        let rows: Vec<KeyedRow> = self
             .run(
-                "SELECT meta::id(id) AS key, answer FROM $ids",
+                &format!("SELECT meta::id(id) AS key, {field} AS value FROM $ids"),
                 obj([("ids", Value::Array(ids.into()))]),
             )
             .await?;
-        let found: BTreeMap<String, Json> = rows.into_iter().map(|r| (r.key, r.answer)).collect();
+        let found: HashMap<String, Json> = rows.into_iter().map(|r| (r.key, r.value)).collect();
         Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
     }
 
@@ -466,25 +470,12 @@ impl KnowledgeBase {
         Ok(gone.len() as u64)
     }
 
-    /// An ingest job's record.
-    /// Reads that jobs make at once are one statement (a group commit,
+    /// An ingest job's record. Reads that jobs make at once are one statement (a group commit,
     /// `store/src/grouped.rs`).
     pub async fn job(&self, job_id: &str) -> Result<Option<Json>> {
         self.job_reads
             .run(job_id.to_string(), |ids| async move {
-                let records: Vec<Value> = ids
-                    .iter()
-                    .map(|id| RecordId::new(INGEST_JOB, id.as_str()).into_value())
-                    .collect();
-                let rows: Vec<JobRow> = self
-                    .run(
-                        "SELECT meta::id(id) AS key, record FROM $ids",
-                        obj([("ids", Value::Array(records.into()))]),
-                    )
-                    .await?;
-                let mut found: HashMap<String, Json> =
-                    rows.into_iter().map(|r| (r.key, r.record)).collect();
-                Ok(ids.iter().map(|id| found.remove(id)).collect())
+                self.values_by_key(INGEST_JOB, "record", &ids).await
             })
             .await
     }

@@ -1719,7 +1719,8 @@ async fn answers_kept_at_once_are_each_read_back_under_their_own_key() {
 
 /// Job records and views written by many jobs at once (in grouped statements) each land on
 /// their own job: an ended view drops its job's content, an open one keeps it, a job never
-/// written reads as none. Sources' records read at once are each their own.
+/// written reads as none. Sources' records read at once are each their own. Every key is
+/// read twice at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_records_and_sources_written_and_read_at_once_are_each_their_own() {
     let kb = open(false).await;
@@ -1747,9 +1748,10 @@ async fn job_records_and_sources_written_and_read_at_once_are_each_their_own() {
     for w in views {
         w.await.unwrap().unwrap();
     }
-    let reads: Vec<_> = (0..44usize)
-        .map(|i| {
-            let kb = kb.clone();
+    // Each key twice, so that a round may hold one key twice.
+    let reads: Vec<_> = (0..88usize)
+        .map(|n| {
+            let (kb, i) = (kb.clone(), n % 44);
             tokio::spawn(async move { (i, kb.job(&format!("j{i}")).await.unwrap()) })
         })
         .collect();
@@ -1787,9 +1789,9 @@ async fn job_records_and_sources_written_and_read_at_once_are_each_their_own() {
     };
     let written: Vec<_> = (0..20).map(source).collect();
     kb.put_source_records(&written).await.unwrap();
-    let reads: Vec<_> = (0..24)
-        .map(|i| {
-            let kb = kb.clone();
+    let reads: Vec<_> = (0..48)
+        .map(|n| {
+            let (kb, i) = (kb.clone(), n % 24);
             tokio::spawn(async move {
                 let key = kbq_ingest::provenance::SourceKey::new("notes", format!("n{i}.md"));
                 (i, kb.source_record(&key).await.unwrap())
