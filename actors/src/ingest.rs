@@ -1088,10 +1088,10 @@ impl IngestDeps {
         // them, and their statement runs on a task of its own (the analysis and embedding of
         // their text with it), so the two share the cores. A job has ended only once both
         // have, and its source's record is written after.
-        let documents: Vec<NewDocument> = jobs.iter().flat_map(Writing::documents).collect();
+        let chunk_documents: Vec<NewDocument> = jobs.iter().flat_map(Writing::documents).collect();
         let documents = async {
             let started = std::time::Instant::now();
-            kb.upsert_documents(&documents).await?;
+            kb.upsert_documents(&chunk_documents).await?;
             Ok::<_, StoreError>(started.elapsed())
         };
         let graph = async {

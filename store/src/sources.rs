@@ -23,10 +23,9 @@ use surrealdb::types::{Object, RecordId, SurrealValue, Value};
 use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
-pub(crate) use crate::model::JobWrite;
 pub use crate::model::SourceRecord;
 use crate::model::table::{ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE};
-use crate::model::{NewRelationship, keys};
+use crate::model::{JobWrite, NewRelationship, keys};
 use crate::supports::SUPPORT_BATCH;
 pub use crate::supports::{Described, Merge, MergeChunk};
 
