@@ -401,7 +401,7 @@ fn main() -> ExitCode {
         Command::Serve { .. } | Command::Mcp { .. } | Command::Ingest { .. }
     );
     let _telemetry = init_logs(&config, one_shot, traced);
-    match command {
+    let code = match command {
         Command::Serve { .. } => runtime.block_on(serve(config)),
         Command::Import {
             file, workspace, ..
@@ -428,8 +428,18 @@ fn main() -> ExitCode {
         Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
             unreachable!("handled above")
         }
+    };
+    // The command's knowledge bases are dropped by now; their embedded stores shut down on
+    // the storage engine's tasks, which must finish before the runtime that runs them ends
+    // (kbq_store::embedded_stores_closed).
+    if one_shot {
+        runtime.block_on(kbq_store::embedded_stores_closed(STORE_CLOSE_LIMIT));
     }
+    code
 }
+
+/// How long a command waits for its embedded store to shut down once its work is done.
+const STORE_CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Logs to standard error, and traces over OTLP when `traced` and export is on
 /// (kbq::telemetry): the guard returned flushes them at exit.
@@ -437,13 +447,13 @@ fn init_logs(config: &Config, one_shot: bool, traced: bool) -> Option<kbq::telem
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    // surrealkv's tree warns, when dropped outside a runtime (as a command's store is, at
-    // its end), that it cannot close itself, and its background tasks, cancelled as the
-    // command's runtime ends, log their cancelled join as an error (`surrealkv::task`, which
-    // otherwise logs only compactions, which a serving node logs): what the store holds is in
-    // its write-ahead log, which the next open replays, so a command prints neither.
+    // A command's embedded store is shut down before the command ends (see the end of `main`):
+    // surrealkv closes its tree there, flushing what it holds. A handle on the tree that a
+    // storage thread without a runtime drops afterwards still warns that it cannot close the
+    // tree itself, which the shutdown already did, so a command prints only surrealkv's
+    // errors.
     let level = if one_shot {
-        "warn,surrealkv::lsm=error,surrealkv::task=off"
+        "warn,surrealkv::lsm=error"
     } else {
         &config.log.level
     };
