@@ -704,36 +704,6 @@ impl KnowledgeBase {
     }
 }
 
-/// The surrealkv datastores this process opened, until each has shut down (see
-/// [`embedded_stores_closed`]).
-static OPEN_DATASTORES: parking_lot::Mutex<Vec<std::sync::Weak<surrealdb_core::kvs::Datastore>>> =
-    parking_lot::Mutex::new(Vec::new());
-
-/// Waits, for at most `limit`, until every surrealkv datastore this process opened has shut
-/// down, and answers whether all have. A datastore shuts down on a task of the storage
-/// engine's once the last handle on it is dropped: it stops its maintenance tasks, then
-/// closes the store. A command whose runtime ended first cancelled those tasks mid-way, and
-/// the engine logged each cancelled one as an error; a command awaits this after its work
-/// (its knowledge bases dropped) and before its runtime ends. A datastore whose handles are
-/// still held (a server's, say) is waited on until `limit`.
-pub async fn embedded_stores_closed(limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        let open = {
-            let mut open = OPEN_DATASTORES.lock();
-            open.retain(|d| d.strong_count() > 0);
-            open.len()
-        };
-        if open == 0 {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
 /// Opens the surrealkv datastore of `config.url` (`surrealkv://PATH`) as the SDK's local
 /// engine would, but with the block cache and memtable sizes of `config`. The SDK opens every
 /// embedded store with surrealkv's defaults, which size them for a database server (a block
@@ -767,7 +737,6 @@ async fn open_surrealkv(config: &StoreConfig) -> Result<Surreal<Db>> {
     datastore.check_version().await.map_err(failed)?;
     datastore.bootstrap().await.map_err(failed)?;
     datastore.start_maintenance_tasks();
-    OPEN_DATASTORES.lock().push(Arc::downgrade(&datastore));
     Surreal::<Db>::unstable_from_datastore(datastore, None)
         .await
         .map_err(failed)

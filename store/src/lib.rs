@@ -85,7 +85,7 @@ pub use error::{Result, StoreError};
 pub use graph::{
     Direction, GraphIndex, NameList, Reach, Reached, Traversal, TraversalJson, TraversalQuery,
 };
-pub use kb::{Counts, IndexStats, KnowledgeBase, StoreConfig, embedded_stores_closed};
+pub use kb::{Counts, IndexStats, KnowledgeBase, StoreConfig};
 pub use memory::{Memory, MemoryHit, MemoryStats};
 pub use model::{
     Document, Entity, EntityRef, NewDocument, NewEntity, NewRelationship, Record, Relationship,
