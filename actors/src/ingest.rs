@@ -1558,8 +1558,8 @@ impl IngestDeps {
 
     /// The entity of the graph that `name` (described by `description`, empty if unknown)
     /// names: itself; else the first candidate of the name search (by the name's longest
-    /// words, then its acronyms) that [`Self::decide`] calls the same; else the first few it
-    /// calls doubtful.
+    /// words, then its acronyms), or of the entities whose names go by the name as their
+    /// acronym, that [`Self::decide`] calls the same; else the first few it calls doubtful.
     async fn in_graph(&self, name: &str, description: &str) -> Result<InGraph, StoreError> {
         if self.kb.entity(name).await?.is_some() {
             return Ok(InGraph::Same(name.to_string()));
@@ -1587,12 +1587,22 @@ impl IngestDeps {
         // key.
         let acronyms = kbq_ingest::acronyms(&key);
         let probes = probes
-            .map(|w| (w, false))
-            .chain(acronyms.iter().map(|a| (a.as_str(), true)));
+            .map(|w| (Probe::Search, w, false))
+            .chain(acronyms.iter().map(|a| (Probe::Search, a.as_str(), true)))
+            // The other way round: the entities whose names go by this one as their acronym
+            // ("International Business Machines" for "IBM").
+            .chain(kbq_ingest::may_be_acronym(&key).then_some((
+                Probe::Initials,
+                key.as_str(),
+                false,
+            )));
         let mut doubtful = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
-        for (probe, exact) in probes {
-            let candidates = self.kb.search_entities(probe, None, 50).await?;
+        for (how, probe, exact) in probes {
+            let candidates = match how {
+                Probe::Search => self.kb.search_entities(probe, None, 50).await?,
+                Probe::Initials => self.kb.entities_by_acronym(probe, 50).await?,
+            };
             for c in &candidates {
                 if exact && kbq_ingest::name_key(&c.name) != probe {
                     continue;
@@ -1822,6 +1832,15 @@ impl IngestDeps {
 }
 
 /// What the graph has for a name.
+/// How [`IngestDeps::in_graph`] asks the graph for candidates of a name.
+#[derive(Clone, Copy)]
+enum Probe {
+    /// The name search, by a word of the name or one of its acronyms.
+    Search,
+    /// The entities whose names go by the name as their acronym.
+    Initials,
+}
+
 enum InGraph {
     Same(String),
     /// The candidates [`IngestDeps::decide`] calls doubtful, best first, at most

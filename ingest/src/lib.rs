@@ -47,5 +47,6 @@ pub use format::{Format, UnsupportedFormat, detect};
 pub use parse::{ParseError, Parsed, Section, parse};
 pub use provenance::{ChunkRef, Fact, Plan, SourceKey, Support, apply, plan_delete, plan_replace};
 pub use resolve::{
-    Decision, ResolveConfig, acronyms, compare, compare_keys, decide, name_key, similarity,
+    Decision, ResolveConfig, acronyms, compare, compare_keys, decide, may_be_acronym, name_key,
+    similarity,
 };

@@ -283,6 +283,12 @@ pub fn acronyms(key: &str) -> Vec<String> {
     out
 }
 
+/// Whether a name key may be an acronym of another name's (see [`acronyms`]): one word of
+/// two or more letters, and no other characters.
+pub fn may_be_acronym(key: &str) -> bool {
+    key.chars().count() >= 2 && key.chars().all(char::is_alphabetic)
+}
+
 /// `short` is one word of two or more letters, the initials of `long`'s words, with or
 /// without the small words an acronym skips.
 fn is_acronym_of(short: &str, long: &str) -> bool {
@@ -527,6 +533,20 @@ mod tests {
             prop_assert!((0.0..=1.0).contains(&s));
             prop_assert_eq!(s, similarity(&b, &a));
             prop_assert_eq!(s == 1.0, name_key(&a) == name_key(&b));
+        }
+    }
+
+    #[test]
+    fn only_one_word_of_letters_may_be_an_acronym() {
+        for key in ["ibm", "nasa", "ünb"] {
+            assert!(may_be_acronym(key), "{key}");
+        }
+        for key in ["i", "ibm corp", "z1", "", "x-y"] {
+            assert!(!may_be_acronym(key), "{key}");
+        }
+        // What `acronyms` gives may be one.
+        for a in acronyms("bank of america") {
+            assert!(may_be_acronym(&a), "{a}");
         }
     }
 

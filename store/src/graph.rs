@@ -779,6 +779,17 @@ impl GraphIndex {
             .collect()
     }
 
+    /// The entities that go by `acronym` (lower case: "ibm" for "International Business
+    /// Machines"; see [`NameIndex::by_acronym`]), in name order, at most `limit`.
+    pub fn by_acronym(&self, acronym: &str, limit: usize) -> Vec<EntityRef> {
+        let mut found: Vec<EntityRef> = (self.names.by_acronym(acronym).iter())
+            .map(|&id| self.nodes[id as usize].entity.clone())
+            .collect();
+        found.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        found.truncate(limit);
+        found
+    }
+
     /// [`GraphIndex::search`] by a scan of every name: the reference the index is tested and
     /// benchmarked against.
     pub fn search_scan(

@@ -249,6 +249,20 @@ impl KnowledgeBase {
         Ok(graph::rank_hits(hits, limit))
     }
 
+    /// The entities that go by `acronym` (lower case: "ibm" for "International Business
+    /// Machines"), in name order, at most `limit`: from the graph index, whose map of
+    /// acronyms is built at the first call. Without a graph index (`store.graph_index =
+    /// false`), none: the store keeps no names by their initials.
+    pub async fn entities_by_acronym(&self, acronym: &str, limit: usize) -> Result<Vec<EntityRef>> {
+        match self.graph_index() {
+            Some(index) => {
+                self.connection().await?;
+                Ok(index.read().by_acronym(acronym, limit))
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Walks the graph from `query.start`: from the index when it is on, else one SurrealDB
     /// graph query per level. Both give the same answer.
     pub async fn traverse(&self, query: &TraversalQuery) -> Result<Traversal> {

@@ -43,8 +43,13 @@
 //! label is given again in name order, which moves nothing in the lists; names past either end
 //! take labels a bounded step apart, so that an import in name order does not use up the room
 //! at the end. [`NameIndex::build`] is the batch of every name into an empty index.
+//!
+//! Names are also found by their acronyms ([`NameIndex::by_acronym`]: "IBM" finds
+//! "International Business Machines", which shares no gram with it), for ingestion's entity
+//! resolution. That map is built at its first use, not with the index, and kept in step by
+//! every change after: a knowledge base that never ingests pays nothing for it at start.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustc_hash::FxHashMap;
 
@@ -269,6 +274,14 @@ pub struct NameIndex {
     all: NameList,
     /// How many names hold each character of [`FOLDS_INTO_ASCII`].
     folds_into_ascii: [usize; 2],
+    /// Acronym -> ids of the names that go by it ([`acronyms_of`]), in no order: built by the
+    /// first [`NameIndex::by_acronym`], then kept in step by every change.
+    acronyms: OnceLock<FxHashMap<Box<str>, Vec<u32>>>,
+}
+
+/// The acronyms a name goes by: those of its key ([`kbq_ingest::acronyms`], which says which).
+fn acronyms_of(name: &str) -> Vec<String> {
+    kbq_ingest::acronyms(&kbq_ingest::name_key(name))
 }
 
 impl NameIndex {
@@ -338,6 +351,29 @@ impl NameIndex {
             }
         }
         self.all.insert_sorted(&new, label);
+        if let Some(acronyms) = self.acronyms.get_mut() {
+            for id in first..self.names.len() as u32 {
+                for a in acronyms_of(&self.names[id as usize]) {
+                    acronyms.entry(a.into_boxed_str()).or_default().push(id);
+                }
+            }
+        }
+    }
+
+    /// The ids of the names that go by `acronym` (lower case, as [`kbq_ingest::acronyms`]
+    /// gives them): "ibm" finds "International Business Machines". The first call builds the
+    /// map from every name.
+    pub fn by_acronym(&self, acronym: &str) -> &[u32] {
+        let acronyms = self.acronyms.get_or_init(|| {
+            let mut map: FxHashMap<Box<str>, Vec<u32>> = FxHashMap::default();
+            for (id, name) in self.names.iter().enumerate() {
+                for a in acronyms_of(name) {
+                    map.entry(a.into_boxed_str()).or_default().push(id as u32);
+                }
+            }
+            map
+        });
+        acronyms.get(acronym).map_or(&[], Vec::as_slice)
     }
 
     /// Removes name `id`; the last name takes its id (as `Vec::swap_remove` moves elements).
@@ -362,6 +398,26 @@ impl NameIndex {
         self.folds_into_ascii = add(self.folds_into_ascii, &self.names[id as usize], -1);
 
         let last = (self.names.len() - 1) as u32;
+        if let Some(acronyms) = self.acronyms.get_mut() {
+            for a in acronyms_of(&self.names[id as usize]) {
+                if let Some(ids) = acronyms.get_mut(a.as_str()) {
+                    ids.retain(|&x| x != id);
+                    if ids.is_empty() {
+                        acronyms.remove(a.as_str());
+                    }
+                }
+            }
+            if id != last {
+                for a in acronyms_of(&self.names[last as usize]) {
+                    if let Some(x) = acronyms
+                        .get_mut(a.as_str())
+                        .and_then(|ids| ids.iter_mut().find(|x| **x == last))
+                    {
+                        *x = id;
+                    }
+                }
+            }
+        }
         if id != last {
             // The last name keeps its place in every list: only its id changes.
             let f = self.folded[last as usize].clone();
@@ -663,7 +719,13 @@ impl NameIndex {
             .map(|l| l.blocks.len())
             .sum();
         let folded: usize = self.folded.iter().map(|f| f.len()).sum();
-        self.postings() * 4
+        let acronyms: usize = self.acronyms.get().map_or(0, |map| {
+            map.iter()
+                .map(|(a, ids)| a.len() + ids.capacity() * 4 + 16 + 24 + 8)
+                .sum()
+        });
+        acronyms
+            + self.postings() * 4
             + blocks * 24
             + lists * (4 + 32 + 8)
             + self.exact.len() * (16 + 24 + 8)
@@ -1117,6 +1179,92 @@ mod tests {
             prop_assert_eq!(index_of(&refs).postings(), index.postings());
         }
     }
+
+    /// What `by_acronym` must answer: the names whose acronyms hold `acronym`.
+    fn by_acronym_scan(names: &[String], acronym: &str) -> Vec<String> {
+        let mut hits: Vec<String> = names
+            .iter()
+            .filter(|n| acronyms_of(n).iter().any(|a| a == acronym))
+            .cloned()
+            .collect();
+        hits.sort();
+        hits
+    }
+
+    fn by_acronym_found(index: &NameIndex, acronym: &str) -> Vec<String> {
+        let mut hits: Vec<String> = (index.by_acronym(acronym).iter())
+            .map(|&id| index.name(id).to_string())
+            .collect();
+        hits.sort();
+        hits
+    }
+
+    #[test]
+    fn a_name_is_found_by_its_acronyms_only() {
+        let index = index_of(&[
+            "International Business Machines",
+            "IBM",
+            "Bank of America",
+            "Ice Berg Mountain",
+            "Person 500",
+        ]);
+        assert_eq!(
+            by_acronym_found(&index, "ibm"),
+            ["Ice Berg Mountain", "International Business Machines"]
+        );
+        assert_eq!(by_acronym_found(&index, "ba"), ["Bank of America"]);
+        assert_eq!(by_acronym_found(&index, "boa"), ["Bank of America"]);
+        assert!(index.by_acronym("p5").is_empty(), "digits are not initials");
+        assert!(
+            index.by_acronym("IBM").is_empty(),
+            "acronyms are asked in lower case"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100))]
+
+        /// The acronyms' map, built at its first use between the batches and removes, answers
+        /// after each as a scan of the names then held does.
+        #[test]
+        fn acronyms_stay_in_step_with_batches_and_removes(
+            batches in prop::collection::vec(
+                prop::collection::vec(prop::collection::vec(prop::sample::select(&WORDS[..]), 1..4), 0..20),
+                1..6,
+            ),
+            removes in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+            first_use in 0usize..6,
+        ) {
+            let mut index = NameIndex::default();
+            let mut names: Vec<String> = Vec::new();
+            for (i, batch) in batches.iter().enumerate() {
+                let mut fresh: Vec<String> = Vec::new();
+                for words in batch {
+                    let n = words.join(" ");
+                    if !names.contains(&n) && !fresh.contains(&n) {
+                        fresh.push(n);
+                    }
+                }
+                index.extend(fresh.iter().map(|n| Arc::from(n.as_str())));
+                names.extend(fresh);
+                for r in removes.iter().skip(i).step_by(batches.len()) {
+                    if !names.is_empty() {
+                        let id = r.index(names.len());
+                        index.swap_remove(id as u32);
+                        names.swap_remove(id);
+                    }
+                }
+                if i >= first_use {
+                    for a in ["ab", "ba", "aab", "abc", "bc", "ac"] {
+                        prop_assert_eq!(by_acronym_found(&index, a), by_acronym_scan(&names, a), "{}", a);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Words whose initials make few acronyms, so that names share them.
+    const WORDS: [&str; 6] = ["alpha", "Beta", "able", "be", "Cat", "of"];
 
     #[test]
     fn names_in_name_order_use_up_the_room_at_the_end_and_are_labelled_again() {

@@ -744,6 +744,61 @@ async fn a_name_met_after_its_acronym_merges_when_the_model_confirms_it() {
     llm.stop().await;
 }
 
+/// The other way round: a name that is the acronym of one in the graph finds it by its
+/// initials (the two share no word), and merges when the model confirms the pair.
+#[tokio::test]
+async fn an_acronym_met_after_its_name_merges_when_the_model_confirms_it() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let one = ingest(
+        &t,
+        markdown(
+            "one",
+            "[[International Business Machines]] -[built]-> [[Stretch]]. [[Bank of America]] -[lent]-> [[Stretch]].",
+        ),
+    )
+    .await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    llm.confirm_same("IBM", "International Business Machines");
+    // "BoA" is asked about too (doubtful, as every acronym is), and not confirmed.
+    let two = ingest(
+        &t,
+        markdown(
+            "two",
+            "[[IBM]] -[built]-> [[System/360]]. [[BoA]] -[lent]-> [[System/360]].",
+        ),
+    )
+    .await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+    let mut asked = confirmations(&llm);
+    asked.sort();
+    assert_eq!(
+        asked,
+        [
+            ("BoA".to_string(), "Bank of America".to_string()),
+            (
+                "IBM".to_string(),
+                "International Business Machines".to_string()
+            )
+        ]
+    );
+    assert_eq!(two["counts"]["entities_merged"], 1, "{two}");
+    assert_eq!(
+        entity(&t, "IBM").await["name"],
+        "International Business Machines"
+    );
+    assert_eq!(
+        outgoing(&t, "International Business Machines").await,
+        vec![
+            ("Stretch".to_string(), "built".to_string()),
+            ("System/360".to_string(), "built".to_string())
+        ]
+    );
+    assert_eq!(entity(&t, "BoA").await["name"], "BoA");
+    t.stop().await;
+    llm.stop().await;
+}
+
 /// Two new names of one source that are doubtful by name are asked about as a name and a
 /// graph entity are: one entity when the model confirms it (the first met keeps its name),
 /// two when it does not.
