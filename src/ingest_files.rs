@@ -48,6 +48,9 @@ pub async fn run(config: Config, workspace: &str, paths: Vec<PathBuf>) -> ExitCo
     // server's to take over.
     let mut runtime_config = config.runtime_config();
     runtime_config.ingest.claims = false;
+    // No lookups run beside a command's jobs: the idle class would only hand its cores to
+    // whatever else the machine runs (config.ingest.idle_class).
+    runtime_config.ingest.idle_class = false;
     let runtime = match Runtime::start(kb.clone(), runtime_config).await {
         Ok(r) => r,
         Err(e) => {

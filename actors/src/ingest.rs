@@ -67,6 +67,11 @@ pub struct IngestConfig {
     pub threads: usize,
     /// How far below the main runtime's priority those threads run (nice steps).
     pub nice: u8,
+    /// Whether those threads run in Linux's idle scheduling class (`SCHED_IDLE`) as well:
+    /// below every thread of the normal class, however niced, so that a thread that wakes
+    /// (a lookup's) takes the core at once, where a niced thread that holds it first runs
+    /// out its slice. Under a load that keeps every core busy, ingestion then all but stops.
+    pub idle_class: bool,
     /// Ended jobs this node keeps in memory; older ones are answered from the store.
     pub keep_ended_jobs: usize,
     /// How long after it ended a job is forgotten: its record goes from the store, and
@@ -99,6 +104,7 @@ impl Default for IngestConfig {
             confirm_doubtful: true,
             threads: 2,
             nice: 10,
+            idle_class: false,
             keep_ended_jobs: 1000,
             forget_ended_after: Some(Duration::from_secs(7 * 24 * 3600)),
             max_source_bytes: 16 << 20,

@@ -43,6 +43,39 @@ pub fn set_current_thread(target: i32) {
     }
 }
 
+/// Puts the calling thread in Linux's idle scheduling class (`SCHED_IDLE`), below every
+/// thread of the normal class: one that wakes preempts it at once, where a niced thread that
+/// holds a core runs out its slice first (a lookup's p99 during an ingest, docs/architecture.md,
+/// "Mechanisms"). Lowering a thread's class needs no privileges; a refusal is logged and
+/// otherwise ignored, as for [`set_current_thread`]. Elsewhere than Linux, nothing.
+pub fn set_current_thread_idle() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` outlives the call, which reads it; pid 0 is the calling thread.
+        let failed = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 };
+        if failed {
+            tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "could not put this thread in the idle scheduling class"
+            );
+        }
+    }
+}
+
+/// Whether the calling thread is in the idle scheduling class (Linux; false elsewhere).
+pub fn in_idle_class() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: takes no pointers; pid 0 is the calling thread.
+        unsafe { libc::sched_getscheduler(0) == libc::SCHED_IDLE }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 /// The calling thread's nice value (Linux; 0 elsewhere).
 pub fn current_nice() -> i32 {
     #[cfg(target_os = "linux")]

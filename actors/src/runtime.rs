@@ -55,7 +55,7 @@ pub struct Runtime {
 struct LaneRuntime(Option<tokio::runtime::Runtime>);
 
 impl LaneRuntime {
-    fn start(threads: usize, name: &str, nice: u8) -> Result<Self, SpawnErr> {
+    fn start(threads: usize, name: &str, nice: u8, idle_class: bool) -> Result<Self, SpawnErr> {
         if threads == 0 {
             return Ok(LaneRuntime(None));
         }
@@ -63,7 +63,12 @@ impl LaneRuntime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name(name)
-            .on_thread_start(move || crate::priority::set_current_thread(nice))
+            .on_thread_start(move || {
+                crate::priority::set_current_thread(nice);
+                if idle_class {
+                    crate::priority::set_current_thread_idle();
+                }
+            })
             .enable_all()
             .build()
             .map(|rt| LaneRuntime(Some(rt)))
@@ -102,9 +107,13 @@ impl Runtime {
                 config.graph_call_timeout,
             )
         });
-        let lane = LaneRuntime::start(config.graph_lane_threads, "kbq-lookup", 0)?;
-        let ingest_runtime =
-            LaneRuntime::start(config.ingest.threads, "kbq-ingest", config.ingest.nice)?;
+        let lane = LaneRuntime::start(config.graph_lane_threads, "kbq-lookup", 0, false)?;
+        let ingest_runtime = LaneRuntime::start(
+            config.ingest.threads,
+            "kbq-ingest",
+            config.ingest.nice,
+            config.ingest.idle_class,
+        )?;
         let tool_pools: HashMap<String, PoolHandle<ToolJob>> = toolbox
             .tools()
             .iter()
@@ -277,16 +286,16 @@ fn extraction_model(providers: &[ProviderConfig], chain: Option<&[String]>) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::priority::current_nice;
+    use crate::priority::{current_nice, in_idle_class};
 
     #[test]
     fn a_lane_runtime_runs_its_tasks_on_named_threads_lowered_by_its_nice() {
         let before = current_nice();
-        let lane = LaneRuntime::start(1, "kbq-test-lane", 4).unwrap();
-        let (name, nice) = lane.0.as_ref().unwrap().block_on(async {
+        let lane = LaneRuntime::start(1, "kbq-test-lane", 4, false).unwrap();
+        let (name, nice, idle) = lane.0.as_ref().unwrap().block_on(async {
             tokio::spawn(async {
                 let name = std::thread::current().name().map(str::to_string);
-                (name, current_nice())
+                (name, current_nice(), in_idle_class())
             })
             .await
             .unwrap()
@@ -295,7 +304,29 @@ mod tests {
         if cfg!(target_os = "linux") {
             assert_eq!(nice, (before + 4).min(19));
         }
+        assert!(!idle);
         assert_eq!(current_nice(), before);
-        assert!(LaneRuntime::start(0, "none", 4).unwrap().handle().is_none());
+        assert!(
+            LaneRuntime::start(0, "none", 4, false)
+                .unwrap()
+                .handle()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_lane_runtime_in_the_idle_class_runs_its_tasks_there_and_leaves_others_alone() {
+        let before = current_nice();
+        let lane = LaneRuntime::start(1, "kbq-test-idle", 4, true).unwrap();
+        let (nice, idle) = lane.0.as_ref().unwrap().block_on(async {
+            tokio::spawn(async { (current_nice(), in_idle_class()) })
+                .await
+                .unwrap()
+        });
+        if cfg!(target_os = "linux") {
+            assert!(idle);
+            assert_eq!(nice, (before + 4).min(19));
+        }
+        assert!(!in_idle_class());
     }
 }

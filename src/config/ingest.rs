@@ -40,6 +40,9 @@ pub struct IngestSection {
     pub threads: usize,
     /// How many nice steps below the main runtime those threads run.
     pub nice: u8,
+    /// Whether those threads run in Linux's idle scheduling class too (`kbq serve` and
+    /// `kbq mcp`; `kbq ingest` has no lookups to give way to).
+    pub idle_class: bool,
     /// Ended jobs this node keeps in memory; older ones are answered from the store.
     pub keep_ended_jobs: usize,
     /// Seconds after its end that a job is forgotten (its record deleted; the job then
@@ -73,6 +76,7 @@ impl Default for IngestSection {
             confirm_doubtful: true,
             threads: 2,
             nice: 10,
+            idle_class: true,
             keep_ended_jobs: 1000,
             forget_ended_jobs_after_secs: 7 * 24 * 3600,
             job_lease_secs: 30,
@@ -164,6 +168,7 @@ impl IngestSection {
             confirm_doubtful: self.confirm_doubtful,
             threads: self.threads,
             nice: self.nice,
+            idle_class: self.idle_class,
             keep_ended_jobs: self.keep_ended_jobs,
             forget_ended_after: (self.forget_ended_jobs_after_secs > 0)
                 .then(|| std::time::Duration::from_secs(self.forget_ended_jobs_after_secs)),

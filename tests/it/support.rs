@@ -65,6 +65,9 @@ pub fn test_config() -> Config {
         _ => c.store.url = "mem://".into(),
     }
     c.store.load_demo = false;
+    // The tests share two cores: an ingestion job in the idle class would wait for every other
+    // test's work. The class itself is tested on a lane runtime (actors/src/runtime.rs).
+    c.ingest.idle_class = false;
     c.data_dir = std::env::temp_dir().join("kbq-tests-unused");
     // Tests send bursts; the rate-limit test sets its own budgets.
     c.limits.graph_per_minute = 0;
