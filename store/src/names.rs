@@ -1128,6 +1128,31 @@ mod tests {
         );
     }
 
+    /// Adds `batch`'s names not in `names` yet (once each) to the index and to `names`, then
+    /// takes away the name at each of `removes` from both: the proptests' steps.
+    fn add_and_remove<'a>(
+        index: &mut NameIndex,
+        names: &mut Vec<String>,
+        batch: impl IntoIterator<Item = String>,
+        removes: impl IntoIterator<Item = &'a prop::sample::Index>,
+    ) {
+        let mut fresh: Vec<String> = Vec::new();
+        for n in batch {
+            if !names.contains(&n) && !fresh.contains(&n) {
+                fresh.push(n);
+            }
+        }
+        index.extend(fresh.iter().map(|n| Arc::from(n.as_str())));
+        names.extend(fresh);
+        for r in removes {
+            if !names.is_empty() {
+                let id = r.index(names.len());
+                index.swap_remove(id as u32);
+                names.swap_remove(id);
+            }
+        }
+    }
+
     /// Names of a few pieces, so that they share grams, fold alike and sort together.
     fn name() -> impl Strategy<Value = String> {
         const PIECES: [&str; 9] = ["a", "A", "b", "B", "ab", ".", "é", "1", "İ"];
@@ -1149,21 +1174,8 @@ mod tests {
             let mut index = NameIndex::default();
             let mut names: Vec<String> = Vec::new();
             for (i, batch) in batches.iter().enumerate() {
-                let mut fresh: Vec<String> = Vec::new();
-                for n in batch {
-                    if !names.contains(n) && !fresh.contains(n) {
-                        fresh.push(n.clone());
-                    }
-                }
-                index.extend(fresh.iter().map(|n| Arc::from(n.as_str())));
-                names.extend(fresh);
-                for r in removes.iter().skip(i).step_by(batches.len()) {
-                    if !names.is_empty() {
-                        let id = r.index(names.len());
-                        index.swap_remove(id as u32);
-                        names.swap_remove(id);
-                    }
-                }
+                let removes = removes.iter().skip(i).step_by(batches.len());
+                add_and_remove(&mut index, &mut names, batch.iter().cloned(), removes);
                 assert_consistent(&index);
             }
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -1238,22 +1250,9 @@ mod tests {
             let mut index = NameIndex::default();
             let mut names: Vec<String> = Vec::new();
             for (i, batch) in batches.iter().enumerate() {
-                let mut fresh: Vec<String> = Vec::new();
-                for words in batch {
-                    let n = words.join(" ");
-                    if !names.contains(&n) && !fresh.contains(&n) {
-                        fresh.push(n);
-                    }
-                }
-                index.extend(fresh.iter().map(|n| Arc::from(n.as_str())));
-                names.extend(fresh);
-                for r in removes.iter().skip(i).step_by(batches.len()) {
-                    if !names.is_empty() {
-                        let id = r.index(names.len());
-                        index.swap_remove(id as u32);
-                        names.swap_remove(id);
-                    }
-                }
+                let removes = removes.iter().skip(i).step_by(batches.len());
+                let batch = batch.iter().map(|words| words.join(" "));
+                add_and_remove(&mut index, &mut names, batch, removes);
                 if i >= first_use {
                     for a in ["ab", "ba", "aab", "abc", "bc", "ac"] {
                         prop_assert_eq!(by_acronym_found(&index, a), by_acronym_scan(&names, a), "{}", a);

@@ -630,6 +630,23 @@ fn confirmations(llm: &ScriptedLlm) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Ingests `first` as the source "one", then, with the model told to confirm `pair` as one
+/// entity, `second` as "two": the second job's view. Both jobs must succeed.
+async fn one_then_two(
+    t: &TestServer,
+    llm: &ScriptedLlm,
+    first: &str,
+    pair: (&str, &str),
+    second: &str,
+) -> Value {
+    let one = ingest(t, markdown("one", first)).await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    llm.confirm_same(pair.0, pair.1);
+    let two = ingest(t, markdown("two", second)).await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+    two
+}
+
 /// The graph after "Seymour R. Cray" (confirmed as "Seymour Cray") and "IBM" (not confirmed
 /// as "International Business Machines") were met: the first name is an alias of an entity
 /// with both names' relationships, the second pair two entities.
@@ -657,27 +674,16 @@ async fn one_cray_and_two_ibms(t: &TestServer) {
 async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_once() {
     let llm = ScriptedLlm::start().await;
     let t = with_model(&llm).await;
-    let one = ingest(
+    // Both pairs of the second source are doubtful by name (one name's words among the
+    // other's; an acronym); the model says only the first is one entity.
+    let two = one_then_two(
         &t,
-        markdown(
-            "one",
-            "[[Seymour Cray]] -[founded]-> [[Cray Research]]. [[International Business Machines]] -[built]-> [[Stretch]].",
-        ),
+        &llm,
+        "[[Seymour Cray]] -[founded]-> [[Cray Research]]. [[International Business Machines]] -[built]-> [[Stretch]].",
+        ("Seymour R. Cray", "Seymour Cray"),
+        "[[Seymour R. Cray]] -[designed]-> [[CDC 6600]]. [[IBM]] -[built]-> [[System/360]].",
     )
     .await;
-    assert_eq!(one["status"], "succeeded", "{one}");
-    // Both pairs below are doubtful by name (one name's words among the other's; an
-    // acronym); the model says only the first is one entity.
-    llm.confirm_same("Seymour R. Cray", "Seymour Cray");
-    let two = ingest(
-        &t,
-        markdown(
-            "two",
-            "[[Seymour R. Cray]] -[designed]-> [[CDC 6600]]. [[IBM]] -[built]-> [[System/360]].",
-        ),
-    )
-    .await;
-    assert_eq!(two["status"], "succeeded", "{two}");
     let asked = confirmations(&llm);
     assert!(
         asked.contains(&("Seymour R. Cray".to_string(), "Seymour Cray".to_string())),
@@ -709,18 +715,14 @@ async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_onc
 async fn a_name_met_after_its_acronym_merges_when_the_model_confirms_it() {
     let llm = ScriptedLlm::start().await;
     let t = with_model(&llm).await;
-    let one = ingest(&t, markdown("one", "[[IBM]] -[built]-> [[System/360]].")).await;
-    assert_eq!(one["status"], "succeeded", "{one}");
-    llm.confirm_same("International Business Machines", "IBM");
-    let two = ingest(
+    let two = one_then_two(
         &t,
-        markdown(
-            "two",
-            "[[International Business Machines]] -[built]-> [[Stretch]].",
-        ),
+        &llm,
+        "[[IBM]] -[built]-> [[System/360]].",
+        ("International Business Machines", "IBM"),
+        "[[International Business Machines]] -[built]-> [[Stretch]].",
     )
     .await;
-    assert_eq!(two["status"], "succeeded", "{two}");
     assert_eq!(
         confirmations(&llm),
         [(
@@ -750,26 +752,15 @@ async fn a_name_met_after_its_acronym_merges_when_the_model_confirms_it() {
 async fn an_acronym_met_after_its_name_merges_when_the_model_confirms_it() {
     let llm = ScriptedLlm::start().await;
     let t = with_model(&llm).await;
-    let one = ingest(
-        &t,
-        markdown(
-            "one",
-            "[[International Business Machines]] -[built]-> [[Stretch]]. [[Bank of America]] -[lent]-> [[Stretch]].",
-        ),
-    )
-    .await;
-    assert_eq!(one["status"], "succeeded", "{one}");
-    llm.confirm_same("IBM", "International Business Machines");
     // "BoA" is asked about too (doubtful, as every acronym is), and not confirmed.
-    let two = ingest(
+    let two = one_then_two(
         &t,
-        markdown(
-            "two",
-            "[[IBM]] -[built]-> [[System/360]]. [[BoA]] -[lent]-> [[System/360]].",
-        ),
+        &llm,
+        "[[International Business Machines]] -[built]-> [[Stretch]]. [[Bank of America]] -[lent]-> [[Stretch]].",
+        ("IBM", "International Business Machines"),
+        "[[IBM]] -[built]-> [[System/360]]. [[BoA]] -[lent]-> [[System/360]].",
     )
     .await;
-    assert_eq!(two["status"], "succeeded", "{two}");
     let mut asked = confirmations(&llm);
     asked.sort();
     assert_eq!(
