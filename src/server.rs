@@ -8,6 +8,7 @@ use actix_web::dev::ServerHandle;
 use actix_web::middleware::{Condition, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
+use futures::FutureExt;
 use kbq_actors::{Agent, GraphPool, Runtime};
 use kbq_store::KnowledgeBase;
 
@@ -381,7 +382,7 @@ fn mcp_server(
     rag: web::Data<RagService>,
     document: &str,
     metrics: Option<web::Data<crate::metrics::Metrics>>,
-    local: Option<crate::mcp::Caller>,
+    local: Option<crate::mcp::LocalCaller>,
 ) -> anyhow::Result<crate::mcp::KbqMcp> {
     let document: serde_json::Value =
         serde_json::from_str(document).context("reading back the OpenAPI document")?;
@@ -439,24 +440,37 @@ pub async fn mcp_stdio(config: Config, key: Option<String>) -> anyhow::Result<()
     .await;
     let models = crate::models::Models::new(&runtime.agent.providers(), &config.chat.aliases);
     let workspaces = Arc::new(workspaces(&config, &kb, &runtime));
-    let caller = match key {
-        None => crate::mcp::Caller::local(workspaces.default_workspace().clone()),
+    let (caller, owner) = match key {
+        None => {
+            let caller = crate::mcp::Caller::local(workspaces.default_workspace().clone());
+            let owner = caller.owner.clone();
+            (crate::mcp::LocalCaller::Fixed(caller), owner)
+        }
         Some(key) => {
-            let keys = Keys::new(&config.auth.keys, &crate::auth::plaintext_keys())
-                .with_minted(kb.clone(), Offload::current());
-            let found = keys
-                .resolve(&key)
-                .await
-                .map_err(|e| anyhow::anyhow!(e.message))?;
-            let identity = found.ok_or(UnknownKey)?;
-            let workspace = workspaces
-                .get(&identity.workspace)
-                .await
-                .map_err(|e| anyhow::anyhow!(e.message))?;
-            crate::mcp::Caller::new(&identity, workspace)
+            let keys = Arc::new(
+                Keys::new(&config.auth.keys, &crate::auth::plaintext_keys())
+                    .with_minted(kb.clone(), Offload::current()),
+            );
+            // Refused at start as at each call; only at start does it stop the command.
+            let caller = keyed_caller(&keys, &workspaces, &key)
+                .await?
+                .ok_or(UnknownKey)?;
+            let owner = caller.owner.clone();
+            let resolve = move || {
+                let (keys, workspaces, key) = (keys.clone(), workspaces.clone(), key.clone());
+                async move {
+                    keyed_caller(&keys, &workspaces, &key)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .ok_or_else(|| {
+                            "KBQ_API_KEY is no longer a key of this store: it was revoked, or its workspace deleted".to_string()
+                        })
+                }
+                .boxed() as futures::future::BoxFuture<'static, Result<crate::mcp::Caller, String>>
+            };
+            (crate::mcp::LocalCaller::Keyed(Arc::new(resolve)), owner)
         }
     };
-    let owner = caller.owner.clone();
     let server = mcp_server(
         &runtime,
         rag_service(&config, Offload::current()),
@@ -476,6 +490,27 @@ pub async fn mcp_stdio(config: Config, key: Option<String>) -> anyhow::Result<()
     runtime.stop().await;
     ended.context("the MCP session failed")?;
     Ok(())
+}
+
+/// The caller `key` stands for, in its workspace: `None` when no key of the configuration or
+/// the store is `key`.
+async fn keyed_caller(
+    keys: &Keys,
+    workspaces: &Arc<crate::workspaces::Workspaces>,
+    key: &str,
+) -> anyhow::Result<Option<crate::mcp::Caller>> {
+    let found = keys
+        .resolve(key)
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    let Some(identity) = found else {
+        return Ok(None);
+    };
+    let workspace = workspaces
+        .get(&identity.workspace)
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?;
+    Ok(Some(crate::mcp::Caller::new(&identity, workspace)))
 }
 
 /// `kbq mcp`'s `KBQ_API_KEY` is no key this configuration or the store knows.

@@ -22,6 +22,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::future::BoxFuture;
+
 use actix_web::web;
 use kbq_actors::{GraphPool, ToolPool};
 use kbq_tools::{ToolContext, ToolError, Toolbox};
@@ -82,6 +84,17 @@ impl Caller {
     }
 }
 
+/// Who calls over stdio, where no HTTP request names a key.
+#[derive(Clone)]
+pub enum LocalCaller {
+    /// The same caller for every call: `kbq mcp` without a key.
+    Fixed(Caller),
+    /// The holder of `KBQ_API_KEY`, resolved again at each call (a minted key is read from
+    /// the store at most once per `auth::MINTED_KEY_WINDOW`): a key revoked, or a workspace
+    /// deleted, by another node stops working here too, as over HTTP.
+    Keyed(Arc<dyn Fn() -> BoxFuture<'static, Result<Caller, String>> + Send + Sync>),
+}
+
 /// What the tools are answered with, beside the caller's workspace.
 pub struct McpDeps {
     pub tools: ToolPool,
@@ -97,7 +110,7 @@ pub struct KbqMcp {
     deps: Arc<McpDeps>,
     catalogue: Arc<Vec<Tool>>,
     /// The caller when no HTTP request says (stdio).
-    local: Option<Caller>,
+    local: Option<LocalCaller>,
 }
 
 fn object(v: Value) -> JsonObject {
@@ -267,7 +280,7 @@ pub fn catalogue(document: &Value) -> Vec<Tool> {
 }
 
 impl KbqMcp {
-    pub fn new(deps: Arc<McpDeps>, catalogue: Arc<Vec<Tool>>, local: Option<Caller>) -> Self {
+    pub fn new(deps: Arc<McpDeps>, catalogue: Arc<Vec<Tool>>, local: Option<LocalCaller>) -> Self {
         KbqMcp {
             deps,
             catalogue,
@@ -278,14 +291,23 @@ impl KbqMcp {
     /// Who makes a request: over HTTP, the key in the request's head (rmcp keeps the head in
     /// the context, and `http::handle` put the caller in its extensions); over stdio, the
     /// local caller.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
-        context
+    async fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+        let by_http = context
             .extensions
             .get::<::http::request::Parts>()
             .and_then(|p| p.extensions.get::<Caller>())
-            .cloned()
-            .or_else(|| self.local.clone())
-            .ok_or_else(|| McpError::invalid_request("no API key came with the call", None))
+            .cloned();
+        match (by_http, &self.local) {
+            (Some(caller), _) => Ok(caller),
+            (None, Some(LocalCaller::Fixed(caller))) => Ok(caller.clone()),
+            (None, Some(LocalCaller::Keyed(resolve))) => resolve()
+                .await
+                .map_err(|message| McpError::invalid_request(message, None)),
+            (None, None) => Err(McpError::invalid_request(
+                "no API key came with the call",
+                None,
+            )),
+        }
     }
 
     /// Runs the tool `name`: its result, or the error a host sees as a failed call.
@@ -395,7 +417,7 @@ impl ServerHandler for KbqMcp {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let caller = self.caller(&context)?;
+        let caller = self.caller(&context).await?;
         Ok(ListToolsResult::with_all_items(
             self.catalogue
                 .iter()
@@ -410,7 +432,7 @@ impl ServerHandler for KbqMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let caller = self.caller(&context)?;
+        let caller = self.caller(&context).await?;
         let name = request.name.to_string();
         let args = Value::Object(request.arguments.unwrap_or_default());
         let started = Instant::now();

@@ -462,3 +462,96 @@ async fn remote_two_nodes_share_a_keys_rate_budget() {
     a.stop().await;
     b.stop().await;
 }
+
+/// `kbq mcp` on a server store, with a key minted there: a tool call answers; once another
+/// node revokes the key, the next call (past the minted keys' window) is refused, as over
+/// HTTP, and the process keeps serving.
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    let db = SurrealServer::start(0, "memory").await;
+    let config = remote_config(&db, true);
+    let node = TestServer::with_fixture(config.clone()).await;
+    let (s, minted) = node
+        .post(
+            "/admin/v1/workspaces/default/keys",
+            json!({"scopes": ["read"], "name": "mcp"}),
+        )
+        .await;
+    assert_eq!(s, 201, "{minted}");
+    let data = tempfile::tempdir().unwrap();
+    let mut mcp = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["mcp", "--no-demo", "--store", &db.url()])
+        .env_remove("KBQ_CONFIG")
+        .env_remove("KBQ_API_KEYS")
+        .env("KBQ_DATA_DIR", data.path())
+        .env("KBQ_STORE__DATABASE", &config.store.database)
+        .env("KBQ_STORE__USERNAME", "root")
+        .env("KBQ_STORE__PASSWORD", "root")
+        .env("KBQ_API_KEY", minted["key"].as_str().unwrap())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut lines = BufReader::new(mcp.stdout.take().unwrap()).lines();
+    let mut ask = async |message: Value| -> Option<Value> {
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        message.get("id")?;
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("kbq mcp answers within 30 s")
+            .unwrap()
+            .expect("kbq mcp is still serving");
+        Some(serde_json::from_str(&line).unwrap())
+    };
+    let init = ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}}),
+    )
+    .await
+    .unwrap();
+    assert!(init.get("result").is_some(), "{init}");
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let lookup = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "EntityLookupTool", "arguments": {"name": "Ada"}}})
+    };
+    let found = ask(lookup(2)).await.unwrap();
+    assert_eq!(
+        found["result"]["structuredContent"]["entity"]["name"], "Ada",
+        "{found}"
+    );
+
+    let (s, _, body) = node
+        .call(
+            Method::DELETE,
+            &format!(
+                "/admin/v1/workspaces/default/keys/{}",
+                minted["id"].as_str().unwrap()
+            ),
+            None,
+        )
+        .await;
+    assert!(s.is_success(), "{s} {body}");
+    tokio::time::sleep(kbq::auth::MINTED_KEY_WINDOW + Duration::from_millis(500)).await;
+    let refused = ask(lookup(3)).await.unwrap();
+    assert!(refused.get("result").is_none(), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no longer a key")),
+        "{refused}"
+    );
+    drop(stdin);
+    let _ = mcp.wait().await;
+    node.stop().await;
+}
