@@ -367,8 +367,9 @@ impl KnowledgeBase {
             .await
     }
 
-    /// The four kinds of row go at once (each statement on a task of its own): they are of
-    /// other tables, or other rows of one.
+    /// The chunks' rows first, which list the facts: a write stopped half way must leave no
+    /// support that no chunk lists (the module doc). Then the other three kinds of row at once
+    /// (each statement on a task of its own): they are of other tables, or other rows of one.
     async fn write_supports(&self, c: &Connected, rows: SupportRows) -> Result<()> {
         let chunks = chunk_rows(rows.chunks);
         let chunk_sql = format!(
@@ -404,8 +405,8 @@ impl KnowledgeBase {
         let described_sql = format!(
             "INSERT INTO {FACT_SUPPORT} $rows ON DUPLICATE KEY UPDATE text = $input.text RETURN NONE"
         );
+        self.insert_rows_on(c, &chunk_sql, &chunks).await?;
         tokio::try_join!(
-            self.insert_rows_on(c, &chunk_sql, &chunks),
             self.insert_rows_on(c, &alias_sql, &aliases),
             self.insert_rows_on(c, &plain_sql, &plain),
             self.insert_rows_on(c, &described_sql, &described),
