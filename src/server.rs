@@ -466,7 +466,7 @@ pub async fn mcp_stdio(config: Config, key: Option<String>) -> anyhow::Result<()
                             "KBQ_API_KEY is no longer a key of this store: it was revoked, or its workspace deleted".to_string()
                         })
                 }
-                .boxed() as futures::future::BoxFuture<'static, Result<crate::mcp::Caller, String>>
+                .boxed()
             };
             (crate::mcp::LocalCaller::Keyed(Arc::new(resolve)), owner)
         }

@@ -1837,7 +1837,6 @@ impl IngestDeps {
     }
 }
 
-/// What the graph has for a name.
 /// How [`IngestDeps::in_graph`] asks the graph for candidates of a name.
 #[derive(Clone, Copy)]
 enum Probe {
@@ -1847,6 +1846,7 @@ enum Probe {
     Initials,
 }
 
+/// What the graph has for a name.
 enum InGraph {
     Same(String),
     /// The candidates [`IngestDeps::decide`] calls doubtful, best first, at most

@@ -22,9 +22,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::BoxFuture;
-
 use actix_web::web;
+use futures::future::BoxFuture;
 use kbq_actors::{GraphPool, ToolPool};
 use kbq_tools::{ToolContext, ToolError, Toolbox};
 use rmcp::model::{

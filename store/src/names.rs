@@ -284,6 +284,13 @@ fn acronyms_of(name: &str) -> Vec<String> {
     kbq_ingest::acronyms(&kbq_ingest::name_key(name))
 }
 
+/// Adds name `id` under each of its acronyms.
+fn add_acronyms(map: &mut FxHashMap<Box<str>, Vec<u32>>, id: u32, name: &str) {
+    for a in acronyms_of(name) {
+        map.entry(a.into_boxed_str()).or_default().push(id);
+    }
+}
+
 impl NameIndex {
     /// Indexes `names` (ids 0, 1, ... in the order given): [`NameIndex::extend`] of an empty
     /// index, which sorts the names once and fills each list in name order.
@@ -353,9 +360,7 @@ impl NameIndex {
         self.all.insert_sorted(&new, label);
         if let Some(acronyms) = self.acronyms.get_mut() {
             for id in first..self.names.len() as u32 {
-                for a in acronyms_of(&self.names[id as usize]) {
-                    acronyms.entry(a.into_boxed_str()).or_default().push(id);
-                }
+                add_acronyms(acronyms, id, &self.names[id as usize]);
             }
         }
     }
@@ -365,11 +370,9 @@ impl NameIndex {
     /// map from every name.
     pub fn by_acronym(&self, acronym: &str) -> &[u32] {
         let acronyms = self.acronyms.get_or_init(|| {
-            let mut map: FxHashMap<Box<str>, Vec<u32>> = FxHashMap::default();
+            let mut map = FxHashMap::default();
             for (id, name) in self.names.iter().enumerate() {
-                for a in acronyms_of(name) {
-                    map.entry(a.into_boxed_str()).or_default().push(id as u32);
-                }
+                add_acronyms(&mut map, id as u32, name);
             }
             map
         });
