@@ -203,6 +203,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Parse one document read on standard input, writing it as JSON on standard output: the
+    /// process kbq runs to parse a PDF or DOCX source apart (docs/ingest.md, "Parsing").
+    #[command(hide = true)]
+    ParseDocument {
+        /// The document's format: text, markdown, html, pdf or docx.
+        #[arg(long, value_parser = format_named)]
+        format: kbq_ingest::Format,
+    },
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -225,6 +233,36 @@ enum KeysCommand {
     New,
 }
 
+/// A format by the name the API gives it.
+fn format_named(name: &str) -> Result<kbq_ingest::Format, String> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| "must be one of text, markdown, html, pdf, docx".to_string())
+}
+
+/// `kbq parse-document`: standard input's bytes parsed as `format`, written as a
+/// [`kbq_ingest::ParseAnswer`] on standard output. A document that does not parse is an
+/// answer too (exit 0); only a failure to read or write exits otherwise.
+fn parse_document(format: kbq_ingest::Format) -> ExitCode {
+    use std::io::{Read, Write};
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::stdin().lock().read_to_end(&mut bytes) {
+        eprintln!("kbq: parse-document: reading standard input: {e}");
+        return ExitCode::from(2);
+    }
+    let answer = kbq_ingest::ParseAnswer::from(kbq_ingest::parse(&bytes, format));
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = serde_json::to_writer(&mut out, &answer)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.flush());
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kbq: parse-document: writing standard output: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// mimalloc, not the system's allocator: see [`kbq::huge_pages::off_while_building`].
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -232,6 +270,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     kbq::huge_pages::off_while_building();
     let cli = Cli::parse();
+    if let Some(Command::ParseDocument { format }) = &cli.command {
+        return parse_document(*format);
+    }
     if let Some(Command::Keys {
         command: KeysCommand::New,
     }) = &cli.command
@@ -377,7 +418,10 @@ fn main() -> ExitCode {
             config.store.url = store.clone().unwrap_or(config.store.url);
             config.store.load_demo &= !no_demo;
         }
-        Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
+        Command::Keys { .. }
+        | Command::Gen { .. }
+        | Command::Load { .. }
+        | Command::ParseDocument { .. } => {
             unreachable!("handled above")
         }
     }
@@ -425,7 +469,10 @@ fn main() -> ExitCode {
         Command::Workspaces { command, .. } => {
             runtime.block_on(kbq::workspaces_cli::run(config, command))
         }
-        Command::Keys { .. } | Command::Gen { .. } | Command::Load { .. } => {
+        Command::Keys { .. }
+        | Command::Gen { .. }
+        | Command::Load { .. }
+        | Command::ParseDocument { .. } => {
             unreachable!("handled above")
         }
     }

@@ -38,6 +38,7 @@ use uuid::Uuid;
 
 use crate::agent::Agent;
 use crate::backend::ChatRequest;
+use crate::parser::{self, Parser};
 use crate::pool::Slot;
 use parking_lot::RwLock;
 
@@ -88,6 +89,11 @@ pub struct IngestConfig {
     /// Distinct descriptions from which the model summarises an entity's (below, or with no
     /// model, the most representative is selected); 0: never summarise.
     pub summarise_after: usize,
+    /// Where PDF and DOCX sources are parsed ([`crate::parser`]).
+    pub parser: Parser,
+    /// How long a source's parse may take before its job fails (HTML nested thousands deep
+    /// parses in time that grows with the square of its depth).
+    pub parse_timeout: Duration,
 }
 
 impl Default for IngestConfig {
@@ -111,6 +117,8 @@ impl Default for IngestConfig {
             lease: Duration::from_secs(30),
             claims: true,
             summarise_after: 4,
+            parser: Parser::InProcess,
+            parse_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -797,20 +805,17 @@ impl IngestDeps {
         let mut phases = Phases::start();
         let input = &record.input;
         let format = record.format;
-        let content = input.content.clone();
-        let parsing = tokio::task::spawn_blocking(move || kbq_ingest::parse(&content, format));
+        let content: Arc<[u8]> = input.content.as_slice().into();
+        let parsing = parser::parse(
+            &self.config.parser,
+            content,
+            format,
+            self.config.parse_timeout,
+        );
         let parsed = tokio::select! {
-            parsed = tokio::time::timeout(PARSE_TIMEOUT, parsing) => parsed,
+            parsed = parsing => parsed.map_err(JobFailure::Failed)?,
             _ = cancel.cancelled() => return Err(JobFailure::Cancelled),
-        }
-        .map_err(|_| {
-            JobFailure::Failed(format!(
-                "parsing took longer than {} s",
-                PARSE_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|e| JobFailure::Failed(format!("parsing stopped: {e}")))?
-        .map_err(|e| JobFailure::Failed(e.to_string()))?;
+        };
         phases.mark("parse");
         let chunks = kbq_ingest::chunk(&parsed, &self.config.chunk);
         let content_hash = hex::encode(Sha256::digest(&input.content));
@@ -2195,10 +2200,6 @@ impl From<StoreError> for JobFailure {
 /// jobs written meanwhile are what it meets: the bound is reached only while others keep
 /// adding doubtful names.
 const ASK_AGAIN: u8 = 3;
-
-/// Longest a source may take to parse: HTML nested thousands deep parses in time that grows
-/// with the square of its depth.
-const PARSE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The model request for one chunk: its messages and the `kbq_extraction` schema as
 /// structured output.

@@ -57,6 +57,7 @@
 //! - [`embedder`]: the OpenAI-compatible embedder the knowledge base may use.
 //! - [`ingest`]: raw documents into the graph: the [`IngestActor`](ingest::IngestActor) that
 //!   queues and resumes jobs, the pipeline a job runs, and the edge's [`Ingestor`](ingest::Ingestor).
+//! - [`parser`]: where a source's bytes are parsed: PDF and DOCX in a process of their own.
 
 pub mod agent;
 pub mod backend;
@@ -70,6 +71,7 @@ pub mod graph;
 pub mod health;
 pub mod ingest;
 pub mod local;
+pub mod parser;
 pub mod pool;
 pub mod priority;
 pub mod provider;

@@ -48,6 +48,14 @@ impl Format {
             Format::Docx => "docx",
         }
     }
+
+    /// Whether a document of this format is best parsed in a process of its own: the PDF and
+    /// DOCX readers are large third-party parsers of binary input, where a crafted file may
+    /// exhaust a thread's stack (which aborts the process) or its memory. The text formats'
+    /// readers are kbq's own, bounded in depth.
+    pub fn parsed_apart(self) -> bool {
+        matches!(self, Format::Pdf | Format::Docx)
+    }
 }
 
 impl fmt::Display for Format {

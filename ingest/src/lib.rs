@@ -44,7 +44,7 @@ pub use extraction::{
     ExtractedEntity, ExtractedRelationship, Extraction, PROMPT_VERSION, SCHEMA_NAME, SchemaError,
 };
 pub use format::{Format, UnsupportedFormat, detect};
-pub use parse::{ParseError, Parsed, Section, parse};
+pub use parse::{ParseAnswer, ParseError, Parsed, Section, parse};
 pub use provenance::{ChunkRef, Fact, Plan, SourceKey, Support, apply, plan_delete, plan_replace};
 pub use resolve::{
     Decision, ResolveConfig, acronyms, compare, compare_keys, decide, may_be_acronym, name_key,

@@ -55,6 +55,16 @@ pub struct IngestSection {
     /// description; below, or with no model, the most representative one is selected. 0:
     /// never summarise.
     pub summarise_after: usize,
+    /// Whether PDF and DOCX sources are parsed in kbq's own process rather than in a process
+    /// of their own, where a crafted file that crashes the parser ends only that process.
+    pub parse_in_process: bool,
+    /// The program run to parse PDF and DOCX apart (`PROGRAM parse-document --format F`);
+    /// empty: the running kbq executable.
+    pub parser_program: String,
+    /// The parser process's address-space limit, in MiB; 0: none.
+    pub parser_memory_mb: u64,
+    /// Seconds a source's parse may take before its job fails.
+    pub parse_timeout_secs: u64,
 }
 
 impl Default for IngestSection {
@@ -81,6 +91,10 @@ impl Default for IngestSection {
             forget_ended_jobs_after_secs: 7 * 24 * 3600,
             job_lease_secs: 30,
             summarise_after: 4,
+            parse_in_process: false,
+            parser_program: String::new(),
+            parser_memory_mb: 4096,
+            parse_timeout_secs: 60,
         }
     }
 }
@@ -116,6 +130,18 @@ impl IngestSection {
         )?;
         within("ingest.job_lease_secs", self.job_lease_secs, 6, 3600)?;
         within("ingest.summarise_after", self.summarise_after, 0, 1000)?;
+        within(
+            "ingest.parse_timeout_secs",
+            self.parse_timeout_secs,
+            1,
+            3600,
+        )?;
+        if self.parser_memory_mb != 0 && !(256..=1 << 20).contains(&self.parser_memory_mb) {
+            return bad(
+                "ingest.parser_memory_mb",
+                "must be 0 (no limit) or between 256 and 1048576",
+            );
+        }
         within(
             "ingest.doubtful_name",
             self.doubtful_name,
@@ -176,6 +202,32 @@ impl IngestSection {
             lease: std::time::Duration::from_secs(self.job_lease_secs),
             claims: true,
             summarise_after: self.summarise_after,
+            parser: self.parser(),
+            parse_timeout: std::time::Duration::from_secs(self.parse_timeout_secs),
         }
+    }
+
+    /// Where PDF and DOCX are parsed: apart, by `parser_program` or this executable, unless
+    /// `parse_in_process` says otherwise (or this executable cannot be found, which is
+    /// logged).
+    fn parser(&self) -> kbq_actors::parser::Parser {
+        use kbq_actors::parser::{Parser, ParserProcess};
+        if self.parse_in_process {
+            return Parser::InProcess;
+        }
+        let program = match self.parser_program.as_str() {
+            "" => match std::env::current_exe() {
+                Ok(program) => program,
+                Err(error) => {
+                    tracing::warn!(%error, "kbq's own executable was not found: PDF and DOCX are parsed in process");
+                    return Parser::InProcess;
+                }
+            },
+            program => program.into(),
+        };
+        Parser::Process(ParserProcess {
+            program,
+            memory_bytes: (self.parser_memory_mb > 0).then_some(self.parser_memory_mb << 20),
+        })
     }
 }

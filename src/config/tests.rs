@@ -33,6 +33,30 @@ fn the_shipped_examples_are_valid() {
 }
 
 #[test]
+fn pdf_and_docx_are_parsed_apart_by_this_executable_unless_told_otherwise() {
+    use kbq_actors::parser::{Parser, ParserProcess};
+    let mut c = Config::default();
+    assert_eq!(
+        c.ingest.runtime().parser,
+        Parser::Process(ParserProcess {
+            program: std::env::current_exe().unwrap(),
+            memory_bytes: Some(4096 << 20),
+        })
+    );
+    c.ingest.parser_program = "/opt/kbq/bin/kbq".into();
+    c.ingest.parser_memory_mb = 0;
+    assert_eq!(
+        c.ingest.runtime().parser,
+        Parser::Process(ParserProcess {
+            program: "/opt/kbq/bin/kbq".into(),
+            memory_bytes: None,
+        })
+    );
+    c.ingest.parse_in_process = true;
+    assert_eq!(c.ingest.runtime().parser, Parser::InProcess);
+}
+
+#[test]
 fn bad_values_name_their_key() {
     let mut c = Config::default();
     c.graph.workers = 0;
@@ -308,6 +332,14 @@ fn broken_rules() -> Vec<BrokenRule> {
         (
             "auth.keys[0].scopes each must be one of read, write, agent, admin",
             |c| c.auth.keys = vec![key_entry(&"ab".repeat(32), Some(&["read", "root"]))],
+        ),
+        (
+            "ingest.parse_timeout_secs must be between 1 and 3600",
+            |c| c.ingest.parse_timeout_secs = 0,
+        ),
+        (
+            "ingest.parser_memory_mb must be 0 (no limit) or between 256 and 1048576",
+            |c| c.ingest.parser_memory_mb = 100,
         ),
         ("versions.x1 must be named v<major>, e.g. v1", |c| {
             c.versions.insert("x1".into(), VersionSection::v1());

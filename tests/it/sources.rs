@@ -1087,6 +1087,108 @@ async fn a_multipart_upload_of_each_format_is_ingested() {
     llm.stop().await;
 }
 
+#[test]
+fn kbq_parse_document_answers_a_parsed_document_or_why_not_as_json() {
+    use std::io::Write;
+    let run = |format: &str, bytes: &[u8]| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+            .args(["parse-document", "--format", format])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(bytes).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = run("pdf", &pdf_with_text("Hello from a PDF"));
+    assert!(out.status.success(), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["parsed"]["text"], "Hello from a PDF", "{answer}");
+    let out = run("pdf", b"%PDF-1.4\n garbage");
+    assert!(out.status.success(), "{out:?}");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        answer["failed"]
+            .as_str()
+            .unwrap()
+            .starts_with("the PDF could not be read"),
+        "{answer}"
+    );
+    let out = run("rtf", b"{\\rtf1}");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("must be one of text, markdown, html, pdf, docx"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_parser_that_crashes_fails_its_job_and_the_node_goes_on() {
+    // The PDF parser's process dies as a stack overflow would end it: the job fails with
+    // the reason, nothing of the PDF is written, and the node and its next job go on.
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("crashing-parser");
+    std::fs::write(
+        &program,
+        "#!/bin/sh\ncat > /dev/null\necho \"fatal runtime error: stack overflow\" >&2\nkill -SEGV $$\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 5_000)]);
+    config.ingest.parser_program = program.display().to_string();
+    let t = start(config).await;
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(pdf_with_text(
+            "[[Crash Person]] -[likes]-> [[Crash Thing]]",
+        ))
+        .file_name("crash.pdf"),
+    );
+    let res = t
+        .http
+        .post(t.url(SOURCES))
+        .bearer_auth(KEY)
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    let (status, _, job) = read(res).await;
+    assert_eq!(status, 202, "{job}");
+    let job = finished(&t, job["job_id"].as_str().unwrap()).await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(
+        job["error"],
+        "the pdf parser was stopped by signal 11 (a crash: SIGSEGV, as when its stack is exhausted): fatal runtime error: stack overflow",
+        "{job}"
+    );
+    assert_eq!(entity(&t, "Crash Person").await, Value::Null);
+    let (status, body) = t
+        .call(
+            Method::DELETE,
+            "/data/v1/ingest/sources/upload/crash.pdf",
+            None,
+        )
+        .await
+        .into_status_body();
+    assert_eq!(status, 404, "nothing of it was written: {body}");
+    // Text formats never go to the parser process, and the node still ingests them.
+    let job = ingest(
+        &t,
+        markdown("after", "[[After Person]] -[likes]-> [[After Thing]]"),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(entity(&t, "After Person").await["name"], "After Person");
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn an_ended_job_past_the_nodes_table_is_answered_from_its_record() {
     let llm = ScriptedLlm::start().await;

@@ -68,6 +68,9 @@ pub fn test_config() -> Config {
     // The tests share two cores: an ingestion job in the idle class would wait for every other
     // test's work. The class itself is tested on a lane runtime (actors/src/runtime.rs).
     c.ingest.idle_class = false;
+    // PDF and DOCX are parsed apart by the kbq executable, as in a server: this test binary
+    // has no `parse-document` command.
+    c.ingest.parser_program = env!("CARGO_BIN_EXE_kbq").to_string();
     c.data_dir = std::env::temp_dir().join("kbq-tests-unused");
     // Tests send bursts; the rate-limit test sets its own budgets.
     c.limits.graph_per_minute = 0;

@@ -74,6 +74,26 @@ pub enum ParseError {
     Empty,
 }
 
+/// What a parser process (`kbq parse-document`) writes on its standard output: one JSON
+/// object, the document parsed or the reason it could not be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParseAnswer {
+    /// The document, parsed.
+    Parsed(Parsed),
+    /// Why it could not be parsed ([`ParseError`]'s message).
+    Failed(String),
+}
+
+impl From<Result<Parsed, ParseError>> for ParseAnswer {
+    fn from(result: Result<Parsed, ParseError>) -> Self {
+        match result {
+            Ok(parsed) => ParseAnswer::Parsed(parsed),
+            Err(e) => ParseAnswer::Failed(e.to_string()),
+        }
+    }
+}
+
 /// Parses a document. PDF and DOCX parsing can take a while on large files: call this from
 /// a thread that may block.
 pub fn parse(bytes: &[u8], format: Format) -> Result<Parsed, ParseError> {
