@@ -9,10 +9,13 @@
 //! entity its relationship needs cannot leave an index behind the database, and the follower
 //! also skips over this node's own writes without harm (they are already applied).
 //!
-//! A LIVE query ends with its connection. When that happens the follower waits for the
-//! connection to come back, subscribes again and then rebuilds both indexes from the database,
-//! because the writes made while it was away sent nothing. Subscribing before rebuilding means
-//! no write falls between the two.
+//! On a server the LIVE queries are held on a connection of their own
+//! (`KnowledgeBase::subscribe_beside`), so that the server's ending a subscription whose
+//! notifications queue up unread ends no statement. A LIVE query ends with its connection.
+//! When that happens the follower subscribes again on a new connection once the server
+//! answers, and then rebuilds both indexes from the database, because the writes made while
+//! it was away sent nothing. Subscribing before rebuilding means no write falls between the
+//! two.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
@@ -23,7 +26,7 @@ use futures::{FutureExt, StreamExt};
 use parking_lot::RwLockWriteGuard;
 use surrealdb::types::{Object, RecordIdKey, SurrealValue, Value};
 
-use crate::db::Connected;
+use crate::db::{Connected, Database};
 use crate::db::{RELATIONSHIP_FIELDS, obj, relationship_record_id};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
@@ -145,23 +148,31 @@ impl KnowledgeBase {
     /// Starts the three LIVE SELECTs.
     async fn subscribe(&self) -> Result<Notifications> {
         let c = self.connection().await?;
-        self.subscribe_on(&c).await
+        self.subscribe_beside(&c).await
     }
 
-    /// Starts the three LIVE SELECTs on `c`.
-    pub(crate) async fn subscribe_on(&self, c: &Connected) -> Result<Notifications> {
-        let mut all = SelectAll::new();
-        for table in Table::ALL {
-            let mut resp =
-                c.db.query(&table.subscription(), Object::new())
-                    .await
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-            let stream = resp
-                .stream::<Value>(0)
-                .map_err(|e| StoreError::Query(e.to_string()))?;
-            all.push(stream.map(move |n| (table, n.map(|n| n.data))).boxed());
+    /// Starts the three LIVE SELECTs for this knowledge base, whose statements run on `c`. On
+    /// a server they are held on a connection of their own: the server ends a connection
+    /// whose notifications queue up unread (`SURREAL_WEBSOCKET_RESPONSE_CHANNEL_SIZE`, 100 by
+    /// default), and every statement in flight on it with it. One write of many records sends
+    /// that many notifications at once. On their own connection, a lagging subscription ends
+    /// only itself, and the follower subscribes again and rebuilds. An embedded store has
+    /// nothing to end: they are held on `c`.
+    pub(crate) async fn subscribe_beside(&self, c: &Connected) -> Result<Notifications> {
+        let config = self.config();
+        if !config.is_server() {
+            return subscribe_on(&c.db, ()).await;
         }
-        Ok(all)
+        let own = tokio::time::timeout(config.connect_timeout, self.reach(None))
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "no connection for the LIVE subscriptions to {} within {:?}",
+                    config.url, config.connect_timeout
+                ))
+            })??;
+        let own = Arc::new(own);
+        subscribe_on(&own, own.clone()).await
     }
 
     /// Reads the current state of the changed records and applies it to the indexes.
@@ -234,6 +245,33 @@ impl KnowledgeBase {
         }
         Ok(())
     }
+}
+
+/// Starts the three LIVE SELECTs on `db`'s session; each stream holds `held` as long as it
+/// lives. A session's live queries end with its handle (a clone is another session), so a
+/// connection of the subscriptions' own is held by its streams, and the follower's dropping
+/// them closes it.
+async fn subscribe_on<H: Send + Clone + 'static>(db: &Database, held: H) -> Result<Notifications> {
+    let mut all = SelectAll::new();
+    for table in Table::ALL {
+        let mut resp = db
+            .query(&table.subscription(), Object::new())
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let stream = resp
+            .stream::<Value>(0)
+            .map_err(|e| StoreError::Query(e.to_string()))?;
+        let held = held.clone();
+        all.push(
+            stream
+                .map(move |n| {
+                    let _ = &held;
+                    (table, n.map(|n| n.data))
+                })
+                .boxed(),
+        );
+    }
+    Ok(all)
 }
 
 /// Applies notifications until the subscription breaks (an error) or the knowledge base is

@@ -356,7 +356,7 @@ impl KnowledgeBase {
         // the follower only once the build is done: a failed attempt subscribes again.
         let wanted = matches!(*self.first_subscription.lock(), FirstSubscription::Wanted);
         let notifications = match wanted {
-            true => Some(self.subscribe_on(&c).await?),
+            true => Some(self.subscribe_beside(&c).await?),
             false => None,
         };
         self.load_indexes(&c, progress).await?;
@@ -368,7 +368,7 @@ impl KnowledgeBase {
 
     /// Opens the connection and signs in, or takes `shared`, a new session on the parent's
     /// connection (signed in as the parent is), then selects the namespace and database.
-    async fn reach(&self, shared: Option<Database>) -> Result<Database> {
+    pub(crate) async fn reach(&self, shared: Option<Database>) -> Result<Database> {
         let unavailable = |e: surrealdb::Error| StoreError::Unavailable(e.to_string());
         let db = match shared {
             Some(db) => db,

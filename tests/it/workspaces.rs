@@ -1481,6 +1481,69 @@ async fn a_workspaces_keys_share_its_rate_budget() {
     t.stop().await;
 }
 
+/// Two nodes on one SurrealDB server share a workspace's rate budget as they share a key's:
+/// each node's share of `limits.workspace_graph_burst` is half of it, so two keys of one
+/// workspace together get two answers per node before the 429 that names the workspace's
+/// budget; another workspace has a budget of its own.
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_two_nodes_share_a_workspaces_rate_budget() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use kbq::versions::SystemClock;
+
+    use crate::remote::{SurrealServer, remote_config};
+    use crate::support::eventually;
+
+    let db = SurrealServer::start(0, "memory").await;
+    let mut config = remote_config(&db, true);
+    config.limits.workspace_graph_per_minute = 1;
+    config.limits.workspace_graph_burst = 4;
+    let a = TestServer::with_fixture(config.clone()).await;
+    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let alpha = workspace_with_key(&a, "alpha").await;
+    let alpha_too = mint(&a, "alpha", &["read"]).await;
+    let beta = workspace_with_key(&a, "beta").await;
+    let both = eventually(Duration::from_secs(20), || async {
+        let (a, b) = (a.metrics_text().await, b.metrics_text().await);
+        a.contains("\nkbq_rate_limit_nodes 2\n") && b.contains("\nkbq_rate_limit_nodes 2\n")
+    })
+    .await;
+    assert!(both, "the nodes did not count each other");
+    let path = "/data/v1/query/graph/search";
+    let search = || Some(json!({"query": "a"}));
+    // B knows the keys minted through A within the follower's window; `/v1/key` spends the
+    // agent budget (unlimited here), not the graph's.
+    let known = eventually(Duration::from_secs(10), || async {
+        let (s, _) = call_as(&b, &alpha_too, None, Method::GET, "/v1/key", None).await;
+        s != 401
+    })
+    .await;
+    assert!(known, "B did not learn of the key minted through A");
+    for (name, node) in [("A", &a), ("B", &b)] {
+        let mut statuses = Vec::new();
+        let mut last = Value::Null;
+        for key in [&alpha, &alpha_too, &alpha] {
+            let (s, body) = call_as(node, key, None, Method::POST, path, search()).await;
+            statuses.push(s.as_u16());
+            last = body;
+        }
+        assert_eq!(statuses, [200, 200, 429], "{name}: {last}");
+        assert!(
+            last["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("this workspace"),
+            "{name}: {last}"
+        );
+        let (s, body) = call_as(node, &beta, None, Method::POST, path, search()).await;
+        assert_eq!(s, 200, "{name}: beta has a budget of its own: {body}");
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
 /// Two nodes on one SurrealDB server: a workspace and a key made through one are known to the
 /// other; each node's indexes of a workspace follow the other's writes to it and to it alone,
 /// also when both write to two workspaces at once; a workspace deleted through one is gone
