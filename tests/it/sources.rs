@@ -1544,6 +1544,59 @@ async fn a_job_of_a_killed_node_is_resumed_and_written_once() {
 /// `kbq ingest DIR` reads the folder's documents (not its hidden or unreadable files), prints
 /// what it did, and a second run over unchanged files asks the model nothing.
 #[tokio::test]
+async fn kbq_ingest_parses_a_pdf_in_a_process_of_its_own() {
+    // The command runs its own executable as the parser: no configuration names it.
+    let llm = ScriptedLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("paper.pdf"),
+        pdf_with_text("[[Grace Hopper]] -[designed]-> [[FLOW-MATIC]]"),
+    )
+    .unwrap();
+    let config = dir.path().join("kbq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let run = |parser: Option<&str>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"));
+        command
+            .args(["ingest", "--store", &store, docs.to_str().unwrap()])
+            .env("KBQ_CONFIG", &config)
+            .env("KBQ_DATA_DIR", dir.path());
+        if let Some(program) = parser {
+            command.env("KBQ_INGEST__PARSER_PROGRAM", program);
+        }
+        command.output()
+    };
+    // A parser program that is not there fails the file: the PDF is not parsed in process.
+    let out = run(Some("/nonexistent/kbq")).await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the pdf parser could not be started (/nonexistent/kbq)"),
+        "{stderr}"
+    );
+    let out = run(None).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("ingested 1 of 1 files (1 chunks)")
+            && stdout.contains("2 entities and 1 relationships added"),
+        "{stdout}"
+    );
+    llm.stop().await;
+}
+
+#[tokio::test]
 async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
     let llm = ScriptedLlm::start().await;
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,6 +24,8 @@ const timings = {};
 let kbq;
 let url;
 let browser;
+/** The server's data directory, removed once it has stopped. */
+let dir;
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -61,7 +63,7 @@ async function hub(name, n, leafType = "leaf") {
 before(async () => {
   const bin = process.env.KBQ_BIN ?? fileURLToPath(new URL("../../target/debug/kbq", import.meta.url));
   const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), "kbq-ui-"));
+  dir = mkdtempSync(join(tmpdir(), "kbq-ui-"));
   url = `http://127.0.0.1:${port}`;
   // kbq reads every KBQ_ variable as configuration: only its own go to it.
   const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith("KBQ_")));
@@ -104,7 +106,12 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  kbq?.kill();
+  if (kbq && kbq.exitCode === null) {
+    const exited = new Promise((resolve) => kbq.once("exit", resolve));
+    kbq.kill();
+    await exited;
+  }
+  if (dir) rmSync(dir, { recursive: true, force: true });
   writeFileSync(join(SHOTS, "timings.json"), `${JSON.stringify(timings, null, 2)}\n`);
 });
 

@@ -4,7 +4,7 @@
 
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -81,9 +81,13 @@ scopes = ["read"]
   }
   return {
     url,
+    // Stops the server, then removes its configuration and data directory.
     stop: () =>
       new Promise((resolve) => {
-        child.once("exit", resolve);
+        child.once("exit", () => {
+          rmSync(dir, { recursive: true, force: true });
+          resolve();
+        });
         child.kill("SIGTERM");
       }),
   };
