@@ -48,22 +48,35 @@ pub async fn request_id(
         .as_deref()
         .map(|r| format!("{} {r}", req.method()))
         .unwrap_or_default();
+    // Without export, only the fields the logs show: every `request done` line carries the
+    // span's fields, formatted once per request.
     macro_rules! request_span {
         ($target:expr) => {
-            tracing::info_span!(
-                target: $target,
-                "request",
-                request_id = %id,
-                method = %req.method(),
-                path = %req.path(),
-                key = tracing::field::Empty,
-                workspace = tracing::field::Empty,
-                trace_id = tracing::field::Empty,
-                otel.name = name.as_str(),
-                otel.kind = "server",
-                http.route = route.as_deref(),
-                http.response.status_code = tracing::field::Empty,
-            )
+            match route {
+                Some(_) => tracing::info_span!(
+                    target: $target,
+                    "request",
+                    request_id = %id,
+                    method = %req.method(),
+                    path = %req.path(),
+                    key = tracing::field::Empty,
+                    workspace = tracing::field::Empty,
+                    trace_id = tracing::field::Empty,
+                    otel.name = name.as_str(),
+                    otel.kind = "server",
+                    http.route = route.as_deref(),
+                    http.response.status_code = tracing::field::Empty,
+                ),
+                None => tracing::info_span!(
+                    target: $target,
+                    "request",
+                    request_id = %id,
+                    method = %req.method(),
+                    path = %req.path(),
+                    key = tracing::field::Empty,
+                    workspace = tracing::field::Empty,
+                ),
+            }
         };
     }
     let span = if matches!(req.path(), "/livez" | "/readyz" | "/metrics") {

@@ -6,8 +6,12 @@
 //! store statement, and an ingestion job's chunks. Export is on when `[telemetry] enabled`
 //! or when `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, as the
 //! OpenTelemetry SDKs of other languages do; the standard `OTEL_*` variables win over the
-//! `[telemetry]` keys. When it is off no layer is installed, and the spans cost what a
-//! disabled `tracing` callsite costs.
+//! `[telemetry]` keys. When it is off no layer is installed. The spans inside a request (the
+//! graph call, the chat session, each provider and tool call, each store statement, an
+//! ingestion job's chunks) are `debug`: at the default log level (`info`) nothing records
+//! them, and each costs what a disabled `tracing` callsite costs. The request's own span is
+//! `info`: it carries the request id into every log line of the request, the access log's
+//! `request done` among them (docs/configuration.md, `[log]`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -295,7 +295,7 @@ impl GraphPool {
         query: TraversalQuery,
     ) -> Result<TraversalJson, GraphError> {
         let kb = kb.clone();
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "graph.traverse",
             kbq.lane = "lookup",
             kbq.depth = query.depth,
@@ -317,7 +317,7 @@ impl GraphPool {
         limit: usize,
     ) -> Result<Vec<EntityRef>, GraphError> {
         let kb = kb.clone();
-        let span = tracing::info_span!("graph.search", kbq.lane = "search", kbq.limit = limit);
+        let span = tracing::debug_span!("graph.search", kbq.lane = "search", kbq.limit = limit);
         self.call(GraphLane::Search, |reply| GraphRequest::Search {
             kb,
             query,
@@ -336,7 +336,7 @@ impl GraphPool {
         name: String,
     ) -> Result<Option<EntityRef>, GraphError> {
         let kb = kb.clone();
-        let span = tracing::info_span!("graph.entity", kbq.lane = "lookup");
+        let span = tracing::debug_span!("graph.entity", kbq.lane = "lookup");
         self.local_or_lane(GraphLane::Lookup, |reply| {
             GraphRequest::Entity(kb, name, reply)
         })
@@ -351,7 +351,7 @@ impl GraphPool {
         query: DocumentsQuery,
     ) -> Result<GraphDocuments, GraphError> {
         let kb = kb.clone();
-        let span = tracing::info_span!("graph.documents", kbq.lane = "documents");
+        let span = tracing::debug_span!("graph.documents", kbq.lane = "documents");
         self.local_or_lane(GraphLane::Documents, |reply| {
             GraphRequest::Documents(kb, query, reply)
         })

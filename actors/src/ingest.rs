@@ -752,7 +752,7 @@ impl IngestDeps {
             .update(id, true, |v| v.status = JobStatus::Running)
             .await;
         // A job is a trace of its own: its chunks, model calls and statements are in it.
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "ingest.job",
             otel.name = "ingest job",
             kbq.job_id = %id,
@@ -1408,7 +1408,7 @@ impl IngestDeps {
             );
             extraction_request(system, user)
         };
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "ingest.chunk",
             kbq.chunk = chunk.index,
             kbq.chunk_bytes = chunk.text.len(),

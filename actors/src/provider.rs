@@ -63,7 +63,7 @@ impl Worker for ProviderWorker {
     ) -> Result<(), ActorProcessingErr> {
         let ProviderMessage::Complete(request, reply) = msg;
         // Under the router's span for this call: its start to here is the time queued.
-        let span = tracing::info_span!(parent: &*request.span, "provider.work", kbq.provider = %state.name);
+        let span = tracing::debug_span!(parent: &*request.span, "provider.work", kbq.provider = %state.name);
         let retry = state.retry;
         let state = &*state;
         let work = async move {

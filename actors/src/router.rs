@@ -61,7 +61,7 @@ impl ProviderRouter {
             let Some(provider) = self.providers.iter().find(|p| p.name == name) else {
                 continue;
             };
-            let span = tracing::info_span!(
+            let span = tracing::debug_span!(
                 "provider.call",
                 otel.name = %format!("chat {name}"),
                 otel.kind = "client",

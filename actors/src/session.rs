@@ -88,7 +88,7 @@ impl Actor for ChatSessionActor {
         match message {
             SessionMessage::Run => {
                 if let Some(args) = state.args.take() {
-                    let span = tracing::info_span!(
+                    let span = tracing::debug_span!(
                         parent: &args.parent,
                         "agent.session",
                         otel.name = "invoke_agent kbq",
@@ -272,7 +272,7 @@ async fn run(
                     arguments: arguments.clone(),
                 })
             });
-            let span = tracing::info_span!(
+            let span = tracing::debug_span!(
                 "agent.tool",
                 otel.name = %format!("execute_tool {name}"),
                 gen_ai.operation.name = "execute_tool",

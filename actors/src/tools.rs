@@ -57,7 +57,7 @@ impl Worker for ToolWorker {
             ToolJob::Call { ctx, args, reply } => {
                 // Under the session's span for this call: its start to here is the time queued.
                 let span =
-                    tracing::info_span!(parent: &ctx.span, "tool.work", kbq.tool = tool.name());
+                    tracing::debug_span!(parent: &ctx.span, "tool.work", kbq.tool = tool.name());
                 answer(reply, tool.call(&ctx, &args).instrument(span)).await
             }
             #[cfg(feature = "fault-injection")]

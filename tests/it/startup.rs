@@ -172,6 +172,59 @@ async fn serve_listens_before_it_loads_and_colours_logs_only_when_asked() {
     assert!(logs.contains("\u{1b}["), "no colour when asked:\n{logs}");
 }
 
+/// Each request logs one `request done` line carrying the request's id, its key's name and its
+/// workspace, as JSON with `log.format = "json"`; with trace export off, no `otel.*` or
+/// `http.*` field clutters it.
+#[cfg(unix)]
+#[tokio::test]
+async fn each_request_logs_one_line_with_its_id_key_and_workspace() {
+    let mut serve = ServeProcess::start(
+        &[
+            ("KBQ_API_KEYS", "log-test-key"),
+            ("KBQ_LOG__FORMAT", "json"),
+            ("RUST_LOG", "warn,kbq::middleware=info"),
+        ],
+        std::process::Stdio::piped(),
+    )
+    .await;
+    let res = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{}/data/v1/query/graph/search",
+            serve.port
+        ))
+        .bearer_auth("log-test-key")
+        .header("X-Request-Id", "log-test-0001")
+        .json(&json!({"query": "Ada"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    serve.child.start_kill().unwrap();
+    let out = serve.child.wait_with_output().await.unwrap();
+    let logs = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &serde_json::Value| l["fields"]["message"] == "request done")
+        .filter(|l| l["span"]["request_id"] == "log-test-0001")
+        .collect();
+    assert_eq!(lines.len(), 1, "{logs}");
+    let line = &lines[0];
+    assert_eq!(line["fields"]["status"], 200, "{line}");
+    assert_eq!(line["span"]["key"], "env-0", "{line}");
+    assert_eq!(line["span"]["workspace"], "default", "{line}");
+    assert_eq!(
+        line["span"]["path"], "/data/v1/query/graph/search",
+        "{line}"
+    );
+    let span = line["span"].as_object().unwrap();
+    assert!(
+        span.keys()
+            .all(|k| !k.starts_with("otel.") && !k.starts_with("http.")),
+        "{line}"
+    );
+}
+
 /// A shell that holds the client libraries' variables still starts the server, which warns
 /// that `KBQ_API_KEY` is not its key; any other unknown `KBQ_` variable stops start-up,
 /// naming it.
