@@ -48,35 +48,23 @@ pub async fn request_id(
         .as_deref()
         .map(|r| format!("{} {r}", req.method()))
         .unwrap_or_default();
-    // Without export, only the fields the logs show: every `request done` line carries the
-    // span's fields, formatted once per request.
+    // The trace fields are recorded only with export on: empty, a log line shows none of them.
     macro_rules! request_span {
         ($target:expr) => {
-            match route {
-                Some(_) => tracing::info_span!(
-                    target: $target,
-                    "request",
-                    request_id = %id,
-                    method = %req.method(),
-                    path = %req.path(),
-                    key = tracing::field::Empty,
-                    workspace = tracing::field::Empty,
-                    trace_id = tracing::field::Empty,
-                    otel.name = name.as_str(),
-                    otel.kind = "server",
-                    http.route = route.as_deref(),
-                    http.response.status_code = tracing::field::Empty,
-                ),
-                None => tracing::info_span!(
-                    target: $target,
-                    "request",
-                    request_id = %id,
-                    method = %req.method(),
-                    path = %req.path(),
-                    key = tracing::field::Empty,
-                    workspace = tracing::field::Empty,
-                ),
-            }
+            tracing::info_span!(
+                target: $target,
+                "request",
+                request_id = %id,
+                method = %req.method(),
+                path = %req.path(),
+                key = tracing::field::Empty,
+                workspace = tracing::field::Empty,
+                trace_id = tracing::field::Empty,
+                otel.name = tracing::field::Empty,
+                otel.kind = tracing::field::Empty,
+                http.route = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+            )
         };
     }
     let span = if matches!(req.path(), "/livez" | "/readyz" | "/metrics") {
@@ -84,6 +72,11 @@ pub async fn request_id(
     } else {
         request_span!("kbq::middleware")
     };
+    if let Some(route) = &route {
+        span.record("otel.name", name.as_str());
+        span.record("otel.kind", "server");
+        span.record("http.route", route.as_str());
+    }
     crate::telemetry::continue_trace(&span, req.headers());
     let started = Instant::now();
     let result = next.call(req).instrument(span.clone()).await;

@@ -1050,9 +1050,25 @@ async fn a_multipart_upload_of_each_format_is_ingested() {
         "no script text is read"
     );
     // A PDF that cannot be read fails its job with a reason, and nothing of it is written.
+    let job = upload_failing(&t, "bad.pdf", b"%PDF-1.4\n garbage".to_vec()).await;
+    assert!(
+        job["error"]
+            .as_str()
+            .unwrap()
+            .to_lowercase()
+            .contains("pdf"),
+        "{job}"
+    );
+    t.stop().await;
+    llm.stop().await;
+}
+
+/// Uploads `bytes` as the file `name` (source `upload`), whose job must fail: the job, once
+/// the source is known to hold nothing (its delete answers 404).
+async fn upload_failing(t: &TestServer, name: &str, bytes: Vec<u8>) -> Value {
     let form = reqwest::multipart::Form::new().part(
         "file",
-        reqwest::multipart::Part::bytes(b"%PDF-1.4\n garbage".to_vec()).file_name("bad.pdf"),
+        reqwest::multipart::Part::bytes(bytes).file_name(name.to_string()),
     );
     let res = t
         .http
@@ -1064,27 +1080,12 @@ async fn a_multipart_upload_of_each_format_is_ingested() {
         .unwrap();
     let (status, _, job) = read(res).await;
     assert_eq!(status, 202, "{job}");
-    let job = finished(&t, job["job_id"].as_str().unwrap()).await;
+    let job = finished(t, job["job_id"].as_str().unwrap()).await;
     assert_eq!(job["status"], "failed", "{job}");
-    assert!(
-        job["error"]
-            .as_str()
-            .unwrap()
-            .to_lowercase()
-            .contains("pdf"),
-        "{job}"
-    );
-    let (status, body) = t
-        .call(
-            Method::DELETE,
-            "/data/v1/ingest/sources/upload/bad.pdf",
-            None,
-        )
-        .await
-        .into_status_body();
-    assert_eq!(status, 404, "nothing of it was written: {body}");
-    t.stop().await;
-    llm.stop().await;
+    let path = format!("/data/v1/ingest/sources/upload/{name}");
+    let (status, body) = t.call(Method::DELETE, &path, None).await.into_status_body();
+    assert_eq!(status, 404, "nothing of {name} was written: {body}");
+    job
 }
 
 #[test]
@@ -1143,40 +1144,14 @@ async fn a_parser_that_crashes_fails_its_job_and_the_node_goes_on() {
     let mut config = agent_config(vec![openai("model", &llm, 0, 5_000)]);
     config.ingest.parser_program = program.display().to_string();
     let t = start(config).await;
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(pdf_with_text(
-            "[[Crash Person]] -[likes]-> [[Crash Thing]]",
-        ))
-        .file_name("crash.pdf"),
-    );
-    let res = t
-        .http
-        .post(t.url(SOURCES))
-        .bearer_auth(KEY)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
-    let (status, _, job) = read(res).await;
-    assert_eq!(status, 202, "{job}");
-    let job = finished(&t, job["job_id"].as_str().unwrap()).await;
-    assert_eq!(job["status"], "failed", "{job}");
+    let pdf = pdf_with_text("[[Crash Person]] -[likes]-> [[Crash Thing]]");
+    let job = upload_failing(&t, "crash.pdf", pdf).await;
     assert_eq!(
         job["error"],
         "the pdf parser was stopped by signal 11 (a crash: SIGSEGV, as when its stack is exhausted): fatal runtime error: stack overflow",
         "{job}"
     );
     assert_eq!(entity(&t, "Crash Person").await, Value::Null);
-    let (status, body) = t
-        .call(
-            Method::DELETE,
-            "/data/v1/ingest/sources/upload/crash.pdf",
-            None,
-        )
-        .await
-        .into_status_body();
-    assert_eq!(status, 404, "nothing of it was written: {body}");
     // Text formats never go to the parser process, and the node still ingests them.
     let job = ingest(
         &t,
