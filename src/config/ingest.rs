@@ -216,7 +216,7 @@ impl IngestSection {
             return Parser::InProcess;
         }
         let program = match self.parser_program.as_str() {
-            "" => match std::env::current_exe() {
+            "" => match running_executable() {
                 Ok(program) => program,
                 Err(error) => {
                     tracing::warn!(%error, "kbq's own executable was not found: PDF and DOCX are parsed in process");
@@ -230,4 +230,17 @@ impl IngestSection {
             memory_bytes: (self.parser_memory_mb > 0).then_some(self.parser_memory_mb << 20),
         })
     }
+}
+
+/// The executable this process runs. On Linux `/proc/self/exe`, which the child opens after
+/// its fork: the very image that runs, even when an upgrade has replaced or deleted the file
+/// since the start, so the parser always speaks this version's protocol.
+fn running_executable() -> std::io::Result<std::path::PathBuf> {
+    if cfg!(target_os = "linux") {
+        let path = std::path::PathBuf::from("/proc/self/exe");
+        if path.exists() {
+            return Ok(path);
+        }
+    }
+    std::env::current_exe()
 }

@@ -39,7 +39,11 @@ fn pdf_and_docx_are_parsed_apart_by_this_executable_unless_told_otherwise() {
     assert_eq!(
         c.ingest.runtime().parser,
         Parser::Process(ParserProcess {
-            program: std::env::current_exe().unwrap(),
+            program: if cfg!(target_os = "linux") {
+                "/proc/self/exe".into()
+            } else {
+                std::env::current_exe().unwrap()
+            },
             memory_bytes: Some(4096 << 20),
         })
     );
