@@ -1518,6 +1518,20 @@ async fn a_job_of_a_killed_node_is_resumed_and_written_once() {
 
 /// `kbq ingest DIR` reads the folder's documents (not its hidden or unreadable files), prints
 /// what it did, and a second run over unchanged files asks the model nothing.
+/// Writes `dir/kbq.toml`, whose one provider is `llm`, for a `kbq` command: its path.
+fn model_config(dir: &std::path::Path, llm: &ScriptedLlm) -> std::path::PathBuf {
+    let config = dir.join("kbq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\n",
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 #[tokio::test]
 async fn kbq_ingest_parses_a_pdf_in_a_process_of_its_own() {
     // The command runs its own executable as the parser: no configuration names it.
@@ -1530,15 +1544,7 @@ async fn kbq_ingest_parses_a_pdf_in_a_process_of_its_own() {
         pdf_with_text("[[Grace Hopper]] -[designed]-> [[FLOW-MATIC]]"),
     )
     .unwrap();
-    let config = dir.path().join("kbq.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\n",
-            llm.base_url()
-        ),
-    )
-    .unwrap();
+    let config = model_config(dir.path(), &llm);
     let store = format!("surrealkv://{}", dir.path().join("kb").display());
     let run = |parser: Option<&str>| {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"));
@@ -1590,15 +1596,7 @@ async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
     .unwrap();
     std::fs::write(docs.join(".git/c.md"), "[[Hidden]]").unwrap();
     std::fs::write(docs.join("d.png"), [0u8, 1, 2]).unwrap();
-    let config = dir.path().join("kbq.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\n",
-            llm.base_url()
-        ),
-    )
-    .unwrap();
+    let config = model_config(dir.path(), &llm);
     let store = format!("surrealkv://{}", dir.path().join("kb").display());
     let run = || async {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
