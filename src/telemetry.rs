@@ -9,9 +9,9 @@
 //! `[telemetry]` keys. When it is off no layer is installed. The spans inside a request (the
 //! graph call, the chat session, each provider and tool call, each store statement, an
 //! ingestion job's chunks) are `debug`: at the default log level (`info`) nothing records
-//! them, and each costs what a disabled `tracing` callsite costs. The request's own span is
-//! `info`: it carries the request id into every log line of the request, the access log's
-//! `request done` among them (docs/configuration.md, `[log]`).
+//! them, and each costs what a disabled `tracing` callsite costs. A request's own span and an
+//! ingestion job's are `info`: each carries its id into every log line of the request or job,
+//! the access log's `request done` among them (docs/configuration.md, `[log]`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

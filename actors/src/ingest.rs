@@ -751,8 +751,9 @@ impl IngestDeps {
         let _ = self
             .update(id, true, |v| v.status = JobStatus::Running)
             .await;
-        // A job is a trace of its own: its chunks, model calls and statements are in it.
-        let span = tracing::debug_span!(
+        // A job is a trace of its own: its chunks, model calls and statements are in it. Like
+        // a request's, its span is `info`: every log line of the job carries its id.
+        let span = tracing::info_span!(
             "ingest.job",
             otel.name = "ingest job",
             kbq.job_id = %id,
