@@ -44,10 +44,6 @@ pub async fn request_id(
         req.match_pattern()
             .unwrap_or_else(|| "unmatched".to_string())
     });
-    let name = route
-        .as_deref()
-        .map(|r| format!("{} {r}", req.method()))
-        .unwrap_or_default();
     // The trace fields are recorded only with export on: empty, a log line shows none of them.
     macro_rules! request_span {
         ($target:expr) => {
@@ -73,7 +69,7 @@ pub async fn request_id(
         request_span!("kbq::middleware")
     };
     if let Some(route) = &route {
-        span.record("otel.name", name.as_str());
+        span.record("otel.name", format!("{} {route}", req.method()).as_str());
         span.record("otel.kind", "server");
         span.record("http.route", route.as_str());
     }

@@ -45,22 +45,20 @@ pub(crate) async fn parse(
     format: Format,
     timeout: Duration,
 ) -> Result<Parsed, String> {
-    let too_long = || format!("parsing took longer than {} s", timeout.as_secs_f64());
-    match parser {
-        Parser::Process(process) if format.parsed_apart() => {
-            tokio::time::timeout(timeout, parse_apart(process, &bytes, format))
+    let parsing = async move {
+        match parser {
+            Parser::Process(process) if format.parsed_apart() => {
+                parse_apart(process, &bytes, format).await
+            }
+            _ => tokio::task::spawn_blocking(move || kbq_ingest::parse(&bytes, format))
                 .await
-                .map_err(|_| too_long())?
-        }
-        _ => {
-            let parsing = tokio::task::spawn_blocking(move || kbq_ingest::parse(&bytes, format));
-            tokio::time::timeout(timeout, parsing)
-                .await
-                .map_err(|_| too_long())?
                 .map_err(|e| format!("parsing stopped: {e}"))?
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string()),
         }
-    }
+    };
+    tokio::time::timeout(timeout, parsing)
+        .await
+        .map_err(|_| format!("parsing took longer than {} s", timeout.as_secs_f64()))?
 }
 
 /// Runs the parser process on `bytes`. Dropping the future kills the child.
