@@ -474,6 +474,20 @@ async fn remote_a_job_is_run_by_one_node_and_taken_over_when_it_stops() {
     llm.stop().await;
 }
 
+/// Two nodes with `config` (the first writes the fixture), once each counts the other among
+/// the nodes its rate budgets are shared by.
+pub(crate) async fn two_counted_nodes(config: Config) -> (TestServer, TestServer) {
+    let a = TestServer::with_fixture(config.clone()).await;
+    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let both = eventually(Duration::from_secs(20), || async {
+        let (a, b) = (a.metrics_text().await, b.metrics_text().await);
+        a.contains("\nkbq_rate_limit_nodes 2\n") && b.contains("\nkbq_rate_limit_nodes 2\n")
+    })
+    .await;
+    assert!(both, "the nodes did not count each other");
+    (a, b)
+}
+
 /// Two nodes on one server share a key's rate budget: once each counts the other, each
 /// enforces half of it, so the key gets the budget in all, not twice it.
 #[tokio::test]
@@ -483,14 +497,7 @@ async fn remote_two_nodes_share_a_keys_rate_budget() {
     let mut config = remote_config(&db, true);
     config.limits.graph_per_minute = 1;
     config.limits.graph_burst = 4;
-    let a = TestServer::with_fixture(config.clone()).await;
-    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
-    let both = eventually(Duration::from_secs(20), || async {
-        let (a, b) = (a.metrics_text().await, b.metrics_text().await);
-        a.contains("\nkbq_rate_limit_nodes 2\n") && b.contains("\nkbq_rate_limit_nodes 2\n")
-    })
-    .await;
-    assert!(both, "the nodes did not count each other");
+    let (a, b) = two_counted_nodes(config).await;
     for node in [&a, &b] {
         let statuses: Vec<u16> = {
             let mut out = Vec::new();

@@ -1488,29 +1488,19 @@ async fn a_workspaces_keys_share_its_rate_budget() {
 #[tokio::test]
 #[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
 async fn remote_two_nodes_share_a_workspaces_rate_budget() {
-    use std::sync::Arc;
     use std::time::Duration;
 
-    use kbq::versions::SystemClock;
-
-    use crate::remote::{SurrealServer, remote_config};
+    use crate::remote::{SurrealServer, remote_config, two_counted_nodes};
     use crate::support::eventually;
 
     let db = SurrealServer::start(0, "memory").await;
     let mut config = remote_config(&db, true);
     config.limits.workspace_graph_per_minute = 1;
     config.limits.workspace_graph_burst = 4;
-    let a = TestServer::with_fixture(config.clone()).await;
-    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let (a, b) = two_counted_nodes(config).await;
     let alpha = workspace_with_key(&a, "alpha").await;
     let alpha_too = mint(&a, "alpha", &["read"]).await;
     let beta = workspace_with_key(&a, "beta").await;
-    let both = eventually(Duration::from_secs(20), || async {
-        let (a, b) = (a.metrics_text().await, b.metrics_text().await);
-        a.contains("\nkbq_rate_limit_nodes 2\n") && b.contains("\nkbq_rate_limit_nodes 2\n")
-    })
-    .await;
-    assert!(both, "the nodes did not count each other");
     let path = "/data/v1/query/graph/search";
     let search = || Some(json!({"query": "a"}));
     // B knows the keys minted through A within the follower's window; `/v1/key` spends the
