@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    surrealdb_server::init(surrealdb_server::core::CommunityComposer())
+}
