@@ -117,7 +117,7 @@ impl ErrorCode {
                 "the request's body did not arrive within `server.body_timeout_ms`; the connection is closed"
             }
             ErrorCode::WorkspaceNotFound => {
-                "the workspace named in `X-KBQ-Workspace` or in the path does not exist"
+                "the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran"
             }
             ErrorCode::WorkspaceForbidden => {
                 "the key named a workspace other than its own; only an admin key of `default` may"
@@ -320,6 +320,10 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid { field, reason } => {
                 ApiError::invalid(field.clone(), format!("{field} {reason}"))
             }
+            StoreError::Removed(_) => ApiError::new(
+                ErrorCode::WorkspaceNotFound,
+                "the request's workspace was deleted while the request ran",
+            ),
         }
     }
 }

@@ -12,6 +12,10 @@ pub enum StoreError {
     /// A record or argument broke a rule; `field` names the offending field.
     #[error("{field}: {reason}")]
     Invalid { field: String, reason: String },
+    /// The knowledge base's database is gone: its workspace was deleted while the statement
+    /// ran (a 404 `workspace_not_found` at the edge).
+    #[error("the workspace's database was removed: {0}")]
+    Removed(String),
 }
 
 impl StoreError {

@@ -168,9 +168,15 @@ pub struct KnowledgeBase {
 /// waiting out its own attempt.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(500);
 
-/// How long a statement waits for the store's health once the store was found unreachable
-/// (see [`KnowledgeBase::guarded`]).
+/// How long a statement waits for the store's health once the store was found unreachable,
+/// and how long a statement runs before its store's health is asked (see
+/// [`KnowledgeBase::guarded`]).
 pub(crate) const RECHECK_UNREACHABLE: Duration = Duration::from_secs(1);
+
+/// How long the health check of a statement still running after [`RECHECK_UNREACHABLE`]
+/// may take: longer than the check before a statement, so that a server only slow to answer
+/// (busy cores) is not taken for one that is gone.
+const HEALTH_OF_A_SLOW_STATEMENT: Duration = Duration::from_secs(2);
 
 impl KnowledgeBase {
     /// Creates the knowledge base and tries to connect once. An unreachable database is not an
@@ -488,11 +494,17 @@ impl KnowledgeBase {
     }
 
     /// Runs `statement` unless the store is known to be unreachable: once a statement has
-    /// found it so (no answer within `query_timeout`, or the connection gone), each later one
-    /// first asks the store's health for at most [`RECHECK_UNREACHABLE`], and fails at once
-    /// with 503 if it does not answer. The SDK holds statements sent while it reconnects until
-    /// it has reconnected, so without this every request during an outage would wait its
-    /// whole `query_timeout`, once per statement.
+    /// found it so, each later one first asks the store's health for at most
+    /// [`RECHECK_UNREACHABLE`], and fails at once with 503 if it does not answer. The SDK
+    /// holds statements sent while it reconnects until it has reconnected, so without this
+    /// every request during an outage would wait its whole `query_timeout`, once per
+    /// statement.
+    ///
+    /// A statement finds the store unreachable when the connection is gone, when it gets no
+    /// answer within `query_timeout`, or when it has run for [`RECHECK_UNREACHABLE`] and the
+    /// store's health then gets no answer within [`HEALTH_OF_A_SLOW_STATEMENT`]: so the first
+    /// statement sent after a server went away fails within about 3 s, not `query_timeout`.
+    /// A statement that is only slow is waited for as long as its health check passes.
     pub(crate) async fn guarded<T>(
         &self,
         c: &Connected,
@@ -511,11 +523,48 @@ impl KnowledgeBase {
                 }
             }
         }
-        let answer = statement.await;
+        let answer = Self::watched(c, statement).await;
+        // A workspace deleted while its requests ran: its database is removed under them.
+        if let Err(StoreError::Query(m)) = &answer
+            && self.parent.is_some()
+            && m.contains(&format!(
+                "database '{}' does not exist",
+                self.config.database
+            ))
+        {
+            return Err(StoreError::Removed(self.config.database.clone()));
+        }
         if matches!(answer, Err(StoreError::Unavailable(_))) {
             state.unreachable.lock().get_or_insert_with(Instant::now);
         }
         answer
+    }
+
+    /// `statement`'s answer; but one that has run for [`RECHECK_UNREACHABLE`] asks the
+    /// store's health, again after each interval, and fails as unavailable when a check gets
+    /// no answer within [`HEALTH_OF_A_SLOW_STATEMENT`] (see [`guarded`](Self::guarded)).
+    async fn watched<T>(
+        c: &Connected,
+        statement: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let mut statement = std::pin::pin!(statement);
+        loop {
+            if let Ok(answer) = tokio::time::timeout(RECHECK_UNREACHABLE, &mut statement).await {
+                return answer;
+            }
+            let health = tokio::time::timeout(HEALTH_OF_A_SLOW_STATEMENT, c.db.health());
+            tokio::select! {
+                answer = &mut statement => return answer,
+                checked = health => {
+                    if !matches!(checked, Ok(Ok(()))) {
+                        return Err(StoreError::Unavailable(
+                            "the store did not answer its health check while a statement ran"
+                                .into(),
+                        ));
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) async fn run_on<T: DeserializeOwned>(

@@ -82,6 +82,7 @@ impl From<StoreError> for ToolError {
                 ToolError::InvalidArguments(format!("{field} {reason}"))
             }
             StoreError::Unavailable(m) | StoreError::Query(m) => ToolError::Failed(m),
+            e @ StoreError::Removed(_) => ToolError::Failed(e.to_string()),
         }
     }
 }

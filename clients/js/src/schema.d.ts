@@ -1066,7 +1066,7 @@ export interface components {
          *     - `workspace_forbidden` (403): the key named a workspace other than its own; only an admin key of `default` may
          *     - `quota_exceeded` (403): the write would take the workspace past its quota (`workspaces.max_entities`, `max_documents`, `max_document_bytes`); nothing was written
          *     - `not_found` (404): no such path, or an API version that kbq does not serve
-         *     - `workspace_not_found` (404): the workspace named in `X-KBQ-Workspace` or in the path does not exist
+         *     - `workspace_not_found` (404): the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran
          *     - `method_not_allowed` (405): the path exists but not with this method
          *     - `request_timeout` (408): the request's body did not arrive within `server.body_timeout_ms`; the connection is closed
          *     - `conflict` (409): what the request would create exists already
@@ -1910,7 +1910,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+        /** @description `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran */
         workspace_not_found: {
             headers: {
                 [name: string]: unknown;
@@ -2567,7 +2567,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `not_found`: no job of this key has this id, or it ended longer ago than `ingest.forget_ended_jobs_after_secs` (7 days by default); or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+            /** @description `not_found`: no job of this key has this id, or it ended longer ago than `ingest.forget_ended_jobs_after_secs` (7 days by default); or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2625,7 +2625,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2683,7 +2683,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+            /** @description `not_found`: no job of this key has this id; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2976,7 +2976,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `not_found`: no source of this name was ingested; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+            /** @description `not_found`: no source of this name was ingested; or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran */
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -3592,7 +3592,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description `not_found`: no such model (`field` is `model`); or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist */
+            /** @description `not_found`: no such model (`field` is `model`); or `workspace_not_found`: the workspace named in `X-KBQ-Workspace` or in the path does not exist, or the request's workspace was deleted while it ran */
             404: {
                 headers: {
                     [name: string]: unknown;
