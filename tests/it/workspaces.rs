@@ -294,29 +294,12 @@ async fn keep_writing(
 /// knowledge route of the served `/openapi.json` probed through `reader` (the same node, or
 /// another on the same SurrealDB server) in both, with each workspace's key and with the
 /// operator's header, asking for its own data and for the other's; with `busy`, while both
-/// workspaces are written ([`keep_writing`]).
+/// workspaces are written through every node ([`keep_writing`]).
 async fn isolation_matrix(writer: &TestServer, reader: &TestServer, busy: bool) {
     let alpha = workspace_with_key(writer, "alpha").await;
     let beta = workspace_with_key(writer, "beta").await;
     fill(writer, &alpha, "alpha").await;
     fill(writer, &beta, "beta").await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writers: Vec<_> = match busy {
-        false => Vec::new(),
-        true => [(&alpha, "alpha"), (&beta, "beta")]
-            .into_iter()
-            .map(|(key, workspace)| {
-                let (http, url) = (writer.http.clone(), writer.url("/data/v1/ingest/entities"));
-                tokio::spawn(keep_writing(
-                    http,
-                    url,
-                    key.clone(),
-                    workspace,
-                    stop.clone(),
-                ))
-            })
-            .collect(),
-    };
     if !std::ptr::eq(writer, reader) {
         // The reader follows the writer's writes within its window.
         for (key, workspace) in [(&alpha, "alpha"), (&beta, "beta")] {
@@ -332,6 +315,28 @@ async fn isolation_matrix(writer: &TestServer, reader: &TestServer, busy: bool) 
             assert!(seen, "the reader did not see {workspace}'s data");
         }
     }
+    // With `busy`, each workspace written through each node (two nodes: four writers).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut nodes = vec![writer];
+    if !std::ptr::eq(writer, reader) {
+        nodes.push(reader);
+    }
+    let writers: Vec<_> = match busy {
+        false => Vec::new(),
+        true => (nodes.into_iter())
+            .flat_map(|node| [(node, &alpha, "alpha"), (node, &beta, "beta")])
+            .map(|(node, key, workspace)| {
+                let (http, url) = (node.http.clone(), node.url("/data/v1/ingest/entities"));
+                tokio::spawn(keep_writing(
+                    http,
+                    url,
+                    key.clone(),
+                    workspace,
+                    stop.clone(),
+                ))
+            })
+            .collect(),
+    };
     let t = reader;
     let routes = knowledge_routes(t).await;
     let mut probed = 0;
@@ -384,7 +389,8 @@ async fn isolation_matrix(writer: &TestServer, reader: &TestServer, busy: bool) 
 }
 
 /// The isolation matrix on two nodes of one SurrealDB server: the workspaces, keys and data
-/// made through one node, every route probed through the other.
+/// made through one node, every route probed through the other, while both workspaces are
+/// written through both nodes.
 #[tokio::test]
 #[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
 async fn remote_two_nodes_pass_the_isolation_matrix() {
@@ -398,7 +404,7 @@ async fn remote_two_nodes_pass_the_isolation_matrix() {
     let config = remote_config(&db, true);
     let a = TestServer::with_fixture(config.clone()).await;
     let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
-    isolation_matrix(&a, &b, false).await;
+    isolation_matrix(&a, &b, true).await;
     a.stop().await;
     b.stop().await;
 }
@@ -433,6 +439,13 @@ async fn the_header_is_an_operators_alone_and_names_an_existing_workspace() {
             403,
             Some("workspace_forbidden"),
         ),
+        // Whether the workspace exists is an operator's to learn: a key gets the same 403.
+        (
+            alpha.as_str(),
+            Some("nowhere"),
+            403,
+            Some("workspace_forbidden"),
+        ),
         (alpha.as_str(), Some("alpha"), 200, None),
         (KEY, Some("nowhere"), 404, Some("workspace_not_found")),
         (KEY, Some("Not_A_Name"), 400, Some("invalid_request")),
@@ -443,6 +456,13 @@ async fn the_header_is_an_operators_alone_and_names_an_existing_workspace() {
         if let Some(code) = code {
             assert_eq!(answer["error"]["code"], code, "{answer}");
             assert!(!answer.to_string().contains("Marker"));
+            // An error names no workspace but the one the caller named.
+            for name in ["alpha", "beta"] {
+                assert!(
+                    Some(name) == header || !answer.to_string().contains(name),
+                    "{header:?}: {answer}"
+                );
+            }
         }
     }
     let (s, answer) = call_as(&t, KEY, Some("Not_A_Name"), Method::POST, path, body()).await;
@@ -868,6 +888,177 @@ async fn stats_and_the_key_answer_for_the_requests_workspace() {
     assert!(!key.to_string().contains(KEY), "never the secret: {key}");
     let (s, _) = call_as(&t, "no-such-key", None, Method::GET, "/v1/key", None).await;
     assert_eq!(s, 401);
+    t.stop().await;
+}
+
+/// Agent memory is kept per workspace as well as per key: the operator's key is one owner in
+/// every workspace, and what it stored in one is not recalled in another.
+#[tokio::test]
+async fn memory_stays_in_the_workspace_it_was_stored_in() {
+    let t = TestServer::start().await;
+    mint_after_create(&t, "alpha", &["agent"]).await;
+    mint_after_create(&t, "beta", &["agent"]).await;
+    let chat = "/v1/agent/chat";
+    let say = |workspace: Option<&'static str>, message: &'static str| {
+        let t = &t;
+        async move {
+            let (status, answer) = call_as(
+                t,
+                KEY,
+                workspace,
+                Method::POST,
+                chat,
+                Some(json!({"message": message})),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+            answer
+        }
+    };
+    let stored = say(Some("alpha"), "Remember that the vault code is 4711").await;
+    assert_eq!(
+        stored["tool_calls"][0]["tool"], "MemoryStoreTool",
+        "{stored}"
+    );
+    assert_eq!(
+        stored["tool_calls"][0]["result"]["stored"], true,
+        "{stored}"
+    );
+    let question = "What do you remember about the vault code?";
+    let recalled = say(Some("alpha"), question).await;
+    assert!(recalled.to_string().contains("4711"), "{recalled}");
+    for elsewhere in [Some("beta"), None] {
+        let answer = say(elsewhere, question).await;
+        assert!(
+            !answer.to_string().contains("4711"),
+            "alpha's memory recalled in {elsewhere:?}: {answer}"
+        );
+    }
+    let memories = |workspace: &'static str| {
+        let t = &t;
+        async move {
+            let (status, shown) = t.get(&format!("/admin/v1/workspaces/{workspace}")).await;
+            assert_eq!(status, 200, "{shown}");
+            shown["counts"]["memories"].clone()
+        }
+    };
+    assert_eq!(memories("alpha").await, 1);
+    assert_eq!(memories("beta").await, 0);
+    assert_eq!(memories("default").await, 0);
+    t.stop().await;
+}
+
+/// A workspace deleted while it is written and read: each request in flight finishes or fails
+/// cleanly (a JSON error that says why, never a 5xx but 503), every request after the delete
+/// is refused, and a workspace created again under the name holds nothing of the old one,
+/// not even a write that was in flight when the old one went.
+#[tokio::test]
+async fn a_workspace_deleted_under_load_fails_its_requests_cleanly_and_keeps_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let t = TestServer::start().await;
+    let alpha = workspace_with_key(&t, "alpha").await;
+    let deleted = Arc::new(AtomicBool::new(false));
+    // Writers (through the key and through the operator's header) and a reader, each
+    // answering what it got, and whether the delete had answered when it sent.
+    let clients: Vec<_> = (0..4)
+        .map(|client| {
+            let (http, deleted) = (t.http.clone(), deleted.clone());
+            let (write, search) = (
+                t.url("/data/v1/ingest/entities"),
+                t.url("/data/v1/query/graph/search"),
+            );
+            let key = alpha.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut after = 0;
+                for i in 0.. {
+                    let sent_after = deleted.load(Ordering::SeqCst);
+                    let req = match client {
+                        3 => http.post(&search).json(&json!({"query": "Gone"})),
+                        _ => http.post(&write).json(
+                            &json!([{"name": format!("Gone {client} {i}"), "entity_type": "t"}]),
+                        ),
+                    };
+                    let req = match client % 2 {
+                        0 => req.bearer_auth(&key),
+                        _ => req.bearer_auth(KEY).header("X-KBQ-Workspace", "alpha"),
+                    };
+                    let (status, _, body) = read(req.send().await.expect("answered")).await;
+                    got.push((status.as_u16(), sent_after, body));
+                    if sent_after {
+                        after += 1;
+                        if after == 20 {
+                            break;
+                        }
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    // Let the clients run, then delete the workspace under them.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (s, _, gone) = t
+        .call(Method::DELETE, "/admin/v1/workspaces/alpha", None)
+        .await;
+    assert_eq!(s, 200, "{gone}");
+    deleted.store(true, Ordering::SeqCst);
+    let mut before = 0;
+    for client in clients {
+        for (status, sent_after, body) in client.await.unwrap() {
+            match (status, sent_after) {
+                (200, false) => before += 1,
+                // After the delete: the key is gone (401), the operator's workspace too (404).
+                (401 | 404, true) => {
+                    let code = body["error"]["code"].as_str().unwrap_or_default();
+                    assert!(
+                        ["INVALID_API_KEY", "workspace_not_found"].contains(&code),
+                        "{status}: {body}"
+                    );
+                }
+                // In flight across the delete: failed with a reason.
+                (401 | 404 | 503, false) => {
+                    assert!(body["error"]["message"].is_string(), "{status}: {body}");
+                }
+                _ => panic!("{status} (sent after the delete: {sent_after}): {body}"),
+            }
+        }
+    }
+    assert!(before > 0, "no request ran before the delete");
+    // Created again: nothing of the old one, by its new key or the operator's header.
+    let fresh = workspace_with_key(&t, "alpha").await;
+    for (key, header) in [(fresh.as_str(), None), (KEY, Some("alpha"))] {
+        let (s, counts) = call_as(
+            &t,
+            key,
+            header,
+            Method::GET,
+            "/data/v1/query/graph/stats",
+            None,
+        )
+        .await;
+        assert_eq!(s, 200, "{counts}");
+        assert_eq!(
+            (&counts["entities"], &counts["documents"]),
+            (&json!(0), &json!(0)),
+            "{counts}"
+        );
+    }
+    // Writes still in flight when the old database went were not made into the new one
+    // later: the count is still nothing once the node has settled.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (_, counts) = call_as(
+        &t,
+        &fresh,
+        None,
+        Method::GET,
+        "/data/v1/query/graph/stats",
+        None,
+    )
+    .await;
+    assert_eq!(counts["entities"], 0, "{counts}");
     t.stop().await;
 }
 
@@ -1449,36 +1640,48 @@ async fn a_write_past_the_workspaces_document_bytes_is_refused_and_writes_nothin
     t.stop().await;
 }
 
-/// `limits.workspace_graph_per_minute` is shared by every key of a workspace: past its
-/// burst, any of them gets 429 that names the workspace's budget; another workspace and its
-/// keys are not touched.
+/// `limits.workspace_graph_per_minute` and `workspace_agent_per_minute` are shared by every
+/// key of a workspace: past the burst, any of them gets 429 that names the workspace's
+/// budget; another workspace and its keys are not touched.
 #[tokio::test]
 async fn a_workspaces_keys_share_its_rate_budget() {
-    let mut config = crate::support::test_config();
-    config.limits.workspace_graph_per_minute = 1;
-    config.limits.workspace_graph_burst = 3;
-    let t = TestServer::with_fixture(config).await;
-    let alpha = workspace_with_key(&t, "alpha").await;
-    let alpha_too = mint(&t, "alpha", &["read"]).await;
-    let beta = workspace_with_key(&t, "beta").await;
-    let search = || Some(json!({"query": "a"}));
-    let path = "/data/v1/query/graph/search";
-    for key in [&alpha, &alpha_too, &alpha] {
-        let (s, _) = call_as(&t, key, None, Method::POST, path, search()).await;
-        assert_eq!(s, 200);
+    // The graph budget and the agent budget, each alone.
+    for budget in ["graph", "agent"] {
+        let mut config = crate::support::test_config();
+        let (path, scope, body) = match budget {
+            "graph" => {
+                config.limits.workspace_graph_per_minute = 1;
+                config.limits.workspace_graph_burst = 3;
+                ("/data/v1/query/graph/search", "read", json!({"query": "a"}))
+            }
+            _ => {
+                config.limits.workspace_agent_per_minute = 1;
+                config.limits.workspace_agent_burst = 3;
+                ("/v1/agent/chat", "agent", json!({"message": "Who is Ada?"}))
+            }
+        };
+        let t = TestServer::with_fixture(config).await;
+        let alpha = workspace_with_key(&t, "alpha").await;
+        let alpha_too = mint(&t, "alpha", &[scope]).await;
+        let beta = workspace_with_key(&t, "beta").await;
+        for key in [&alpha, &alpha_too, &alpha] {
+            let (s, answer) = call_as(&t, key, None, Method::POST, path, Some(body.clone())).await;
+            assert_eq!(s, 200, "{budget}: {answer}");
+        }
+        let (s, refused) =
+            call_as(&t, &alpha_too, None, Method::POST, path, Some(body.clone())).await;
+        assert_eq!(s, 429, "{budget}: {refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("this workspace"),
+            "{budget}: {refused}"
+        );
+        let (s, _) = call_as(&t, &beta, None, Method::POST, path, Some(body.clone())).await;
+        assert_eq!(s, 200, "{budget}: beta has a budget of its own");
+        t.stop().await;
     }
-    let (s, refused) = call_as(&t, &alpha_too, None, Method::POST, path, search()).await;
-    assert_eq!(s, 429, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("this workspace"),
-        "{refused}"
-    );
-    let (s, _) = call_as(&t, &beta, None, Method::POST, path, search()).await;
-    assert_eq!(s, 200, "beta has a budget of its own");
-    t.stop().await;
 }
 
 /// Two nodes on one SurrealDB server share a workspace's rate budget as they share a key's:
