@@ -369,6 +369,15 @@ where
             } => delay.map(|_| after.to_owned()),
             _ => delay,
         })
+        // Inside a traced call, each retry is an event of its span (docs/operations.md,
+        // "Traces").
+        .notify(|e, delay| {
+            tracing::warn!(
+                error = %e,
+                retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                "model call failed; retrying"
+            )
+        })
         .await
 }
 

@@ -1,8 +1,8 @@
 //! Traces: `kbq serve` with `OTEL_EXPORTER_OTLP_ENDPOINT` set exports its spans over
 //! OTLP/HTTP to a receiver on loopback that decodes them with the official protobuf
 //! definitions (opentelemetry-proto). A chat's trace continues the caller's `traceparent`
-//! and holds the request, the session, each model call and each tool call, linked by their
-//! parents, with the GenAI attributes and no text of the conversation.
+//! and holds the request, the session, each model call (a retry as an event) and each tool
+//! call, linked by their parents, with the GenAI attributes and no text of the conversation.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +25,8 @@ struct Received {
     span_id: String,
     parent: String,
     attributes: HashMap<String, String>,
+    /// Its events: name and attributes.
+    events: Vec<(String, HashMap<String, String>)>,
     service: String,
 }
 
@@ -71,6 +73,14 @@ async fn traces(spans: web::Data<Mutex<Vec<Received>>>, body: web::Bytes) -> Htt
                         .iter()
                         .map(|a| (a.key.clone(), text(&a.value)))
                         .collect(),
+                    events: (span.events.iter())
+                        .map(|e| {
+                            let attributes = (e.attributes.iter())
+                                .map(|a| (a.key.clone(), text(&a.value)))
+                                .collect();
+                            (e.name.clone(), attributes)
+                        })
+                        .collect(),
                     service: service.clone(),
                 });
             }
@@ -115,6 +125,8 @@ impl Receiver {
 async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
     let receiver = Receiver::start().await;
     let llm = ScriptedLlm::start().await;
+    // The first call fails once and is retried.
+    llm.push(Step::Error(503, Some(0)));
     llm.push(Step::ToolCalls(vec![(
         "KnowledgeGraphTool".into(),
         json!({"entity": "Alan Turing", "depth": 1}),
@@ -125,7 +137,7 @@ async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
     std::fs::write(
         &config,
         format!(
-            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 0\n",
+            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 1\n",
             llm.base_url()
         ),
     )
@@ -231,6 +243,15 @@ async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
         assert!(call.attributes.contains_key("gen_ai.usage.output_tokens"));
         assert_eq!(children(call, "provider.work").len(), 1, "{spans:#?}");
     }
+    // The retry is an event of the first call's worker span.
+    let retries: Vec<&HashMap<String, String>> = (spans.iter())
+        .filter(|s| s.name == "provider.work")
+        .flat_map(|s| &s.events)
+        .filter(|(name, _)| name == "model call failed; retrying")
+        .map(|(_, attributes)| attributes)
+        .collect();
+    assert_eq!(retries.len(), 1, "{spans:#?}");
+    assert!(retries[0]["error"].contains("503"), "{:?}", retries[0]);
     let reasons: Vec<&str> = calls
         .iter()
         .map(|c| c.attributes["gen_ai.response.finish_reasons"].as_str())
