@@ -545,6 +545,7 @@ impl Ingestor {
         let chunks = kb.delete_chunks(source, &positions).await?;
         kb.delete_source_record(source).await?;
         phases.mark("chunks");
+        forget_answers(kb, &record, &[]).await;
         drop(writing);
         // The entities that keep other sources' descriptions get theirs remade without this
         // source's. A failure here leaves the old description, not a half-retracted source.
@@ -1340,6 +1341,9 @@ impl IngestDeps {
         {
             let gone: Vec<u32> = (p.chunks.len() as u32..old.chunks.len() as u32).collect();
             kb.delete_chunks(&p.source, &gone).await?;
+        }
+        if let Some(old) = &p.old {
+            forget_answers(kb, old, &p.hashes).await;
         }
         let mut hashes = p.hashes.clone();
         for (hash, failed) in hashes.iter_mut().zip(&p.failed) {
@@ -2481,6 +2485,28 @@ async fn claim(myself: &ActorRef<IngestMessage>, state: &mut IngestState) {
         tracing::info!(job = %id, "taking over an unfinished ingest job");
         deps.register(id, &record);
         state.waiting.push_back(id);
+    }
+}
+
+/// Forgets the kept answers of `old`'s chunks (as its model read them) that `keep` (the
+/// source's new chunks) and no other source hold (see `KnowledgeBase::forget_kept_answers`).
+/// The answers are a cache: a failure is logged, and leaves them kept.
+async fn forget_answers(kb: &KnowledgeBase, old: &SourceRecord, keep: &[String]) {
+    let Some(model) = &old.extracted_by else {
+        return;
+    };
+    let candidates: Vec<(String, String)> = (old.chunks.iter())
+        .filter(|hash| !hash.is_empty() && !keep.contains(hash))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|hash| (hash.clone(), extraction_key(hash, model, PROMPT_VERSION)))
+        .collect();
+    match kb.forget_kept_answers(&old.key(), &candidates).await {
+        Ok(n) if n > 0 => {
+            tracing::debug!(answers = n, "kept answers of retracted chunks forgotten")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "kept answers of retracted chunks not forgotten"),
     }
 }
 

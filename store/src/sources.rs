@@ -294,6 +294,50 @@ impl KnowledgeBase {
             .await
     }
 
+    /// Forgets kept model answers of a source's chunks that no other source holds: of
+    /// `candidates` (each a chunk's content hash and the key its answer is kept under), those
+    /// whose hash is in no chunk of another source's record than `own`'s. Called when `own` is
+    /// deleted or replaced, with the chunks its old version had and its new one has not, so
+    /// that what a retracted text gave the model does not outlive it. Answers how many keys
+    /// it removed (records that were not there included).
+    pub async fn forget_kept_answers(
+        &self,
+        own: &SourceKey,
+        candidates: &[(String, String)],
+    ) -> Result<u64> {
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        let hashes: Vec<Value> = (candidates.iter())
+            .map(|(hash, _)| hash.clone().into_value())
+            .collect();
+        let held: Vec<Vec<String>> = self
+            .run(
+                &format!(
+                    "SELECT VALUE chunks FROM {SOURCE} WHERE id != $own AND chunks CONTAINSANY $hashes"
+                ),
+                obj([
+                    ("own", source_record_id(own).into_value()),
+                    ("hashes", Value::Array(hashes.into())),
+                ]),
+            )
+            .await?;
+        let held: BTreeSet<&str> = held.iter().flatten().map(String::as_str).collect();
+        let ids: Vec<Value> = (candidates.iter())
+            .filter(|(hash, _)| !held.contains(hash.as_str()))
+            .map(|(_, key)| RecordId::new(EXTRACTION, key.as_str()).into_value())
+            .collect();
+        let removed = ids.len() as u64;
+        if removed > 0 {
+            self.exec(
+                "DELETE $ids RETURN NONE",
+                obj([("ids", Value::Array(ids.into()))]),
+            )
+            .await?;
+        }
+        Ok(removed)
+    }
+
     /// The entity and relationship facts among `facts` whose records are in the graph without
     /// the mark [`mark_sourced`](Self::mark_sourced) gives: those that may have no support
     /// at all (an import's, or written before supports were recorded), so that whoever

@@ -216,6 +216,55 @@ async fn submitting_unchanged_content_again_asks_no_model() {
     llm.stop().await;
 }
 
+/// A source's kept model answers go with it, when it is deleted or replaced, unless another
+/// source holds the same chunk: what a retracted text gave the model does not outlive it.
+/// Counted in model calls: the text asked about again is sent to the model again.
+#[tokio::test]
+async fn a_sources_kept_answers_go_with_it_unless_another_source_holds_the_chunk() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let shared = "[[Grace Hopper]] -[wrote]-> [[A-0]].";
+    let alone = "[[Jean Bartik]] -[programmed]-> [[ENIAC]].";
+    let calls = |job: &Value| job["counts"]["model_calls"].as_u64().unwrap();
+    let delete = |source_id: &'static str| {
+        let t = &t;
+        async move {
+            let path = format!("/data/v1/ingest/sources/notes/{source_id}");
+            let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
+            assert_eq!(status, 200, "{done}");
+        }
+    };
+    for (source_id, text, asked) in [("a", shared, 1), ("b", shared, 0), ("c", alone, 1)] {
+        let job = ingest(&t, markdown(source_id, text)).await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        assert_eq!(calls(&job), asked, "{source_id}: {job}");
+    }
+    // c alone held its chunk: deleted, its answer goes, and the text is asked about again.
+    delete("c").await;
+    let again = ingest(&t, markdown("c", alone)).await;
+    assert_eq!(calls(&again), 1, "{again}");
+    // b holds a's chunk: a's answer stays.
+    delete("a").await;
+    let again = ingest(&t, markdown("a", shared)).await;
+    assert_eq!(calls(&again), 0, "{again}");
+    // c replaced: its old chunk's answer goes with the old version.
+    let changed = ingest(
+        &t,
+        markdown("c", "[[Jean Bartik]] -[taught]-> [[Programmers]]."),
+    )
+    .await;
+    assert_eq!(calls(&changed), 1, "{changed}");
+    let old_text = ingest(&t, markdown("d", alone)).await;
+    assert_eq!(calls(&old_text), 1, "{old_text}");
+    // Deleting both holders of the shared chunk takes its answer at the last.
+    delete("a").await;
+    delete("b").await;
+    let last = ingest(&t, markdown("e", shared)).await;
+    assert_eq!(calls(&last), 1, "{last}");
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn deleting_a_source_retracts_only_what_no_other_source_or_import_supports() {
     let llm = ScriptedLlm::start().await;
