@@ -522,6 +522,11 @@ fn init_logs(config: &Config, one_shot: bool, traced: bool) -> Option<kbq::telem
         _ => (None, None),
     };
     registry.with(otel).init();
+    if let Some(warning) = (traced.then(kbq::telemetry::Environment::read))
+        .and_then(|env| env.protocol_warning(&config.telemetry))
+    {
+        tracing::warn!("{warning}");
+    }
     guard
 }
 

@@ -42,6 +42,8 @@ pub struct Environment {
     pub service_name: Option<String>,
     pub sampler: Option<String>,
     pub sdk_disabled: bool,
+    /// `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, or else `OTEL_EXPORTER_OTLP_PROTOCOL`.
+    pub protocol: Option<String>,
 }
 
 impl Environment {
@@ -53,7 +55,21 @@ impl Environment {
             service_name: var("OTEL_SERVICE_NAME"),
             sampler: var("OTEL_TRACES_SAMPLER"),
             sdk_disabled: var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")),
+            protocol: var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL")),
         }
+    }
+
+    /// What to warn of when the protocol variables ask for one kbq does not speak: it exports
+    /// over HTTP/protobuf only, so a collector's gRPC port (4317) gets nothing.
+    pub fn protocol_warning(&self, config: &TelemetrySection) -> Option<String> {
+        let asked = self.protocol.as_deref()?.trim();
+        (self.exports(config) && asked != "http/protobuf").then(|| {
+            format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL asks for {asked:?}, but kbq exports traces over http/protobuf only, to {}",
+                self.traces_url(config)
+            )
+        })
     }
 
     /// Whether export is on: asked for by the config or by an endpoint variable, and not
@@ -206,6 +222,26 @@ mod tests {
             ..Environment::default()
         };
         assert_eq!(traces.traces_url(&config), "http://other:9999/custom");
+        // A protocol kbq does not speak is warned of, when export is on.
+        let grpc = Environment {
+            protocol: Some("grpc".into()),
+            ..general.clone()
+        };
+        let warning = grpc.protocol_warning(&config).unwrap();
+        assert!(
+            warning.contains("\"grpc\"") && warning.contains("http/protobuf"),
+            "{warning}"
+        );
+        let http = Environment {
+            protocol: Some("http/protobuf".into()),
+            ..general.clone()
+        };
+        assert_eq!(http.protocol_warning(&config), None);
+        let off = Environment {
+            protocol: Some("grpc".into()),
+            ..Environment::default()
+        };
+        assert_eq!(off.protocol_warning(&config), None);
         let disabled = Environment {
             sdk_disabled: true,
             ..general
