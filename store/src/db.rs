@@ -185,29 +185,23 @@ pub(crate) async fn write_on(
 ) -> Result<()> {
     let mut attempt = 1;
     loop {
-        let error = match query_on(db, sql, vars.clone(), timeout).await {
+        let (conflict, error) = match query_on(db, sql, vars.clone(), timeout).await {
             Ok(resp) => match resp.check() {
                 Ok(_) => return Ok(()),
-                Err(e) => e,
+                Err(e) => (
+                    matches!(e.query_details(), Some(QueryError::TransactionConflict)),
+                    StoreError::Query(e.to_string()),
+                ),
             },
             // A server can report the conflict for the whole request rather than its
             // statement: the write did nothing either way.
-            Err(StoreError::Unavailable(m))
-                if m.contains("can be retried") && attempt < CONFLICT_ATTEMPTS =>
-            {
-                tracing::debug!(
-                    attempt,
-                    "a write lost a transaction conflict; running it again"
-                );
-                tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
-                attempt += 1;
-                continue;
+            Err(StoreError::Unavailable(m)) if m.contains("can be retried") => {
+                (true, StoreError::Unavailable(m))
             }
             Err(e) => return Err(e),
         };
-        let conflict = matches!(error.query_details(), Some(QueryError::TransactionConflict));
         if !conflict || attempt >= CONFLICT_ATTEMPTS {
-            return Err(StoreError::Query(error.to_string()));
+            return Err(error);
         }
         tracing::debug!(
             attempt,
