@@ -9,10 +9,9 @@ use std::io::BufRead;
 
 use kbq_store::generate::Rng;
 use serde_json::Value;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-/// Words in a query made from a document.
-pub const QUERY_WORDS: usize = 6;
+pub use kbq_store::generate::{QUERY_WORDS, queries_from};
 
 /// `names` sampled from `degrees` (each name's relationships, in and out) by degree: the names
 /// fall in classes by the bit length of their degree (0, 1, 2-3, 4-7, ...), and each class
@@ -46,34 +45,6 @@ pub fn by_degree(degrees: &HashMap<String, u32>, names: usize, rng: &mut Rng) ->
         }
     }
     out.sort_unstable();
-    out
-}
-
-/// Up to `n` distinct queries of [`QUERY_WORDS`] words, each a run of words at a random place
-/// in a document drawn at random from `texts`; a shorter document gives all its words.
-pub fn queries_from(texts: &[String], n: usize, rng: &mut Rng) -> Vec<String> {
-    let texts: Vec<Vec<&str>> = (texts.iter())
-        .map(|t| t.split_whitespace().collect::<Vec<_>>())
-        .filter(|w| !w.is_empty())
-        .collect();
-    let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(n);
-    if texts.is_empty() {
-        return out;
-    }
-    // Small knowledge bases have fewer distinct runs than asked for: stop after as many
-    // draws again as found nothing new.
-    let mut misses = 0;
-    while out.len() < n && misses <= n.max(1000) {
-        let words = &texts[rng.below(texts.len())];
-        let start = rng.below(words.len().saturating_sub(QUERY_WORDS) + 1);
-        let query = words[start..(start + QUERY_WORDS).min(words.len())].join(" ");
-        if seen.insert(query.clone()) {
-            out.push(query);
-        } else {
-            misses += 1;
-        }
-    }
     out
 }
 
@@ -134,7 +105,7 @@ mod tests {
         // The hubs' class has 3: the other two classes share the rest.
         assert_eq!((count("hub"), count("mid"), count("leaf")), (3, 28, 29));
         assert_eq!(
-            names.iter().collect::<HashSet<_>>().len(),
+            names.iter().collect::<std::collections::HashSet<_>>().len(),
             60,
             "no name twice"
         );

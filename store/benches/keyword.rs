@@ -5,7 +5,10 @@
 //! 100000) and BENCH_QUERIES (default 300). SurrealDB's OR queries take seconds each on a large
 //! table, so they run on the first BENCH_FT_DOCUMENTS documents (default 10000) and
 //! BENCH_FT_QUERIES queries (default 20), with the in-process index measured on that same
-//! subset for the ratio. Prints a Markdown report.
+//! subset for the ratio. Then six-word questions made from the documents (as `kbq load
+//! --data` makes them, BENCH_QUESTIONS, default 2000), each asked once: of the generated set,
+//! and of the import file in BENCH_DATA when set (`scripts/debian-kb`'s, say). Prints a
+//! Markdown report.
 
 #[allow(dead_code)] // each bench uses part of it
 mod common;
@@ -147,6 +150,61 @@ fn overlap(a: &[Vec<String>], b: &[Vec<String>]) -> f64 {
         / n as f64
 }
 
+/// The title and content of each document record of the import file at `path`.
+fn documents_of_file(path: &str) -> Vec<(String, String)> {
+    use std::io::BufRead;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("BENCH_DATA {path}: {e}"));
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| {
+            let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+            (v["kind"] == "document").then(|| {
+                let text = |f: &str| v[f].as_str().unwrap_or_default().to_string();
+                (text("title"), text("content"))
+            })
+        })
+        .collect()
+}
+
+/// A row of the questions' table: `n` distinct six-word questions made from the contents of
+/// `docs`, each asked once of their index, timed one at a time.
+fn questions_row(set: &str, docs: &[(String, String)], n: usize) -> String {
+    let mut index = TextIndex::new();
+    for (i, (title, content)) in docs.iter().enumerate() {
+        let tags = DocTags {
+            source: "bench".into(),
+            content_type: "text/plain".into(),
+            entity_name: None,
+            mentions: Box::default(),
+        };
+        index.upsert(&format!("d{i}"), &Analysed::new(title, content), tags);
+    }
+    let texts: Vec<String> = docs.iter().map(|d| d.1.clone()).collect();
+    let questions = generate::queries_from(&texts, n, &mut Rng::new(11));
+    let keep = |_: &DocTags| true;
+    let (mut times, mut worst) = (Vec::new(), (Duration::ZERO, String::new()));
+    for q in &questions {
+        let terms = query_terms(q);
+        let t = Instant::now();
+        std::hint::black_box(index.search(&terms, K, &keep));
+        let took = t.elapsed();
+        times.push(took);
+        if took > worst.0 {
+            worst = (took, q.clone());
+        }
+    }
+    let s = stats(times);
+    format!(
+        "| {set} | {} | {} | {} | {:.3} ms (\"{}\") |\n",
+        docs.len(),
+        questions.len(),
+        s.cells(),
+        worst.0.as_secs_f64() * 1e3,
+        worst.1
+    )
+}
+
 #[tokio::main]
 async fn main() {
     let documents = env("BENCH_DOCUMENTS", 100_000);
@@ -172,6 +230,18 @@ async fn main() {
             (words.join(" "), named)
         })
         .unzip();
+
+    let asked = env("BENCH_QUESTIONS", 2000);
+    let mut question_rows = questions_row(
+        "generated",
+        &(docs.iter())
+            .map(|d| (d.title.clone(), d.content.clone()))
+            .collect::<Vec<_>>(),
+        asked,
+    );
+    if let Ok(path) = std::env::var("BENCH_DATA") {
+        question_rows.push_str(&questions_row(&path, &documents_of_file(&path), asked));
+    }
 
     // The whole set: build the index, then search it alone and through the knowledge base.
     let started = Instant::now();
@@ -304,4 +374,11 @@ async fn main() {
         plain_write.as_secs_f64(),
         ft_write.as_secs_f64() / plain_write.as_secs_f64()
     );
+    println!(
+        "\n**Six-word questions made from the documents, each asked once** (`TextIndex::search`, top {K}):\n"
+    );
+    println!(
+        "| documents of | documents | questions | mean | p50 | p95 | p99 | slowest (question) |\n|---|---|---|---|---|---|---|---|"
+    );
+    print!("{question_rows}");
 }

@@ -113,3 +113,34 @@ pub fn generate(spec: Spec) -> Vec<Record> {
     }
     out
 }
+
+/// Words in a query made from a document.
+pub const QUERY_WORDS: usize = 6;
+
+/// Up to `n` distinct queries of [`QUERY_WORDS`] words, each a run of words at a random place
+/// in a document drawn at random from `texts`; a shorter document gives all its words.
+pub fn queries_from(texts: &[String], n: usize, rng: &mut Rng) -> Vec<String> {
+    let texts: Vec<Vec<&str>> = (texts.iter())
+        .map(|t| t.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    if texts.is_empty() {
+        return out;
+    }
+    // Small knowledge bases have fewer distinct runs than asked for: stop after as many
+    // draws again as found nothing new.
+    let mut misses = 0;
+    while out.len() < n && misses <= n.max(1000) {
+        let words = &texts[rng.below(texts.len())];
+        let start = rng.below(words.len().saturating_sub(QUERY_WORDS) + 1);
+        let query = words[start..(start + QUERY_WORDS).min(words.len())].join(" ");
+        if seen.insert(query.clone()) {
+            out.push(query);
+        } else {
+            misses += 1;
+        }
+    }
+    out
+}

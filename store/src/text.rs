@@ -23,13 +23,17 @@
 //!
 //! **Pruning.** A search reads the postings of a query's rarer words and looks up only the
 //! documents they reach in the lists of its common words ("the", "is", a word every document
-//! of one source has), whose lists are nearly as long as the index. BM25 bounds what a word
-//! can add to a score: each field's part is below `(K1 + 1) * idf`, small for a common word.
-//! The words are read in order of that bound, highest first; once the `limit`-th best score
-//! so far (counting only the words read) is above what the unread words could add together,
-//! no document they alone reach can be among the best, and the documents already reached are
-//! scored from every word (MaxScore). The answer is the full evaluation's, ties included, for
-//! a query asked the first time as for one asked before: nothing is kept between searches.
+//! of one source has), whose lists are nearly as long as the index. Each word is two lists,
+//! its titles and its contents, scored apart: a common word that a few titles hold ("for" in
+//! a package's name) is a short list of high scores and a long one of low scores. BM25 bounds
+//! what a list can add to a score: its field's part for the highest count of the word in one
+//! document and the shortest document of the list (both kept per word as documents are
+//! written; one left behind by a removal only loosens the bound). The lists are read rarest
+//! first; once the `limit`-th best score so far (counting only the
+//! lists read) is above what the unread lists could add together, no document they alone
+//! reach can be among the best, and the documents already reached are scored from every list
+//! (MaxScore). The answer is the full evaluation's, ties included, for a query asked the first
+//! time as for one asked before: nothing is kept between searches.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -46,9 +50,11 @@ pub const K1: f32 = 1.2;
 /// BM25 length normalisation.
 pub const B: f32 = 0.75;
 
-/// Most documents a pruned search scores from every word by looking them up; past it, it
-/// reads the next word's postings instead (see `TextIndex::search_pruned`).
-const MAX_LOOKUPS: usize = if cfg!(test) { 16 } else { 4096 };
+/// What looking up a document in one unread list costs, in postings read in order: a binary
+/// search of a long list, most of whose steps miss the cache. A pruned search looks up the
+/// documents it reached only when that costs less than reading the unread lists (see
+/// `TextIndex::search_pruned`); the tests make look-ups cheap, so that they take both paths.
+const LOOKUP_COST: usize = if cfg!(test) { 1 } else { 4 };
 
 /// Dead slots below this many are never compacted away.
 const COMPACT_MIN_DEAD: usize = 1024;
@@ -187,6 +193,11 @@ pub struct TextIndex {
     /// included. While no slot is dead these are the document frequencies, so a search need
     /// not count them over a list that holds most of the documents.
     df: Vec<[u32; 2]>,
+    /// Per term: where in its postings the term is in the title (its title list).
+    titled: Vec<Vec<u32>>,
+    /// Per term and field: the highest count of the term in one document's field, and the
+    /// shortest such field, over its postings (dead slots' included until a compaction).
+    peaks: Vec<[Peak; 2]>,
     /// Per slot: the document's key, or `None` once the slot is dead.
     keys: Vec<Option<VectorKey>>,
     /// Per slot: the first eight bytes of its key, big-endian, zero-padded. Equal scores
@@ -228,6 +239,9 @@ impl TextIndex {
             + heap::vec(&self.postings)
             + postings
             + heap::vec(&self.df)
+            + heap::vec(&self.titled)
+            + self.titled.iter().map(heap::vec).sum::<usize>()
+            + heap::vec(&self.peaks)
             + heap::vec(&self.keys)
             + keys
             + heap::vec(&self.key_prefixes)
@@ -306,13 +320,22 @@ impl TextIndex {
                     self.term_ids.insert(term.clone(), id);
                     self.postings.push(Vec::new());
                     self.df.push([0, 0]);
+                    self.titled.push(Vec::new());
+                    self.peaks.push([Peak::NONE; 2]);
                     id
                 }
             };
             let df = &mut self.df[id as usize];
             df[0] += u32::from(*title > 0);
             df[1] += u32::from(*content > 0);
-            self.postings[id as usize].push(Posting {
+            let list = &mut self.postings[id as usize];
+            if *title > 0 {
+                self.titled[id as usize].push(list.len() as u32);
+            }
+            let peaks = &mut self.peaks[id as usize];
+            peaks[0].add(*title, text.title_len);
+            peaks[1].add(*content, text.content_len);
+            list.push(Posting {
                 slot,
                 title: *title,
                 content: *content,
@@ -498,6 +521,8 @@ impl TextIndex {
         let old_ids = std::mem::take(&mut self.term_ids);
         let mut old_postings = std::mem::take(&mut self.postings);
         self.df.clear();
+        self.titled.clear();
+        self.peaks.clear();
         for (term, id) in old_ids {
             let mut list = std::mem::take(&mut old_postings[id as usize]);
             list.retain_mut(|p| {
@@ -507,6 +532,18 @@ impl TextIndex {
             if !list.is_empty() {
                 self.term_ids.insert(term, self.postings.len() as u32);
                 self.df.push(document_frequencies(&list));
+                let mut peaks = [Peak::NONE; 2];
+                let mut titled = Vec::new();
+                for (at, p) in list.iter().enumerate() {
+                    let (title_len, content_len) = self.lens[p.slot as usize];
+                    peaks[0].add(p.title, title_len);
+                    peaks[1].add(p.content, content_len);
+                    if p.title > 0 {
+                        titled.push(at as u32);
+                    }
+                }
+                self.titled.push(titled);
+                self.peaks.push(peaks);
                 self.postings.push(list);
             }
         }
@@ -536,9 +573,10 @@ impl TextIndex {
         if self.slots.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let ids = self.ids(terms);
-        let found =
-            SCRATCH.with_borrow_mut(|scratch| self.search_pruned(&ids, limit, keep, scratch));
+        let norms = self.norms();
+        let lists = self.reading_order(&self.ids(terms), &norms);
+        let found = SCRATCH
+            .with_borrow_mut(|scratch| self.search_pruned(&lists, &norms, limit, keep, scratch));
         found
             .into_iter()
             .filter_map(|(slot, score)| Some((self.keys[slot as usize].clone()?, score)))
@@ -577,57 +615,72 @@ impl TextIndex {
         let avg_content = (self.content_total as f32 / n).max(1.0);
         Norms {
             n,
-            per_title: K1 * B / avg_title,
-            per_content: K1 * B / avg_content,
+            per_len: [K1 * B / avg_title, K1 * B / avg_content],
             base: K1 * (1.0 - B),
         }
     }
 
     /// The inverse document frequencies of the term `id`, in title and content.
-    fn weights(&self, id: u32, norms: &Norms) -> Weights {
+    fn idfs(&self, id: u32, norms: &Norms) -> [f32; 2] {
         let list = &self.postings[id as usize];
         let [df_title, df_content] = if self.dead == 0 {
             self.df[id as usize]
         } else {
             document_frequencies(list.iter().filter(|p| self.alive[p.slot as usize]))
         };
-        Weights {
-            idf_title: idf(norms.n, df_title),
-            idf_content: idf(norms.n, df_content),
-        }
+        [idf(norms.n, df_title), idf(norms.n, df_content)]
     }
 
-    /// One posting's part of its document's score. Every path sums these, per document, in
-    /// the query's reading order (`reading_order`), starting from zero: so each gives the same
-    /// floats.
+    /// The query's words `ids` as the lists a search reads and sums, in that order: each
+    /// word's titles and its contents (one that no document holds in a field has no list of
+    /// it), rarest first (highest inverse document frequency), then query order, titles
+    /// first. The order depends only on the live documents, never on what was written
+    /// before, so that an index and one built afresh from the same documents sum each score
+    /// in the same order, to the same float. Rarer lists tend to have the higher bounds (see
+    /// the module docs, "Pruning"), but any order gives the same answer.
+    fn reading_order(&self, ids: &[u32], norms: &Norms) -> Vec<List> {
+        let mut lists = Vec::with_capacity(2 * ids.len());
+        for &id in ids {
+            let idfs = self.idfs(id, norms);
+            for field in [TITLE, CONTENT] {
+                if self.df[id as usize][field] == 0 {
+                    continue;
+                }
+                let peak = self.peaks[id as usize][field];
+                lists.push(List {
+                    id,
+                    field,
+                    idf: idfs[field],
+                    bound: idfs[field] * norms.saturation(field, peak.count, peak.len),
+                });
+            }
+        }
+        lists.sort_by(|a, b| b.idf.total_cmp(&a.idf));
+        lists
+    }
+
+    /// One posting's part of its document's score in `list`. Every path sums these, per
+    /// document, in the query's reading order (`reading_order`), starting from zero: so
+    /// each gives the same floats.
     #[inline]
-    fn part(&self, p: &Posting, w: &Weights, norms: &Norms) -> f32 {
-        let (title_len, content_len) = self.lens[p.slot as usize];
-        let mut s = 0.0;
-        if p.title > 0 {
-            let tf = f32::from(p.title);
-            s += w.idf_title * tf * (K1 + 1.0)
-                / (tf + norms.base + norms.per_title * title_len as f32);
-        }
-        if p.content > 0 {
-            let tf = f32::from(p.content);
-            s += w.idf_content * tf * (K1 + 1.0)
-                / (tf + norms.base + norms.per_content * content_len as f32);
-        }
-        s
+    fn part(&self, p: &Posting, list: &List, norms: &Norms) -> f32 {
+        let lens = self.lens[p.slot as usize];
+        let (count, len) = match list.field {
+            TITLE => (p.title, lens.0),
+            _ => (p.content, lens.1),
+        };
+        list.idf * norms.saturation(list.field, count, len)
     }
 
-    /// Adds every live posting of the terms `ids`, in that order, to its document's score in
+    /// Adds every live posting of the `lists`, in that order, to its document's score in
     /// `scratch` (the tests' full evaluation).
     #[cfg(test)]
-    fn accumulate(&self, ids: &[u32], scratch: &mut Scratch) {
-        let norms = self.norms();
+    fn accumulate(&self, lists: &[List], norms: &Norms, scratch: &mut Scratch) {
         if scratch.scores.len() < self.keys.len() {
             scratch.scores.resize(self.keys.len(), 0.0);
         }
-        for &id in ids {
-            let w = self.weights(id, &norms);
-            self.add_postings(id, &w, &norms, scratch);
+        for list in lists {
+            self.add_postings(list, norms, scratch);
         }
     }
 
@@ -639,69 +692,46 @@ impl TextIndex {
         keep: &dyn Fn(&DocTags) -> bool,
         scratch: &mut Scratch,
     ) -> Vec<(u32, f32)> {
+        // Only documents at the `limit`-th best score or above can be among the best.
+        let least = self.kth_score(limit, keep, scratch).unwrap_or(f32::MIN);
         let mut best = Best::new(self, limit, keep);
         for slot in scratch.touched.drain(..) {
             let score = std::mem::take(&mut scratch.scores[slot as usize]);
-            best.offer(slot, score);
+            if score >= least {
+                best.offer(slot, score);
+            }
         }
         best.ranked()
     }
 
-    /// The query's words `ids` in the order a search reads and sums them: by what a word can
-    /// add to a score, most first (see the module docs, "Pruning"), then shorter list first,
-    /// then query order; with the weights and that bound of each.
-    fn reading_order(&self, ids: &[u32], norms: &Norms) -> Vec<(u32, Weights, f32)> {
-        let mut words: Vec<(u32, Weights, f32)> = (ids.iter())
-            .map(|&id| {
-                let w = self.weights(id, norms);
-                // Most a word can add to a document's score: each field's part is below
-                // `(K1 + 1) * idf` (its tf / (tf + ...) is below 1), and nothing for a field
-                // the word is in no document's of.
-                let [df_title, df_content] = self.df[id as usize];
-                let bound = (K1 + 1.0)
-                    * (if df_title > 0 { w.idf_title } else { 0.0 }
-                        + if df_content > 0 { w.idf_content } else { 0.0 });
-                (id, w, bound)
-            })
-            .collect();
-        let len = |id: u32| self.postings[id as usize].len();
-        words.sort_by(|a, b| b.2.total_cmp(&a.2).then(len(a.0).cmp(&len(b.0))));
-        words
-    }
-
-    /// The best `limit` documents for the terms `ids` (see the module docs, "Pruning"):
-    /// exactly the answer of scoring every posting of the words in [`reading_order`] then
+    /// The best `limit` documents for the `lists` (see the module docs, "Pruning"): exactly
+    /// the answer of scoring every posting of the lists in their order then
     /// [`best_touched`](Self::best_touched), reading the lists in that order until the
     /// unread ones cannot change it.
-    ///
-    /// [`reading_order`]: Self::reading_order
     fn search_pruned(
         &self,
-        ids: &[u32],
+        lists: &[List],
+        norms: &Norms,
         limit: usize,
         keep: &dyn Fn(&DocTags) -> bool,
         scratch: &mut Scratch,
     ) -> Vec<(u32, f32)> {
-        let norms = self.norms();
-        let words = self.reading_order(ids, &norms);
-        let ids: Vec<u32> = words.iter().map(|w| w.0).collect();
-        // unread[j]: the most the words from the `j`-th on can add together.
-        let mut unread = vec![0.0f32; ids.len() + 1];
-        for j in (0..ids.len()).rev() {
-            unread[j] = unread[j + 1] + words[j].2;
+        // unread[j]: the most the lists from the `j`-th on can add together.
+        let mut unread = vec![0.0f32; lists.len() + 1];
+        for j in (0..lists.len()).rev() {
+            unread[j] = unread[j + 1] + lists[j].bound;
         }
-        let weights: Vec<Weights> = words.into_iter().map(|w| w.1).collect();
         // Bounds are summed apart from the scores: compare with room for their rounding, so
         // that a document is passed over only when it is plainly below.
         let below = |score: f32, threshold: f32| score * (1.0 + 1e-4) + 1e-6 < threshold;
         if scratch.scores.len() < self.keys.len() {
             scratch.scores.resize(self.keys.len(), 0.0);
         }
-        // Before the last word, each word read may end the reading.
-        for j in 0..ids.len().saturating_sub(1) {
-            self.add_postings(ids[j], &weights[j], &norms, scratch);
+        // Before the last list, each list read may end the reading.
+        for j in 0..lists.len().saturating_sub(1) {
+            self.add_postings(&lists[j], norms, scratch);
             let rest = unread[j + 1];
-            // No score so far exceeds what the words read can add: none can exceed the rest.
+            // No score so far exceeds what the lists read can add: none can exceed the rest.
             if scratch.touched.len() < limit || !below(rest, unread[0] - rest) {
                 continue;
             }
@@ -711,95 +741,200 @@ impl TextIndex {
             if !below(rest, threshold) {
                 continue;
             }
-            // A document no word read reaches scores at most `rest`, below the `limit`
+            // A document no list read reaches scores at most `rest`, below the `limit`
             // documents already at `threshold` or more: the best are among those reached, and
-            // only those that the unread words could lift to `threshold` need their score.
+            // only those that the unread lists could lift to `threshold` need their score.
             let reached: Vec<u32> = (scratch.touched.iter().copied())
                 .filter(|&slot| !below(scratch.scores[slot as usize] + rest, threshold))
                 .collect();
-            // Thousands of equal scores (a word in every document of one shape) are cheaper
-            // summed in one pass than looked up one by one: read on.
-            if reached.len() > MAX_LOOKUPS + limit {
+            // Thousands of documents that may still make it (a word in every document of one
+            // shape) are cheaper summed in one pass than looked up one by one: read on.
+            let unread: usize = lists[j + 1..].iter().map(|l| self.list_len(l)).sum();
+            if reached.len() * (lists.len() - j - 1) * LOOKUP_COST > unread {
                 continue;
+            }
+            let mut best = Best::new(self, limit, keep);
+            for slot in reached {
+                let read = scratch.scores[slot as usize];
+                best.offer(slot, self.score_from(slot, read, &lists[j + 1..], norms));
             }
             for slot in scratch.touched.drain(..) {
                 scratch.scores[slot as usize] = 0.0;
             }
-            let mut best = Best::new(self, limit, keep);
-            for slot in reached {
-                best.offer(slot, self.score_of(slot, &ids, &weights, &norms));
-            }
             return best.ranked();
         }
-        // Every word read: the scores are whole.
-        if let Some(&last) = ids.last() {
-            self.add_postings(last, &weights[ids.len() - 1], &norms, scratch);
+        // Every list read: the scores are whole.
+        if let Some(last) = lists.last() {
+            self.add_postings(last, norms, scratch);
         }
         self.best_touched(limit, keep, scratch)
     }
 
-    /// Adds every live posting of the word `id` to its document's score in `scratch`.
-    fn add_postings(&self, id: u32, w: &Weights, norms: &Norms, scratch: &mut Scratch) {
+    /// Adds every live posting of `list` to its document's score in `scratch`.
+    fn add_postings(&self, list: &List, norms: &Norms, scratch: &mut Scratch) {
         let Scratch { scores, touched } = scratch;
-        #[cfg(test)]
-        POSTINGS_READ.with(|r| r.set(r.get() + self.postings[id as usize].len()));
-        for p in &self.postings[id as usize] {
-            let slot = p.slot as usize;
-            if !self.alive[slot] {
-                continue;
+        let postings = &self.postings[list.id as usize];
+        let (idf, per_len) = (list.idf, norms.per_len[list.field]);
+        let mut add = |slot: u32, count: u16, len: u32| {
+            let at = slot as usize;
+            if !self.alive[at] {
+                return;
             }
-            if scores[slot] == 0.0 {
-                touched.push(p.slot);
+            if scores[at] == 0.0 {
+                touched.push(slot);
             }
-            scores[slot] += self.part(p, w, norms);
+            scores[at] += idf * saturation(count, norms.base, per_len * len as f32);
+        };
+        if list.field == TITLE {
+            #[cfg(test)]
+            POSTINGS_READ.with(|r| r.set(r.get() + self.titled[list.id as usize].len()));
+            for &at in &self.titled[list.id as usize] {
+                let p = &postings[at as usize];
+                add(p.slot, p.title, self.lens[p.slot as usize].0);
+            }
+        } else {
+            #[cfg(test)]
+            POSTINGS_READ.with(|r| r.set(r.get() + postings.len()));
+            for p in postings {
+                if p.content > 0 {
+                    add(p.slot, p.content, self.lens[p.slot as usize].1);
+                }
+            }
         }
     }
 
     /// The `limit`-th best score in `scratch` among the live documents `keep` accepts, if
-    /// there are that many.
+    /// there are that many. Only scores are kept, not which documents have them: most
+    /// documents cost one comparison with the lowest of the best so far, and `keep` is asked
+    /// only of those above it.
     fn kth_score(
         &self,
         limit: usize,
         keep: &dyn Fn(&DocTags) -> bool,
         scratch: &Scratch,
     ) -> Option<f32> {
-        let mut best = Best::new(self, limit, keep);
-        for &slot in &scratch.touched {
-            best.offer(slot, scratch.scores[slot as usize]);
+        if limit == 0 {
+            return None;
         }
-        best.worst()
+        // The best scores so far, lowest first.
+        let mut top: Vec<f32> = Vec::with_capacity(limit + 1);
+        for &slot in &scratch.touched {
+            let score = scratch.scores[slot as usize];
+            if top.len() == limit && score <= top[0] {
+                continue;
+            }
+            if !self.alive[slot as usize] || !keep(&self.tags[slot as usize]) {
+                continue;
+            }
+            top.insert(top.partition_point(|&s| s < score), score);
+            if top.len() > limit {
+                top.remove(0);
+            }
+        }
+        (top.len() == limit).then(|| top[0])
     }
 
-    /// The score of `slot` for the terms `ids` (in reading order, with their `weights`),
-    /// summed from zero in that order as the scan sums it, so both give the same float.
-    /// Posting lists are in slot order: slots are only ever appended, and compaction keeps
-    /// their order.
-    fn score_of(&self, slot: u32, ids: &[u32], weights: &[Weights], norms: &Norms) -> f32 {
-        let mut score = 0.0;
-        for (&id, w) in ids.iter().zip(weights) {
-            let list = &self.postings[id as usize];
-            if let Ok(i) = list.binary_search_by_key(&slot, |p| p.slot) {
-                score += self.part(&list[i], w, norms);
+    /// Postings `list` reads.
+    fn list_len(&self, list: &List) -> usize {
+        match list.field {
+            TITLE => self.titled[list.id as usize].len(),
+            _ => self.postings[list.id as usize].len(),
+        }
+    }
+
+    /// The score of `slot` for the `lists`, summed from zero in their order as the scan sums
+    /// it, so both give the same float.
+    #[cfg(test)]
+    fn score_of(&self, slot: u32, lists: &[List], norms: &Norms) -> f32 {
+        self.score_from(slot, 0.0, lists, norms)
+    }
+
+    /// `read` (the score of `slot` from the lists before `lists`) plus its parts in `lists`,
+    /// added in their order as the scan adds them, so both give the same float. Posting
+    /// lists are in slot order: slots are only ever appended, and compaction keeps their
+    /// order.
+    fn score_from(&self, slot: u32, read: f32, lists: &[List], norms: &Norms) -> f32 {
+        let mut score = read;
+        for list in lists {
+            let postings = &self.postings[list.id as usize];
+            if let Ok(i) = postings.binary_search_by_key(&slot, |p| p.slot) {
+                let p = &postings[i];
+                let count = match list.field {
+                    TITLE => p.title,
+                    _ => p.content,
+                };
+                if count > 0 {
+                    score += self.part(p, list, norms);
+                }
             }
         }
         score
     }
 }
 
+/// The fields, as indexes of per-field pairs.
+const TITLE: usize = 0;
+const CONTENT: usize = 1;
+
 /// The BM25 parts every posting of one search shares.
 struct Norms {
     /// Live documents.
     n: f32,
     /// Each field's length normalisation, per unit of length.
-    per_title: f32,
-    per_content: f32,
+    per_len: [f32; 2],
     base: f32,
 }
 
-/// One term's inverse document frequencies.
-struct Weights {
-    idf_title: f32,
-    idf_content: f32,
+impl Norms {
+    /// BM25's saturation of a term counted `count` times in a `field` of `len` terms: what
+    /// multiplies its inverse document frequency. It grows with `count` and falls with
+    /// `len`, so a list's highest count and shortest field bound its parts.
+    #[inline]
+    fn saturation(&self, field: usize, count: u16, len: u32) -> f32 {
+        saturation(count, self.base, self.per_len[field] * len as f32)
+    }
+}
+
+/// BM25's saturation of a count, given its field's `base` and length part: every score's
+/// one formula (see [`Norms::saturation`]).
+#[inline(always)]
+fn saturation(count: u16, base: f32, length: f32) -> f32 {
+    if count == 0 {
+        return 0.0;
+    }
+    let tf = f32::from(count);
+    tf * (K1 + 1.0) / (tf + base + length)
+}
+
+/// One list a search reads: a word's titles or its contents.
+struct List {
+    id: u32,
+    field: usize,
+    idf: f32,
+    /// The most one posting of the list adds to a score.
+    bound: f32,
+}
+
+/// The highest count of a term in one document's field and the shortest such field, over a
+/// list's postings.
+#[derive(Debug, Clone, Copy)]
+struct Peak {
+    count: u16,
+    len: u32,
+}
+
+impl Peak {
+    const NONE: Peak = Peak {
+        count: 0,
+        len: u32::MAX,
+    };
+
+    fn add(&mut self, count: u16, len: u32) {
+        if count > 0 {
+            self.count = self.count.max(count);
+            self.len = self.len.min(len);
+        }
+    }
 }
 
 /// What a search scores into, kept per thread: one score per slot (all zero between
@@ -866,13 +1001,6 @@ impl<'a> Best<'a> {
         if self.heap.len() > self.limit {
             self.heap.pop();
         }
-    }
-
-    /// The score of the worst kept, once `limit` are kept.
-    fn worst(&self) -> Option<f32> {
-        (self.heap.len() == self.limit)
-            .then(|| self.heap.peek().map(|r| r.score))
-            .flatten()
     }
 
     /// `(slot, score)`, best first.
@@ -1282,12 +1410,10 @@ mod tests {
             limit: usize,
             keep: &dyn Fn(&DocTags) -> bool,
         ) -> Vec<(VectorKey, f32)> {
-            let ids: Vec<u32> = (index.reading_order(&index.ids(terms), &index.norms()))
-                .into_iter()
-                .map(|w| w.0)
-                .collect();
+            let norms = index.norms();
+            let lists = index.reading_order(&index.ids(terms), &norms);
             let mut scratch = Scratch::default();
-            index.accumulate(&ids, &mut scratch);
+            index.accumulate(&lists, &norms, &mut scratch);
             (index.best_touched(limit, keep, &mut scratch).into_iter())
                 .filter_map(|(slot, score)| Some((index.keys[slot as usize].clone()?, score)))
                 .collect()
@@ -1352,17 +1478,33 @@ mod tests {
             assert_eq!(got.len(), 3);
             // Only zebra's five documents were scored, each from every word.
             let norms = index.norms();
-            let (ids, weights): (Vec<u32>, Vec<Weights>) = (index
-                .reading_order(&index.ids(&terms), &norms))
-            .into_iter()
-            .map(|w| (w.0, w.1))
-            .unzip();
+            let lists = index.reading_order(&index.ids(&terms), &norms);
             let mut scratch = Scratch::default();
-            let pruned = index.search_pruned(&ids, 3, &|_| true, &mut scratch);
+            let pruned = index.search_pruned(&lists, &norms, 3, &|_| true, &mut scratch);
             assert!(scratch.touched.is_empty() && scratch.scores.iter().all(|s| *s == 0.0));
             for (slot, score) in pruned {
-                assert_eq!(score, index.score_of(slot, &ids, &weights, &norms));
+                assert_eq!(score, index.score_of(slot, &lists, &norms));
             }
+        }
+
+        /// A common word that a few titles hold is read as those titles alone: its long list
+        /// of contents, whose every part is small, is not read once rare words decide.
+        #[test]
+        fn a_common_words_few_titles_do_not_make_its_contents_read() {
+            let mut index = TextIndex::new();
+            for i in 0..2000 {
+                let rare = if i % 400 == 0 { " zebra" } else { "" };
+                let title = if i % 1000 == 1 { "the" } else { "" };
+                let text = format!("the package of the tools w{}{rare}", i % 50);
+                index.upsert(&format!("k{i:04}"), &Analysed::new(title, &text), tags("s"));
+            }
+            let terms = query_terms("the zebra");
+            POSTINGS_READ.with(|r| r.set(0));
+            let got = index.search(&terms, 5, &|_| true);
+            // The two titles with "the", then zebra's five contents; not the 2,000 contents.
+            assert_eq!(POSTINGS_READ.with(|r| r.get()), 7);
+            assert_eq!(got, full(&index, &terms, 5, &|_| true));
+            assert_eq!(got.len(), 5);
         }
     }
 }
