@@ -458,64 +458,11 @@ async fn authenticate(
         },
     };
     req.extensions_mut().insert(identity);
-    let mut held = None;
     if let Some(workspace) = workspace {
         tracing::Span::current().record("workspace", &*workspace.name);
-        if &*workspace.knowledge.name != workspaces::DEFAULT {
-            held = Some((
-                workspace.knowledge.name.clone(),
-                workspace.knowledge.kb.config().database.clone(),
-            ));
-        }
         req.extensions_mut().insert(workspace);
     }
-    let answered = next.call(req).await?;
-    match held {
-        Some((name, database))
-            if answered.status() == actix_web::http::StatusCode::INTERNAL_SERVER_ERROR =>
-        {
-            Ok(deleted_meanwhile(answered, &name, &database).await)
-        }
-        _ => Ok(answered.map_into_left_body()),
-    }
-}
-
-/// A request whose workspace was deleted while it ran can fail deep in the store, as any
-/// statement on a database that is gone: on a SurrealDB server, as a table that does not
-/// exist. So a 500 of a workspace's request asks the registry whether the workspace is still
-/// the one the request opened, and answers `404 workspace_not_found` when it is not: one
-/// check for every route, paid only by answers that failed.
-async fn deleted_meanwhile<B: MessageBody>(
-    answered: ServiceResponse<B>,
-    name: &str,
-    database: &str,
-) -> ServiceResponse<EitherBody<B>> {
-    let Some(workspaces) = answered
-        .request()
-        .app_data::<web::Data<Workspaces>>()
-        .cloned()
-    else {
-        return answered.map_into_left_body();
-    };
-    match workspaces.registry().workspace(name).await {
-        Ok(Some(record)) if record.database == database => answered.map_into_left_body(),
-        // Gone, or deleted and created again under the name.
-        Ok(_) => {
-            tracing::info!(
-                workspace = name,
-                status = answered.status().as_u16(),
-                "the request's workspace was deleted while it ran"
-            );
-            let request = answered.request().clone();
-            ServiceResponse::new(
-                request,
-                actix_web::ResponseError::error_response(&workspaces::not_found(name)),
-            )
-            .map_into_right_body()
-        }
-        // The registry cannot tell: the answer stands.
-        Err(_) => answered.map_into_left_body(),
-    }
+    Ok(next.call(req).await?.map_into_left_body())
 }
 
 /// The workspace a request works in: its key's, or the one an operator's key names in
