@@ -302,9 +302,28 @@ impl Workspaces {
             .await?
     }
 
-    /// [`get`](Self::get)'s slow path: the registry read, and the wait for the opening,
-    /// which goes on when the wait times out (see [`opening`](Self::opening)).
+    /// [`get`](Self::get)'s slow path, [`load_once`](Self::load_once); but a workspace that
+    /// fails to open because it was deleted meanwhile (its database removed while its indexes
+    /// were read: on a server, as a database or a table that does not exist) is `404
+    /// workspace_not_found`, as it is for a request that comes after, not a 500.
     async fn load(self: &Arc<Self>, name: &str) -> Result<Workspace, ApiError> {
+        match self.load_once(name).await {
+            Err(e) if e.code == ErrorCode::Internal => {
+                match self.registry().workspace(name).await {
+                    Ok(None) => {
+                        self.close(name);
+                        Err(not_found(name))
+                    }
+                    _ => Err(e),
+                }
+            }
+            loaded => loaded,
+        }
+    }
+
+    /// The registry read, and the wait for the opening, which goes on when the wait times
+    /// out (see [`opening`](Self::opening)).
+    async fn load_once(self: &Arc<Self>, name: &str) -> Result<Workspace, ApiError> {
         let open = self.open(name).await?;
         self.touch(&open);
         if let Some(workspace) = open.workspace.get() {
