@@ -774,32 +774,23 @@ impl TextIndex {
     fn add_postings(&self, list: &List, norms: &Norms, scratch: &mut Scratch) {
         let Scratch { scores, touched } = scratch;
         let postings = &self.postings[list.id as usize];
-        let (idf, per_len) = (list.idf, norms.per_len[list.field]);
-        let mut add = |slot: u32, count: u16, len: u32| {
-            let at = slot as usize;
+        #[cfg(test)]
+        POSTINGS_READ.with(|r| r.set(r.get() + self.list_len(list)));
+        let mut add = |p: &Posting| {
+            let at = p.slot as usize;
             if !self.alive[at] {
                 return;
             }
             if scores[at] == 0.0 {
-                touched.push(slot);
+                touched.push(p.slot);
             }
-            scores[at] += idf * saturation(count, norms.base, per_len * len as f32);
+            scores[at] += self.part(p, list, norms);
         };
-        if list.field == TITLE {
-            #[cfg(test)]
-            POSTINGS_READ.with(|r| r.set(r.get() + self.titled[list.id as usize].len()));
-            for &at in &self.titled[list.id as usize] {
-                let p = &postings[at as usize];
-                add(p.slot, p.title, self.lens[p.slot as usize].0);
+        match list.field {
+            TITLE => {
+                (self.titled[list.id as usize].iter()).for_each(|&at| add(&postings[at as usize]))
             }
-        } else {
-            #[cfg(test)]
-            POSTINGS_READ.with(|r| r.set(r.get() + postings.len()));
-            for p in postings {
-                if p.content > 0 {
-                    add(p.slot, p.content, self.lens[p.slot as usize].1);
-                }
-            }
+            _ => postings.iter().filter(|p| p.content > 0).for_each(add),
         }
     }
 
@@ -857,15 +848,10 @@ impl TextIndex {
         let mut score = read;
         for list in lists {
             let postings = &self.postings[list.id as usize];
+            // A posting without the list's field adds nothing: its part is zero, as the scan
+            // never reads it.
             if let Ok(i) = postings.binary_search_by_key(&slot, |p| p.slot) {
-                let p = &postings[i];
-                let count = match list.field {
-                    TITLE => p.title,
-                    _ => p.content,
-                };
-                if count > 0 {
-                    score += self.part(p, list, norms);
-                }
+                score += self.part(&postings[i], list, norms);
             }
         }
         score
@@ -891,19 +877,12 @@ impl Norms {
     /// `len`, so a list's highest count and shortest field bound its parts.
     #[inline]
     fn saturation(&self, field: usize, count: u16, len: u32) -> f32 {
-        saturation(count, self.base, self.per_len[field] * len as f32)
+        if count == 0 {
+            return 0.0;
+        }
+        let tf = f32::from(count);
+        tf * (K1 + 1.0) / (tf + self.base + self.per_len[field] * len as f32)
     }
-}
-
-/// BM25's saturation of a count, given its field's `base` and length part: every score's
-/// one formula (see [`Norms::saturation`]).
-#[inline(always)]
-fn saturation(count: u16, base: f32, length: f32) -> f32 {
-    if count == 0 {
-        return 0.0;
-    }
-    let tf = f32::from(count);
-    tf * (K1 + 1.0) / (tf + base + length)
 }
 
 /// One list a search reads: a word's titles or its contents.
@@ -1459,16 +1438,27 @@ mod tests {
             }
         }
 
-        /// On an index shaped as real text (a few words in nearly every document, many in
-        /// few), a query of rare and common words stops before the common words' lists.
-        #[test]
-        fn common_words_lists_are_not_read_when_rare_words_decide() {
+        /// 2,000 documents shaped as real text: "the", "package", "of" and "tools" in every
+        /// one, "zebra" in five (every 400th), and the title `title(i)`.
+        fn zebras(title: impl Fn(usize) -> &'static str) -> TextIndex {
             let mut index = TextIndex::new();
             for i in 0..2000 {
                 let rare = if i % 400 == 0 { " zebra" } else { "" };
                 let text = format!("the package of the tools w{}{rare}", i % 50);
-                index.upsert(&format!("k{i:04}"), &Analysed::new("", &text), tags("s"));
+                index.upsert(
+                    &format!("k{i:04}"),
+                    &Analysed::new(title(i), &text),
+                    tags("s"),
+                );
             }
+            index
+        }
+
+        /// On an index shaped as real text (a few words in nearly every document, many in
+        /// few), a query of rare and common words stops before the common words' lists.
+        #[test]
+        fn common_words_lists_are_not_read_when_rare_words_decide() {
+            let index = zebras(|_| "");
             let terms = query_terms("the zebra of");
             POSTINGS_READ.with(|r| r.set(0));
             let got = index.search(&terms, 3, &|_| true);
@@ -1491,13 +1481,7 @@ mod tests {
         /// of contents, whose every part is small, is not read once rare words decide.
         #[test]
         fn a_common_words_few_titles_do_not_make_its_contents_read() {
-            let mut index = TextIndex::new();
-            for i in 0..2000 {
-                let rare = if i % 400 == 0 { " zebra" } else { "" };
-                let title = if i % 1000 == 1 { "the" } else { "" };
-                let text = format!("the package of the tools w{}{rare}", i % 50);
-                index.upsert(&format!("k{i:04}"), &Analysed::new(title, &text), tags("s"));
-            }
+            let index = zebras(|i| if i % 1000 == 1 { "the" } else { "" });
             let terms = query_terms("the zebra");
             POSTINGS_READ.with(|r| r.set(0));
             let got = index.search(&terms, 5, &|_| true);
