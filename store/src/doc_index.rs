@@ -161,7 +161,7 @@ impl KnowledgeBase {
             self.config().query_timeout,
         )
         .await?;
-        let rows: Vec<Value> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
+        let rows: Vec<Value> = resp.take(0).map_err(|e| self.statement_error(e))?;
         Ok(doc_entries(rows))
     }
 }

@@ -421,7 +421,7 @@ impl KnowledgeBase {
                         self.config().query_timeout,
                     )
                     .await?;
-                let rows: Vec<Json> = resp.take(0).map_err(|e| StoreError::Query(e.to_string()))?;
+                let rows: Vec<Json> = resp.take(0).map_err(|e| self.statement_error(e))?;
                 let n = rows.len();
                 let mut bytes = Vec::with_capacity(n * 256);
                 for r in rows {

@@ -523,21 +523,36 @@ impl KnowledgeBase {
                 }
             }
         }
-        let answer = Self::watched(c, statement).await;
-        // A workspace deleted while its requests ran: its database is removed under them.
-        if let Err(StoreError::Query(m)) = &answer
-            && self.parent.is_some()
-            && m.contains(&format!(
-                "database '{}' does not exist",
-                self.config.database
-            ))
-        {
-            return Err(StoreError::Removed(self.config.database.clone()));
-        }
+        let answer = match Self::watched(c, statement).await {
+            Err(StoreError::Query(m)) => Err(self.statement_error(m)),
+            answer => answer,
+        };
         if matches!(answer, Err(StoreError::Unavailable(_))) {
             state.unreachable.lock().get_or_insert_with(Instant::now);
         }
         answer
+    }
+
+    /// The error of a statement that SurrealDB failed with `message`. In a workspace's
+    /// knowledge base, a message that its database or one of its tables does not exist means
+    /// that the workspace was deleted while the statement ran (its tables are all defined
+    /// when it is created, and kbq asks `INFO FOR DB` before reading any that may be
+    /// missing): that is [`StoreError::Removed`], a 404 `workspace_not_found` at the edge,
+    /// not a failed query. Every statement's error goes through here, whether the request
+    /// failed or one of its statements did, so that no handler answers 500 for a deleted
+    /// workspace.
+    pub(crate) fn statement_error(&self, message: impl std::fmt::Display) -> StoreError {
+        let message = message.to_string();
+        let gone = self.parent.is_some()
+            && (message.contains(&format!(
+                "database '{}' does not exist",
+                self.config.database
+            )) || (message.contains("table '") && message.contains("' does not exist")));
+        if gone {
+            StoreError::Removed(self.config.database.clone())
+        } else {
+            StoreError::Query(message)
+        }
     }
 
     /// `statement`'s answer; but one that has run for [`RECHECK_UNREACHABLE`] asks the
@@ -587,9 +602,7 @@ impl KnowledgeBase {
     ) -> Result<Vec<T>> {
         let mut resp = self.guarded(c, query_on(&c.db, sql, vars, timeout)).await?;
         let last = resp.num_statements().saturating_sub(1);
-        let rows: Vec<Json> = resp
-            .take(last)
-            .map_err(|e| StoreError::Query(e.to_string()))?;
+        let rows: Vec<Json> = resp.take(last).map_err(|e| self.statement_error(e))?;
         rows_as(rows)
     }
 

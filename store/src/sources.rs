@@ -595,7 +595,7 @@ impl KnowledgeBase {
             .await?;
         answers
             .take::<Vec<Json>>(2)
-            .map_err(|e| StoreError::Query(e.to_string()))
+            .map_err(|e| self.statement_error(e))
     }
 
     /// Asks the node that holds the job `job_id` to cancel it (it reads the request when it

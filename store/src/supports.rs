@@ -234,23 +234,22 @@ struct FactRow {
     chunk: i64,
 }
 
-/// Reads rows of type `T` from the `i`th answer of a request.
-fn answer<T: serde::de::DeserializeOwned>(
-    answers: &mut surrealdb::IndexedResults,
-    i: usize,
-) -> Result<Vec<T>> {
-    let rows: Vec<Json> = answers
-        .take(i)
-        .map_err(|e| StoreError::Query(e.to_string()))?;
-    rows.into_iter()
-        .map(|r| {
-            serde_json::from_value(r)
-                .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
-        })
-        .collect()
-}
-
 impl KnowledgeBase {
+    /// Reads rows of type `T` from the `i`th answer of a request.
+    fn answer<T: serde::de::DeserializeOwned>(
+        &self,
+        answers: &mut surrealdb::IndexedResults,
+        i: usize,
+    ) -> Result<Vec<T>> {
+        let rows: Vec<Json> = answers.take(i).map_err(|e| self.statement_error(e))?;
+        rows.into_iter()
+            .map(|r| {
+                serde_json::from_value(r)
+                    .map_err(|e| StoreError::Query(format!("unexpected row shape: {e}")))
+            })
+            .collect()
+    }
+
     /// Every fact that `source` or `also` names, with what the planner needs of its
     /// supports: all of `source`'s own, and one of another origin's if there is any (which
     /// one does not matter: a fact another origin supports stays). Reading every support of
@@ -319,7 +318,7 @@ impl KnowledgeBase {
             let tail = " WHERE id[1] != $origin LIMIT 1";
             let mut answers = self.per_fact(&c, FACT_ROW, tail, batch, vars).await?;
             for i in 0..batch.len() {
-                for r in answer::<FactRow>(&mut answers, i)? {
+                for r in self.answer::<FactRow>(&mut answers, i)? {
                     if let Some(s) = support_of(&r.origin, r.chunk) {
                         by_fact.entry(r.fact).or_default().push(s);
                     }
@@ -458,7 +457,7 @@ impl KnowledgeBase {
                 .per_fact(&c, FACT_ROW, "", &keys, Object::new())
                 .await?;
             for (i, fact) in batch.iter().enumerate() {
-                for r in answer::<FactRow>(&mut answers, i)? {
+                for r in self.answer::<FactRow>(&mut answers, i)? {
                     gone.push(fact_support_id(&r.fact, &r.origin, r.chunk));
                     if let Fact::Alias { entity, alias } = fact {
                         gone.push(alias_support_id(alias, entity, &r.origin, r.chunk));
@@ -585,7 +584,7 @@ impl KnowledgeBase {
             let fields = "id[1] AS origin, id[2] AS chunk, text";
             let mut answers = self.per_fact(&c, fields, "", &keys, Object::new()).await?;
             for (i, entity) in batch.iter().enumerate() {
-                let rows: Vec<TextRow> = answer(&mut answers, i)?;
+                let rows: Vec<TextRow> = self.answer(&mut answers, i)?;
                 let imported = rows.iter().any(|r| r.origin == IMPORT_ORIGIN);
                 let mut texts: Vec<(Support, String)> = rows
                     .into_iter()

@@ -460,6 +460,61 @@ mod tests {
         }
     }
 
+    /// A workspace deleted while its requests run: every kind of statement in its knowledge
+    /// base (a read, a request of several statements whose answers are read one by one, a
+    /// write) fails as [`StoreError::Removed`], which the edge answers 404
+    /// `workspace_not_found`, never as a failed query (500). The default workspace's own
+    /// errors stay what they are.
+    #[tokio::test]
+    async fn statements_in_a_deleted_workspace_fail_as_removed() {
+        use std::sync::Arc;
+
+        use kbq_ingest::provenance::{Fact, SourceKey};
+
+        use crate::embed::HashingEmbedder;
+        use crate::kb::StoreConfig;
+
+        let kb =
+            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+        let team = kb.create_workspace("team").await.unwrap().unwrap();
+        let theirs = kb.workspace_kb(&team.database);
+        assert!(theirs.entity("Ada").await.unwrap().is_none());
+        let source = SourceKey::new("files", "a.md");
+        let facts = [Fact::entity("Ada"), Fact::entity("Engine")];
+        assert_eq!(theirs.supports_of(&source, &facts).await.unwrap().len(), 2);
+
+        kb.delete_workspace("team").await.unwrap().unwrap();
+        let removed = |what: &str, e: StoreError| {
+            assert!(
+                matches!(&e, StoreError::Removed(db) if *db == team.database),
+                "{what}: {e:?}"
+            );
+        };
+        removed(
+            "a read",
+            theirs
+                .run::<Json>("SELECT * FROM entity", Object::new())
+                .await
+                .unwrap_err(),
+        );
+        removed(
+            "answers read one by one",
+            theirs.supports_of(&source, &facts).await.unwrap_err(),
+        );
+        removed(
+            "a write",
+            theirs
+                .exec("UPDATE entity SET seen = true", Object::new())
+                .await
+                .unwrap_err(),
+        );
+        // Not a workspace's: a statement's own error is a failed query.
+        let e = kb
+            .run::<Json>("SELECT * FROM nothing_here", Object::new())
+            .await;
+        assert!(!matches!(e, Err(StoreError::Removed(_))), "{e:?}");
+    }
+
     /// A store written before there were workspaces has no registry (no workspace or key
     /// tables): opened by this release, what it holds is the `default` workspace's, the
     /// registry is made, and workspaces and keys are added beside it, changing nothing of it.
