@@ -612,3 +612,74 @@ async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
     let _ = mcp.wait().await;
     node.stop().await;
 }
+
+/// `kbq export --store ws://...` against a server that a node is serving: the file restores
+/// the same knowledge base (imported into a workspace of the same server, it exports the same
+/// lines), the node answers all the while, and the workspace is exported on its own.
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_kbq_export_reads_a_serving_store_and_restores_into_a_workspace() {
+    let db = SurrealServer::start(0, "memory").await;
+    let config = remote_config(&db, true);
+    let node = TestServer::with_fixture(config.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = db.url();
+    let database = config.store.database.clone();
+    let cli = move |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kbq"))
+            .args(args)
+            .env_remove("KBQ_CONFIG")
+            .env_remove("KBQ_API_KEYS")
+            .env("KBQ_STORE__DATABASE", &database)
+            .env("KBQ_STORE__USERNAME", "root")
+            .env("KBQ_STORE__PASSWORD", "root")
+            .output()
+            .expect("kbq runs");
+        assert!(
+            out.status.success(),
+            "kbq {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let file = dir.path().join("backup.ndjson");
+    let file = file.to_str().unwrap().to_string();
+    let exporting = {
+        let (cli, url, file) = (cli.clone(), url.clone(), file.clone());
+        tokio::task::spawn_blocking(move || cli(&["export", "--store", &url, "-o", &file]))
+    };
+    // The node serves while the export reads.
+    let mut answered = 0;
+    while !exporting.is_finished() {
+        let (s, body) = node
+            .post("/data/v1/query/graph", json!({"entity_name": "Ada"}))
+            .await;
+        assert_eq!(s, 200, "{body}");
+        answered += 1;
+    }
+    let out = exporting.await.unwrap();
+    assert!(answered > 0);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("exported 10 entities, 7 relationships, 3 documents, 0 memories"),
+        "{said}"
+    );
+    let written = std::fs::read_to_string(&file).unwrap();
+
+    let (s, body) = node
+        .post("/admin/v1/workspaces", json!({"name": "team"}))
+        .await;
+    assert_eq!(s, 201, "{body}");
+    let imported = cli(&["import", "--store", &url, "--workspace", "team", &file]);
+    let said = String::from_utf8_lossy(&imported.stdout);
+    assert!(
+        said.contains("imported 10 entities, 7 relationships, 3 documents"),
+        "{said}"
+    );
+    let again = cli(&["export", "--store", &url, "--workspace", "team"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout), written);
+    // The default workspace is as it was.
+    let default = cli(&["export", "--store", &url]);
+    assert_eq!(String::from_utf8_lossy(&default.stdout), written);
+    node.stop().await;
+}

@@ -290,3 +290,94 @@ async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
     receiver.handle.stop(false).await;
     llm.stop().await;
 }
+
+/// A fallback is an event of the chat's trace: the first provider's call fails (no retry
+/// allowed), its span carries the error, the session's span holds the event naming it, and
+/// the next provider's call answers in the same trace.
+#[tokio::test]
+async fn a_fallback_to_the_next_provider_is_an_event_of_the_chats_trace() {
+    let receiver = Receiver::start().await;
+    let broken = ScriptedLlm::start().await;
+    broken.push(Step::Error(500, None));
+    let llm = ScriptedLlm::start().await;
+    llm.push(Step::Answer("Turing worked at Bletchley Park.".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kbq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"first\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 0\n\n\
+             [[providers]]\nname = \"second\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 0\n",
+            broken.base_url(),
+            llm.base_url()
+        ),
+    )
+    .unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let config = config.to_str().unwrap();
+    let serve = ServeProcess::start(
+        &[
+            ("KBQ_CONFIG", config),
+            ("KBQ_API_KEYS", KEY),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+        std::process::Stdio::null(),
+    )
+    .await;
+    let (mut child, port) = (serve.child, serve.port);
+    let res = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/agent/chat"))
+        .bearer_auth(KEY)
+        .json(&json!({"message": "Where did Alan Turing work?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let chat: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        chat["response"].as_str().unwrap().contains("Bletchley"),
+        "{chat}"
+    );
+
+    let complete = crate::support::eventually(Duration::from_secs(15), || async {
+        let spans = receiver.spans();
+        spans.iter().any(|s| s.name == "invoke_agent kbq")
+            && spans.iter().any(|s| s.name == "chat first")
+            && spans.iter().any(|s| s.name == "chat second")
+    })
+    .await;
+    let spans = receiver.spans();
+    assert!(complete, "{spans:#?}");
+    let one = |name: &str| -> Received {
+        let found: Vec<&Received> = spans.iter().filter(|s| s.name == name).collect();
+        assert_eq!(found.len(), 1, "{name} in {spans:#?}");
+        found[0].clone()
+    };
+    let session = one("invoke_agent kbq");
+    let (first, second) = (one("chat first"), one("chat second"));
+    for call in [&first, &second] {
+        assert_eq!(call.parent, session.span_id);
+        assert_eq!(call.trace_id, session.trace_id);
+    }
+    assert!(
+        first.attributes["error.type"].contains("500"),
+        "{:?}",
+        first.attributes
+    );
+    assert!(!second.attributes.contains_key("error.type"));
+    let fallbacks: Vec<&HashMap<String, String>> = (session.events.iter())
+        .filter(|(name, _)| name == "provider failed; falling back")
+        .map(|(_, attributes)| attributes)
+        .collect();
+    assert_eq!(fallbacks.len(), 1, "{:?}", session.events);
+    assert_eq!(fallbacks[0]["provider"], "first");
+    assert!(fallbacks[0]["error"].contains("500"), "{:?}", fallbacks[0]);
+    assert_eq!(broken.requests().len(), 1);
+
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    receiver.handle.stop(false).await;
+    broken.stop().await;
+    llm.stop().await;
+}
