@@ -219,6 +219,106 @@ async fn kbq_mcp_refuses_an_unknown_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("KBQ_API_KEY is not one of"));
 }
 
+/// `kbq mcp` over standard input and output with a key minted for a workspace other than
+/// `default` answers from that workspace only: its own entity is found, `default`'s is not.
+#[tokio::test]
+async fn kbq_mcp_with_a_workspace_key_answers_from_that_workspace() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use crate::import_cli::kbq;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("surrealkv://{}", dir.path().join("kb").display());
+    let fixture = dir.path().join("fixture.ndjson");
+    std::fs::write(&fixture, crate::support::FIXTURE).unwrap();
+    let theirs = dir.path().join("team.ndjson");
+    std::fs::write(
+        &theirs,
+        "{\"kind\":\"entity\",\"name\":\"Grace Hopper\",\"entity_type\":\"person\"}\n",
+    )
+    .unwrap();
+    let ok = |args: &[&str]| {
+        let out = kbq(args);
+        assert!(out.status.success(), "kbq {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(&["import", "--store", &store, fixture.to_str().unwrap()]);
+    ok(&["workspaces", "--store", &store, "create", "team"]);
+    ok(&[
+        "import",
+        "--store",
+        &store,
+        "--workspace",
+        "team",
+        theirs.to_str().unwrap(),
+    ]);
+    let minted: Value = serde_json::from_str(&ok(&[
+        "workspaces",
+        "--store",
+        &store,
+        "mint",
+        "team",
+        "--scopes",
+        "read",
+    ]))
+    .unwrap();
+    assert_eq!(minted["workspace"], "team", "{minted}");
+
+    let mut mcp = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+        .args(["mcp", "--no-demo", "--store", &store])
+        .env_remove("KBQ_CONFIG")
+        .env_remove("KBQ_API_KEYS")
+        .env("KBQ_DATA_DIR", dir.path())
+        .env("KBQ_API_KEY", minted["key"].as_str().unwrap())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut lines = BufReader::new(mcp.stdout.take().unwrap()).lines();
+    let mut ask = async |message: Value| -> Option<Value> {
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+        message.get("id")?;
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("kbq mcp answers within 30 s")
+            .unwrap()
+            .expect("kbq mcp is still serving");
+        Some(serde_json::from_str(&line).unwrap())
+    };
+    let init = ask(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}}),
+    )
+    .await
+    .unwrap();
+    assert!(init.get("result").is_some(), "{init}");
+    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let lookup = |id: u32, name: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "EntityLookupTool", "arguments": {"name": name}}})
+    };
+    let found = ask(lookup(2, "Grace Hopper")).await.unwrap();
+    assert_eq!(
+        found["result"]["structuredContent"]["entity"]["name"], "Grace Hopper",
+        "{found}"
+    );
+    let other = ask(lookup(3, "Ada")).await.unwrap();
+    assert_ne!(
+        other["result"]["structuredContent"]["entity"]["name"], "Ada",
+        "default's entity seen through a team key: {other}"
+    );
+    assert!(!other.to_string().contains("Babbage"), "{other}");
+    drop(stdin);
+    let _ = mcp.wait().await;
+}
+
 /// The current stable protocol version (2026-07-28: no handshake, the version and the method
 /// in every request) and the one before it (2025-11-25, with `initialize`); an older host is
 /// offered 2025-11-25.
