@@ -223,8 +223,6 @@ async fn kbq_mcp_refuses_an_unknown_key() {
 /// `default` answers from that workspace only: its own entity is found, `default`'s is not.
 #[tokio::test]
 async fn kbq_mcp_with_a_workspace_key_answers_from_that_workspace() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
     use crate::import_cli::kbq;
 
     let dir = tempfile::tempdir().unwrap();
@@ -264,59 +262,25 @@ async fn kbq_mcp_with_a_workspace_key_answers_from_that_workspace() {
     .unwrap();
     assert_eq!(minted["workspace"], "team", "{minted}");
 
-    let mut mcp = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .args(["mcp", "--no-demo", "--store", &store])
-        .env_remove("KBQ_CONFIG")
-        .env_remove("KBQ_API_KEYS")
-        .env("KBQ_DATA_DIR", dir.path())
-        .env("KBQ_API_KEY", minted["key"].as_str().unwrap())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = mcp.stdin.take().unwrap();
-    let mut lines = BufReader::new(mcp.stdout.take().unwrap()).lines();
-    let mut ask = async |message: Value| -> Option<Value> {
-        stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
-        message.get("id")?;
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("kbq mcp answers within 30 s")
-            .unwrap()
-            .expect("kbq mcp is still serving");
-        Some(serde_json::from_str(&line).unwrap())
-    };
-    let init = ask(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}}),
+    let data = dir.path().to_str().unwrap();
+    let mut mcp = StdioMcp::start(
+        &store,
+        minted["key"].as_str().unwrap(),
+        &[("KBQ_DATA_DIR", data)],
     )
-    .await
-    .unwrap();
-    assert!(init.get("result").is_some(), "{init}");
-    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-    let lookup = |id: u32, name: &str| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "EntityLookupTool", "arguments": {"name": name}}})
-    };
-    let found = ask(lookup(2, "Grace Hopper")).await.unwrap();
+    .await;
+    let found = mcp.lookup("Grace Hopper").await;
     assert_eq!(
         found["result"]["structuredContent"]["entity"]["name"], "Grace Hopper",
         "{found}"
     );
-    let other = ask(lookup(3, "Ada")).await.unwrap();
+    let other = mcp.lookup("Ada").await;
     assert_ne!(
         other["result"]["structuredContent"]["entity"]["name"], "Ada",
         "default's entity seen through a team key: {other}"
     );
     assert!(!other.to_string().contains("Babbage"), "{other}");
-    drop(stdin);
-    let _ = mcp.wait().await;
+    mcp.stop().await;
 }
 
 /// The current stable protocol version (2026-07-28: no handshake, the version and the method
@@ -602,4 +566,93 @@ async fn a_write_key_adds_a_note_finds_it_and_retracts_it() {
         assert!(metrics.contains(line), "no {line} in /metrics");
     }
     t.stop().await;
+}
+
+/// `kbq mcp` over standard input and output, as a host runs it: one JSON-RPC message a line.
+pub(crate) struct StdioMcp {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    next_id: u32,
+}
+
+impl StdioMcp {
+    /// Spawns `kbq mcp --no-demo --store STORE` with `env` and the key `key`, without the
+    /// test's configuration and keys, and opens the session (protocol 2025-11-25).
+    pub(crate) async fn start(store: &str, key: &str, env: &[(&str, &str)]) -> StdioMcp {
+        use tokio::io::AsyncBufReadExt;
+
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
+            .args(["mcp", "--no-demo", "--store", store])
+            .env_remove("KBQ_CONFIG")
+            .env_remove("KBQ_API_KEYS")
+            .envs(env.iter().copied())
+            .env("KBQ_API_KEY", key)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut mcp = StdioMcp {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        let init = mcp
+            .call(
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "0"}}),
+            )
+            .await;
+        assert!(init.get("result").is_some(), "{init}");
+        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        mcp
+    }
+
+    async fn send(&mut self, message: &Value) {
+        use tokio::io::AsyncWriteExt;
+
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// Sends a request of `method` and answers its response.
+    pub(crate) async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("kbq mcp answers within 30 s")
+            .unwrap()
+            .expect("kbq mcp is still serving");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// EntityLookupTool's response for `name`.
+    pub(crate) async fn lookup(&mut self, name: &str) -> Value {
+        self.call(
+            "tools/call",
+            json!({"name": "EntityLookupTool", "arguments": {"name": name}}),
+        )
+        .await
+    }
+
+    /// Closes standard input, which ends the process, and waits for it.
+    pub(crate) async fn stop(self) {
+        let StdioMcp {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let _ = child.wait().await;
+    }
 }

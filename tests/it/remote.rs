@@ -526,8 +526,6 @@ async fn remote_two_nodes_share_a_keys_rate_budget() {
 #[tokio::test]
 #[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
 async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-
     let db = SurrealServer::start(0, "memory").await;
     let config = remote_config(&db, true);
     let node = TestServer::with_fixture(config.clone()).await;
@@ -539,50 +537,19 @@ async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
         .await;
     assert_eq!(s, 201, "{minted}");
     let data = tempfile::tempdir().unwrap();
-    let mut mcp = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
-        .args(["mcp", "--no-demo", "--store", &db.url()])
-        .env_remove("KBQ_CONFIG")
-        .env_remove("KBQ_API_KEYS")
-        .env("KBQ_DATA_DIR", data.path())
-        .env("KBQ_STORE__DATABASE", &config.store.database)
-        .env("KBQ_STORE__USERNAME", "root")
-        .env("KBQ_STORE__PASSWORD", "root")
-        .env("KBQ_API_KEY", minted["key"].as_str().unwrap())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = mcp.stdin.take().unwrap();
-    let mut lines = BufReader::new(mcp.stdout.take().unwrap()).lines();
-    let mut ask = async |message: Value| -> Option<Value> {
-        stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .await
-            .unwrap();
-        message.get("id")?;
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("kbq mcp answers within 30 s")
-            .unwrap()
-            .expect("kbq mcp is still serving");
-        Some(serde_json::from_str(&line).unwrap())
-    };
-    let init = ask(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}}),
+    let data = data.path().to_str().unwrap();
+    let mut mcp = crate::mcp::StdioMcp::start(
+        &db.url(),
+        minted["key"].as_str().unwrap(),
+        &[
+            ("KBQ_DATA_DIR", data),
+            ("KBQ_STORE__DATABASE", config.store.database.as_str()),
+            ("KBQ_STORE__USERNAME", "root"),
+            ("KBQ_STORE__PASSWORD", "root"),
+        ],
     )
-    .await
-    .unwrap();
-    assert!(init.get("result").is_some(), "{init}");
-    ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-    let lookup = |id: u32| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "EntityLookupTool", "arguments": {"name": "Ada"}}})
-    };
-    let found = ask(lookup(2)).await.unwrap();
+    .await;
+    let found = mcp.lookup("Ada").await;
     assert_eq!(
         found["result"]["structuredContent"]["entity"]["name"], "Ada",
         "{found}"
@@ -600,7 +567,7 @@ async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
         .await;
     assert!(s.is_success(), "{s} {body}");
     tokio::time::sleep(kbq::auth::MINTED_KEY_WINDOW + Duration::from_millis(500)).await;
-    let refused = ask(lookup(3)).await.unwrap();
+    let refused = mcp.lookup("Ada").await;
     assert!(refused.get("result").is_none(), "{refused}");
     assert!(
         refused["error"]["message"]
@@ -608,8 +575,7 @@ async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
             .is_some_and(|m| m.contains("no longer a key")),
         "{refused}"
     );
-    drop(stdin);
-    let _ = mcp.wait().await;
+    mcp.stop().await;
     node.stop().await;
 }
 

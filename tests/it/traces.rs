@@ -121,6 +121,36 @@ impl Receiver {
     }
 }
 
+/// A `[[providers]]` entry of the scripted model at `base_url`.
+fn provider(name: &str, base_url: &str, max_retries: u32) -> String {
+    format!(
+        "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"scripted-model\"\nmax_retries = {max_retries}\n\n"
+    )
+}
+
+/// `kbq serve` with `providers` (written to a config in `dir`), the test's key, and traces
+/// exported to `receiver` every 100 ms; `env` on top.
+async fn serve_traced(
+    receiver: &Receiver,
+    dir: &std::path::Path,
+    providers: &str,
+    env: &[(&str, &str)],
+    stderr: std::process::Stdio,
+) -> ServeProcess {
+    let config = dir.join("kbq.toml");
+    std::fs::write(&config, providers).unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let config = config.to_str().unwrap();
+    let mut vars = vec![
+        ("KBQ_CONFIG", config),
+        ("KBQ_API_KEYS", KEY),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    vars.extend_from_slice(env);
+    ServeProcess::start(&vars, stderr).await
+}
+
 #[tokio::test]
 async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
     let receiver = Receiver::start().await;
@@ -133,24 +163,12 @@ async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
     )]));
     llm.push(Step::Answer("Turing worked at Bletchley Park.".into()));
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kbq.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[providers]]\nname = \"model\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 1\n",
-            llm.base_url()
-        ),
-    )
-    .unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
-    let config = config.to_str().unwrap();
-    let serve = ServeProcess::start(
+    let serve = serve_traced(
+        &receiver,
+        dir.path(),
+        &provider("model", &llm.base_url(), 1),
         &[
-            ("KBQ_CONFIG", config),
-            ("KBQ_API_KEYS", KEY),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_SERVICE_NAME", "kbq-under-test"),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
             ("RUST_LOG", "info"),
         ],
         std::process::Stdio::piped(),
@@ -302,26 +320,13 @@ async fn a_fallback_to_the_next_provider_is_an_event_of_the_chats_trace() {
     let llm = ScriptedLlm::start().await;
     llm.push(Step::Answer("Turing worked at Bletchley Park.".into()));
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("kbq.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[providers]]\nname = \"first\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 0\n\n\
-             [[providers]]\nname = \"second\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\nmax_retries = 0\n",
-            broken.base_url(),
-            llm.base_url()
-        ),
-    )
-    .unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
-    let config = config.to_str().unwrap();
-    let serve = ServeProcess::start(
-        &[
-            ("KBQ_CONFIG", config),
-            ("KBQ_API_KEYS", KEY),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
+    let providers =
+        provider("first", &broken.base_url(), 0) + &provider("second", &llm.base_url(), 0);
+    let serve = serve_traced(
+        &receiver,
+        dir.path(),
+        &providers,
+        &[],
         std::process::Stdio::null(),
     )
     .await;
