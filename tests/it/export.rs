@@ -229,7 +229,9 @@ async fn an_export_names_its_workspace_in_the_query() {
     t.stop().await;
 }
 
-fn ok(out: &std::process::Output) -> String {
+/// The standard output of a `kbq` command that must have succeeded (its standard error in
+/// the failure's message).
+pub(crate) fn ok(out: &std::process::Output) -> String {
     assert!(
         out.status.success(),
         "{}",

@@ -1,12 +1,22 @@
 //! `kbq import`: progress, line-numbered failures, exit codes, idempotency.
 
+use std::ffi::OsStr;
 use std::process::Command;
 
 /// Runs `kbq` with `args`, without a `KBQ_CONFIG` from the environment.
 pub(crate) fn kbq(args: &[&str]) -> std::process::Output {
+    kbq_with::<&str, &str>(args, &[])
+}
+
+/// As [`kbq`], with `env` set for the process.
+pub(crate) fn kbq_with<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+    args: &[&str],
+    env: &[(K, V)],
+) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kbq"))
         .args(args)
         .env_remove("KBQ_CONFIG")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("kbq runs")
 }

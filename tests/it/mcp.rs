@@ -223,6 +223,7 @@ async fn kbq_mcp_refuses_an_unknown_key() {
 /// `default` answers from that workspace only: its own entity is found, `default`'s is not.
 #[tokio::test]
 async fn kbq_mcp_with_a_workspace_key_answers_from_that_workspace() {
+    use crate::export::ok;
     use crate::import_cli::kbq;
 
     let dir = tempfile::tempdir().unwrap();
@@ -235,22 +236,22 @@ async fn kbq_mcp_with_a_workspace_key_answers_from_that_workspace() {
         "{\"kind\":\"entity\",\"name\":\"Grace Hopper\",\"entity_type\":\"person\"}\n",
     )
     .unwrap();
-    let ok = |args: &[&str]| {
-        let out = kbq(args);
-        assert!(out.status.success(), "kbq {args:?}: {out:?}");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    ok(&["import", "--store", &store, fixture.to_str().unwrap()]);
-    ok(&["workspaces", "--store", &store, "create", "team"]);
-    ok(&[
+    ok(&kbq(&[
+        "import",
+        "--store",
+        &store,
+        fixture.to_str().unwrap(),
+    ]));
+    ok(&kbq(&["workspaces", "--store", &store, "create", "team"]));
+    ok(&kbq(&[
         "import",
         "--store",
         &store,
         "--workspace",
         "team",
         theirs.to_str().unwrap(),
-    ]);
-    let minted: Value = serde_json::from_str(&ok(&[
+    ]));
+    let minted: Value = serde_json::from_str(&ok(&kbq(&[
         "workspaces",
         "--store",
         &store,
@@ -258,7 +259,7 @@ async fn kbq_mcp_with_a_workspace_key_answers_from_that_workspace() {
         "team",
         "--scopes",
         "read",
-    ]))
+    ])))
     .unwrap();
     assert_eq!(minted["workspace"], "team", "{minted}");
 
@@ -579,14 +580,18 @@ pub(crate) struct StdioMcp {
 impl StdioMcp {
     /// Spawns `kbq mcp --no-demo --store STORE` with `env` and the key `key`, without the
     /// test's configuration and keys, and opens the session (protocol 2025-11-25).
-    pub(crate) async fn start(store: &str, key: &str, env: &[(&str, &str)]) -> StdioMcp {
+    pub(crate) async fn start<K: AsRef<std::ffi::OsStr>, V: AsRef<std::ffi::OsStr>>(
+        store: &str,
+        key: &str,
+        env: &[(K, V)],
+    ) -> StdioMcp {
         use tokio::io::AsyncBufReadExt;
 
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kbq"))
             .args(["mcp", "--no-demo", "--store", store])
             .env_remove("KBQ_CONFIG")
             .env_remove("KBQ_API_KEYS")
-            .envs(env.iter().copied())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("KBQ_API_KEY", key)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -19,6 +19,8 @@ use kbq::versions::SystemClock;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::export::ok;
+use crate::import_cli::kbq_with;
 use crate::support::{TestServer, eventually, test_config};
 
 /// A SurrealDB server on a loopback port, killed when dropped.
@@ -102,6 +104,15 @@ pub(crate) fn remote_config(db: &SurrealServer, graph_index: bool) -> Config {
     c.store.password = Some("root".into());
     c.store.graph_index = graph_index;
     c
+}
+
+/// The variables that point a `kbq` command at `config`'s database on the server, as root.
+fn server_store(config: &Config) -> Vec<(&'static str, String)> {
+    vec![
+        ("KBQ_STORE__DATABASE", config.store.database.clone()),
+        ("KBQ_STORE__USERNAME", "root".into()),
+        ("KBQ_STORE__PASSWORD", "root".into()),
+    ]
 }
 
 /// The graph API's answers to a fixed set of requests.
@@ -537,18 +548,10 @@ async fn remote_kbq_mcp_stops_answering_a_key_another_node_revoked() {
         .await;
     assert_eq!(s, 201, "{minted}");
     let data = tempfile::tempdir().unwrap();
-    let data = data.path().to_str().unwrap();
-    let mut mcp = crate::mcp::StdioMcp::start(
-        &db.url(),
-        minted["key"].as_str().unwrap(),
-        &[
-            ("KBQ_DATA_DIR", data),
-            ("KBQ_STORE__DATABASE", config.store.database.as_str()),
-            ("KBQ_STORE__USERNAME", "root"),
-            ("KBQ_STORE__PASSWORD", "root"),
-        ],
-    )
-    .await;
+    let mut env = server_store(&config);
+    env.push(("KBQ_DATA_DIR", data.path().display().to_string()));
+    let mut mcp =
+        crate::mcp::StdioMcp::start(&db.url(), minted["key"].as_str().unwrap(), &env).await;
     let found = mcp.lookup("Ada").await;
     assert_eq!(
         found["result"]["structuredContent"]["entity"]["name"], "Ada",
@@ -590,24 +593,8 @@ async fn remote_kbq_export_reads_a_serving_store_and_restores_into_a_workspace()
     let node = TestServer::with_fixture(config.clone()).await;
     let dir = tempfile::tempdir().unwrap();
     let url = db.url();
-    let database = config.store.database.clone();
-    let cli = move |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_kbq"))
-            .args(args)
-            .env_remove("KBQ_CONFIG")
-            .env_remove("KBQ_API_KEYS")
-            .env("KBQ_STORE__DATABASE", &database)
-            .env("KBQ_STORE__USERNAME", "root")
-            .env("KBQ_STORE__PASSWORD", "root")
-            .output()
-            .expect("kbq runs");
-        assert!(
-            out.status.success(),
-            "kbq {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    };
+    let env = server_store(&config);
+    let cli = move |args: &[&str]| ok(&kbq_with(args, &env));
     let file = dir.path().join("backup.ndjson");
     let file = file.to_str().unwrap().to_string();
     let exporting = {
@@ -623,9 +610,8 @@ async fn remote_kbq_export_reads_a_serving_store_and_restores_into_a_workspace()
         assert_eq!(s, 200, "{body}");
         answered += 1;
     }
-    let out = exporting.await.unwrap();
+    let said = exporting.await.unwrap();
     assert!(answered > 0);
-    let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("exported 10 entities, 7 relationships, 3 documents, 0 memories"),
         "{said}"
@@ -636,16 +622,14 @@ async fn remote_kbq_export_reads_a_serving_store_and_restores_into_a_workspace()
         .post("/admin/v1/workspaces", json!({"name": "team"}))
         .await;
     assert_eq!(s, 201, "{body}");
-    let imported = cli(&["import", "--store", &url, "--workspace", "team", &file]);
-    let said = String::from_utf8_lossy(&imported.stdout);
+    let said = cli(&["import", "--store", &url, "--workspace", "team", &file]);
     assert!(
         said.contains("imported 10 entities, 7 relationships, 3 documents"),
         "{said}"
     );
     let again = cli(&["export", "--store", &url, "--workspace", "team"]);
-    assert_eq!(String::from_utf8_lossy(&again.stdout), written);
+    assert_eq!(again, written);
     // The default workspace is as it was.
-    let default = cli(&["export", "--store", &url]);
-    assert_eq!(String::from_utf8_lossy(&default.stdout), written);
+    assert_eq!(cli(&["export", "--store", &url]), written);
     node.stop().await;
 }
