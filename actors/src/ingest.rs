@@ -26,7 +26,7 @@ use kbq_ingest::{
     Chunk, ChunkConfig, Decision, Extraction, Format, PROMPT_VERSION, ResolveConfig, SCHEMA_NAME,
     UnsupportedFormat,
 };
-use kbq_store::sources::{Retracted, SourceRecord, chunk_source_id, extraction_key};
+use kbq_store::sources::{Retracted, SourceRecord, chunk_source_id, extraction_key, summary_key};
 use kbq_store::{KnowledgeBase, NewDocument, NewEntity, NewRelationship, StoreError};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde::{Deserialize, Serialize};
@@ -1058,14 +1058,35 @@ impl IngestDeps {
     ) -> Result<Option<String>, StoreError> {
         use kbq_ingest::summary;
         let (system, user) = summary::messages(&entity.name, &entity.entity_type, texts);
-        let asked = hex::encode(Sha256::digest(format!("{system}\0{user}")));
-        let key = extraction_key(&asked, model, summary::PROMPT_VERSION);
+        // One summary is kept per entity, the last asked: a summary asked for other
+        // descriptions (or of another model, or prompt) is not this question's answer.
+        let asked = hex::encode(Sha256::digest(format!(
+            "{system}\0{user}\0{model}\0{}",
+            summary::PROMPT_VERSION
+        )));
+        let key = summary_key(&entity.name);
+        if let Some(kept) = self.kb.cached_extraction(&key).await?
+            && let Ok(kept) = serde_json::from_value::<KeptSummary>(kept)
+            && kept.asked == asked
+        {
+            return Ok(Some(kept.description));
+        }
         let request =
-            || structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
-        self.ask_kept(id, &key, request, "summary", |text| {
-            summary::validate(text).ok_or("not {\"description\": text}")
-        })
-        .await
+            structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
+        let answer = self
+            .ask(id, &request, "summary", |text| {
+                summary::validate(text).ok_or("not {\"description\": text}")
+            })
+            .await?;
+        if let Some(description) = &answer {
+            let kept = KeptSummary {
+                asked,
+                description: description.clone(),
+            };
+            let kept = serde_json::to_value(kept).unwrap_or(Value::Null);
+            self.kb.cache_extraction(&key, kept).await?;
+        }
+        Ok(answer)
     }
 
     /// Writes a group of jobs of different sources, each job's outcome sent to it: chunks,
@@ -1343,7 +1364,13 @@ impl IngestDeps {
             kb.delete_chunks(&p.source, &gone).await?;
         }
         if let Some(old) = &p.old {
-            forget_answers(kb, old, &p.hashes).await;
+            // Read by another model (or none), the old version's answers are not this one's:
+            // its unchanged chunks keep theirs only when the same model read them.
+            let keep: &[String] = match old.extracted_by == self.model {
+                true => &p.hashes,
+                false => &[],
+            };
+            forget_answers(kb, old, keep).await;
         }
         let mut hashes = p.hashes.clone();
         for (hash, failed) in hashes.iter_mut().zip(&p.failed) {
@@ -1896,6 +1923,14 @@ fn entity_description(entity: &kbq_store::model::Entity) -> &str {
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or_default()
+}
+
+/// The kept answer of a summary ([`IngestDeps::summarise`]): the question's digest (with
+/// the model and prompt version) and the description the model gave.
+#[derive(Serialize, Deserialize)]
+struct KeptSummary {
+    asked: String,
+    description: String,
 }
 
 /// Where a job's time went, phase by phase (logged at debug when it has written).
@@ -2495,11 +2530,19 @@ async fn forget_answers(kb: &KnowledgeBase, old: &SourceRecord, keep: &[String])
     let Some(model) = &old.extracted_by else {
         return;
     };
+    // The keys of every prompt version so far: a version's answers are never asked for
+    // again once the prompt has changed, so the kept chunks lose theirs of older versions.
     let candidates: Vec<(String, String)> = (old.chunks.iter())
-        .filter(|hash| !hash.is_empty() && !keep.contains(hash))
+        .filter(|hash| !hash.is_empty())
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .map(|hash| (hash.clone(), extraction_key(hash, model, PROMPT_VERSION)))
+        .flat_map(|hash| {
+            let newest = match keep.contains(hash) {
+                true => PROMPT_VERSION - 1,
+                false => PROMPT_VERSION,
+            };
+            (1..=newest).map(move |v| (hash.clone(), extraction_key(hash, model, v)))
+        })
         .collect();
     match kb.forget_kept_answers(&old.key(), &candidates).await {
         Ok(n) if n > 0 => {

@@ -184,6 +184,11 @@ pub mod keys {
     pub fn extraction(chunk_hash: &str, model: &str, prompt_version: u32) -> String {
         digest("x", &[chunk_hash, model, &prompt_version.to_string()])
     }
+    /// The model's kept summary of an entity's descriptions: one per entity, the last asked
+    /// (its question is in the answer), gone with the entity.
+    pub fn summary(entity_name: &str) -> String {
+        digest("s", &[entity_name])
+    }
     /// The public id of an entity: `entity:<key>`.
     pub fn entity_id(name: &str) -> String {
         format!("{}:{}", table::ENTITY, entity(name))

@@ -113,6 +113,7 @@ impl KnowledgeBase {
         );
         self.exec_on(c, &schema, Object::new()).await?;
         self.move_old_supports(c).await?;
+        self.forget_unkeyed_summaries(c).await?;
         // Vectors of two embedders must never mix in one index.
         let found: Vec<Json> = self
             .run_on(
@@ -139,6 +140,24 @@ impl KnowledgeBase {
     }
 
     /// Records this knowledge base's embedder as the one that wrote the store's vectors.
+    /// Model summaries were kept by their question, every one ever asked; they are kept one
+    /// per entity now (`keys::summary`), with the question in the answer. The old rows are
+    /// the kept answers that are a string (an extraction's is an object, a confirmation's a
+    /// boolean), removed once: a store so marked costs one read at each open.
+    pub(crate) async fn forget_unkeyed_summaries(&self, c: &Connected) -> Result<()> {
+        self.exec_on(
+            c,
+            &format!(
+                "IF !record::exists({META}:summaries_keyed) {{
+                     DELETE {EXTRACTION} WHERE type::is_string(answer) RETURN NONE;
+                     UPSERT {META}:summaries_keyed RETURN NONE;
+                 }};"
+            ),
+            Object::new(),
+        )
+        .await
+    }
+
     async fn record_embedder(&self, c: &Connected) -> Result<()> {
         self.exec_on(
             c,
@@ -177,4 +196,70 @@ fn registry_schema() -> String {
          DEFINE INDEX IF NOT EXISTS api_key_sha256 ON {API_KEY} FIELDS sha256 UNIQUE;
          DEFINE INDEX IF NOT EXISTS api_key_workspace ON {API_KEY} FIELDS workspace;"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::{HashingEmbedder, StoreConfig};
+
+    /// A store from before summaries were kept one per entity loses its summaries (the
+    /// string answers) once, and keeps extractions, confirmations and summaries kept now.
+    #[tokio::test]
+    async fn summaries_kept_by_their_question_are_forgotten_once() {
+        let kb =
+            KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await;
+        let c = kb.connection().await.unwrap();
+        let kept = |key: &str, answer: Json| {
+            row([
+                ("id", RecordId::new(EXTRACTION, key).into_value()),
+                ("answer", answer.into_value()),
+            ])
+        };
+        let rows = vec![
+            kept("old-summary", json!("German engineer who built the Z3.")),
+            kept("extraction", json!({"entities": [], "relationships": []})),
+            kept("confirmation", json!(true)),
+            kept(
+                "summary-now",
+                json!({"asked": "ab12", "description": "Engineer."}),
+            ),
+        ];
+        let keys = || async {
+            let mut keys: Vec<String> = kb
+                .run(
+                    &format!("SELECT VALUE meta::id(id) FROM {EXTRACTION}"),
+                    Object::new(),
+                )
+                .await
+                .unwrap();
+            keys.sort();
+            keys
+        };
+        // Opened before this change: the mark is not there.
+        kb.exec(
+            &format!("DELETE {META}:summaries_keyed; INSERT INTO {EXTRACTION} $rows RETURN NONE"),
+            obj([("rows", rows.into_value())]),
+        )
+        .await
+        .unwrap();
+        kb.forget_unkeyed_summaries(&c).await.unwrap();
+        assert_eq!(keys().await, ["confirmation", "extraction", "summary-now"]);
+        // Marked: a string answer written since (none is) would stay.
+        kb.exec(
+            &format!("INSERT INTO {EXTRACTION} $rows RETURN NONE"),
+            obj([("rows", vec![kept("later", json!("text"))].into_value())]),
+        )
+        .await
+        .unwrap();
+        kb.forget_unkeyed_summaries(&c).await.unwrap();
+        assert_eq!(
+            keys().await,
+            ["confirmation", "extraction", "later", "summary-now"]
+        );
+    }
 }

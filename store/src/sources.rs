@@ -643,3 +643,9 @@ fn source_record_id(source: &SourceKey) -> RecordId {
 pub fn extraction_key(chunk_hash: &str, model: &str, prompt_version: u32) -> String {
     keys::extraction(chunk_hash, model, prompt_version)
 }
+
+/// The key under which the model's summary of an entity's descriptions is kept: one per
+/// entity (the last asked, its question in the answer), removed with the entity.
+pub fn summary_key(entity_name: &str) -> String {
+    keys::summary(entity_name)
+}

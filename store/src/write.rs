@@ -19,7 +19,7 @@ use crate::embed::Embedder;
 use crate::error::{Result, StoreError};
 use crate::graph::GraphIndex;
 use crate::kb::KnowledgeBase;
-use crate::model::table::{self, DOCUMENT, ENTITY, RELATES};
+use crate::model::table::{self, DOCUMENT, ENTITY, EXTRACTION, RELATES};
 use crate::model::{Entity, NewDocument, NewEntity, NewRelationship, Relationship, keys};
 use crate::names;
 use crate::text::Analysed;
@@ -286,9 +286,15 @@ impl KnowledgeBase {
             .iter()
             .map(|(s, d, t)| relationship_record_id(s, d, t))
             .collect();
+        // The model's kept summary of its descriptions goes with it.
+        let summary = RecordId::new(EXTRACTION, keys::summary(name));
         self.exec(
-            "DELETE $edges; DELETE $id",
-            obj([("edges", edge_ids.into_value()), ("id", id.into_value())]),
+            "DELETE $edges; DELETE $id; DELETE $summary",
+            obj([
+                ("edges", edge_ids.into_value()),
+                ("id", id.into_value()),
+                ("summary", summary.into_value()),
+            ]),
         )
         .await?;
         let unlinked: Vec<String> = self

@@ -9,6 +9,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use kbq_ingest::provenance::SourceKey;
+use kbq_store::sources::{extraction_key, summary_key};
+
 use crate::agent::{agent_config, openai, start};
 use crate::scripted::{ScriptedLlm, Step, pair_asked, schema_asked};
 use crate::support::{
@@ -1754,6 +1757,63 @@ async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
     llm.stop().await;
 }
 
+/// A source read again by another model loses the answers the first model gave for its
+/// chunks, its unchanged chunks' too: no job asks for them again.
+#[tokio::test]
+async fn a_source_read_by_another_model_forgets_the_first_models_answers() {
+    let llm = ScriptedLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = agent_config(vec![openai("model", &llm, 0, 5_000)]);
+    if config.store.url == "mem://" {
+        // The second server opens the first one's store.
+        config.store.url = format!("surrealkv://{}", dir.path().join("kb").display());
+    }
+    let text = |second: &str| {
+        format!("## One\n\n[[Grace Hopper]] -[wrote]-> [[A-0]].\n\n## Two\n\n{second}\n")
+    };
+    let source = SourceKey::new("notes", "a");
+    let kept = |kb: &std::sync::Arc<kbq_store::KnowledgeBase>, hash: &str, model: &str| {
+        let key = extraction_key(hash, model, kbq_ingest::PROMPT_VERSION);
+        let kb = kb.clone();
+        async move { kb.cached_extraction(&key).await.unwrap().is_some() }
+    };
+
+    let t = start(config.clone()).await;
+    let job = ingest(&t, markdown("a", &text("[[Jean Bartik]] -[built]-> [[ENIAC]]."))).await;
+    let kb = t.server().runtime().ingest.knowledge_base().clone();
+    let first = kb.source_record(&source).await.unwrap().unwrap();
+    assert_eq!(job["counts"]["model_calls"], first.chunks.len(), "{job}");
+    let first_model = first.extracted_by.clone().unwrap();
+    for hash in &first.chunks {
+        assert!(kept(&kb, hash, &first_model).await);
+    }
+    // The store is let go of before the next server opens it.
+    drop(kb);
+    t.stop().await;
+
+    config.providers[0].model = Some("another-model".into());
+    let t = start(config).await;
+    let job = ingest(&t, markdown("a", &text("[[Jean Bartik]] -[ran]-> [[ENIAC]]."))).await;
+    let kb = t.server().runtime().ingest.knowledge_base().clone();
+    let second = kb.source_record(&source).await.unwrap().unwrap();
+    let calls = job["counts"]["model_calls"].as_u64().unwrap() as usize;
+    assert_eq!(calls, second.chunks.len(), "another model reads every chunk: {job}");
+    let second_model = second.extracted_by.clone().unwrap();
+    assert_ne!(first_model, second_model);
+    let unchanged: Vec<&String> = (first.chunks.iter())
+        .filter(|h| second.chunks.contains(h))
+        .collect();
+    assert!(!unchanged.is_empty(), "{first:?} {second:?}");
+    for hash in &first.chunks {
+        assert!(!kept(&kb, hash, &first_model).await, "{hash}");
+    }
+    for hash in &second.chunks {
+        assert!(kept(&kb, hash, &second_model).await, "{hash}");
+    }
+    t.stop().await;
+    llm.stop().await;
+}
+
 /// An entity's description is the most representative of those every source's chunks gave;
 /// from `ingest.summarise_after` (4) distinct ones, the model's summary, asked again only at
 /// the next doubling or when one goes (and a question asked before is not asked again); a
@@ -1790,10 +1850,13 @@ async fn an_entitys_description_is_selected_then_summarised_from_every_source() 
     ingest(&t, describe(2)).await;
     assert_eq!(description().await, said[1], "the odd one out loses");
     assert_eq!(summaries(), 0);
-    // Four: the model summarises, once.
+    // Four: the model summarises, once, and the summary is kept as the entity's.
     let job = ingest(&t, describe(3)).await;
     assert_eq!(summaries(), 1);
     let summary = description().await;
+    let kb = t.server().runtime().ingest.knowledge_base().clone();
+    let kept = || async { kb.cached_extraction(&summary_key("Konrad Zuse")).await.unwrap() };
+    assert_eq!(kept().await.unwrap()["description"], summary.as_str());
     assert!(summary.ends_with("(one of 4)"), "{summary}");
     assert!(!summary.starts_with("A painter."), "{summary}");
     assert_eq!(
@@ -1817,6 +1880,13 @@ async fn an_entitys_description_is_selected_then_summarised_from_every_source() 
         .await;
     assert_eq!(status, 200);
     assert_eq!(description().await, said[1]);
+    // The entity's last sources gone, it goes, and its kept summary with it.
+    for i in 0..3 {
+        let path = format!("/data/v1/ingest/sources/notes/zuse-{i}");
+        assert_eq!(t.call(Method::DELETE, &path, None).await.0, 200);
+    }
+    assert!(entity(&t, "Konrad Zuse").await.is_null());
+    assert_eq!(kept().await, None);
     // An import's entity keeps its own description whatever sources say of it.
     let before = entity(&t, "Ada").await["properties"].clone();
     for (i, words) in said.iter().enumerate() {
