@@ -197,7 +197,9 @@ pub struct SourceInput {
     pub content_type: Option<String>,
     /// The file name the client gave, if any (its extension tells the format).
     pub file_name: Option<String>,
-    #[serde(with = "hex_bytes")]
+    /// Kept apart from the job's record in the store ([`KnowledgeBase::put_job`]); a
+    /// record written before that holds it as hex.
+    #[serde(skip_serializing, default, deserialize_with = "hex_bytes::deserialize")]
     pub content: Vec<u8>,
 }
 
@@ -609,13 +611,15 @@ impl IngestDeps {
         running
     }
 
+    /// Stores a new job's record, and its input beside it.
     async fn save(&self, record: &JobRecord) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
         let value = serde_json::to_value(record)
             .map_err(|e| StoreError::Query(format!("job record: {e}")))?;
+        let input = Some(record.input.content.clone());
         let saved = self
             .kb
-            .put_job(&record.view.job_id, value, &self.node)
+            .put_job(&record.view.job_id, value, &self.node, input)
             .await;
         tracing::debug!(job = %record.view.job_id, took_ms = started.elapsed().as_secs_f64() * 1e3, "job record saved");
         saved
@@ -676,12 +680,27 @@ impl IngestDeps {
         });
     }
 
+    /// The job's stored record, without its input ([`Self::load_input`]).
     async fn load(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
         Ok(self
             .kb
             .job(&id.to_string())
             .await?
             .and_then(|v| serde_json::from_value(v).ok()))
+    }
+
+    /// The job's stored record with its input, to run it.
+    async fn load_input(&self, id: Uuid) -> Result<Option<JobRecord>, StoreError> {
+        let Some(mut record) = self.load(id).await? else {
+            return Ok(None);
+        };
+        // A record written before inputs were kept apart holds its own.
+        if record.input.content.is_empty()
+            && let Some(content) = self.kb.job_input(&id.to_string()).await?
+        {
+            record.input.content = content;
+        }
+        Ok(Some(record))
     }
 
     /// Updates the job's view (and its record, when `persist`).
@@ -732,7 +751,7 @@ impl IngestDeps {
         if running.progress.borrow().status.is_final() {
             return;
         }
-        let record = match self.load(id).await {
+        let record = match self.load_input(id).await {
             Ok(Some(record)) => record,
             Ok(None) => return,
             Err(e) => {
@@ -2326,13 +2345,10 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// The input's bytes in a job record, as hex: the record is JSON.
+/// The input's bytes in a job record written before inputs were kept apart, as hex (the
+/// record is JSON).
 mod hex_bytes {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&hex::encode(bytes))
-    }
+    use serde::{Deserialize, Deserializer};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(d)?;
@@ -2558,12 +2574,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn input_bytes_go_through_a_job_record_as_hex_and_back() {
+    fn a_job_records_input_is_kept_apart_and_an_older_records_hex_is_read() {
         let bytes: Vec<u8> = (0..=255).collect();
-        let text = hex::encode(&bytes);
-        assert_eq!(&text[..8], "00010203");
-        assert_eq!(&text[text.len() - 4..], "feff");
-        let json = serde_json::to_value(SourceInput {
+        let input = SourceInput {
             source: "s".into(),
             source_id: "i".into(),
             title: None,
@@ -2571,9 +2584,14 @@ mod tests {
             content_type: None,
             file_name: None,
             content: bytes.clone(),
-        })
-        .unwrap();
-        assert_eq!(json["content"], text);
+        };
+        let mut json = serde_json::to_value(input).unwrap();
+        assert_eq!(json.get("content"), None, "{json}");
+        // A record from before held the bytes as hex.
+        let text = hex::encode(&bytes);
+        assert_eq!(&text[..8], "00010203");
+        assert_eq!(&text[text.len() - 4..], "feff");
+        json["content"] = text.into();
         let back: SourceInput = serde_json::from_value(json).unwrap();
         assert_eq!(back.content, bytes);
     }

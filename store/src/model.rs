@@ -24,6 +24,9 @@ pub mod table {
     pub const EXTRACTION: &str = "extraction";
     pub const INGEST_JOB: &str = "ingest_job";
     pub const INGEST_NODE: &str = "ingest_node";
+    /// An unfinished ingest job's input (the source's bytes), apart from its record, which
+    /// changes at every step.
+    pub const INGEST_INPUT: &str = "ingest_input";
     /// The registry of workspaces, in the default workspace's database only.
     pub const WORKSPACE: &str = "kbq_workspace";
     /// The API keys minted for workspaces (their hashes), beside the registry.
@@ -373,6 +376,8 @@ pub(crate) enum JobWrite {
         id: String,
         record: Value,
         node: String,
+        /// The job's input, written once, beside the record; `None` leaves it as it is.
+        input: Option<Vec<u8>>,
     },
     /// The record's view (status, progress, counts) alone.
     View { id: String, view: Value },

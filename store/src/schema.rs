@@ -11,7 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
 use crate::model::table::{
     self, ALIAS_SUPPORT, API_KEY, CHUNK_SUPPORT, DOCUMENT, ENTITY, EXTRACTION, FACT_SUPPORT,
-    INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES, SOURCE, WORKSPACE,
+    INGEST_INPUT, INGEST_JOB, INGEST_NODE, MEMORY, META, RELATES, SOURCE, WORKSPACE,
 };
 use crate::progress::{Phase, Progress};
 use crate::write::INSERT_ROWS;
@@ -109,6 +109,7 @@ impl KnowledgeBase {
              DEFINE INDEX IF NOT EXISTS ingest_job_open ON {INGEST_JOB} FIELDS finished;
              DEFINE INDEX IF NOT EXISTS ingest_job_cancel ON {INGEST_JOB} FIELDS cancel;
              DEFINE TABLE IF NOT EXISTS {INGEST_NODE} SCHEMALESS;
+             DEFINE TABLE IF NOT EXISTS {INGEST_INPUT} SCHEMALESS;
              {registry}"
         );
         self.exec_on(c, &schema, Object::new()).await?;

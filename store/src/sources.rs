@@ -24,7 +24,9 @@ use crate::db::{obj, relationship_record_id, row};
 use crate::error::{Result, StoreError};
 use crate::kb::KnowledgeBase;
 pub use crate::model::SourceRecord;
-use crate::model::table::{ENTITY, EXTRACTION, INGEST_JOB, INGEST_NODE, RELATES, SOURCE};
+use crate::model::table::{
+    ENTITY, EXTRACTION, INGEST_INPUT, INGEST_JOB, INGEST_NODE, RELATES, SOURCE,
+};
 use crate::model::{JobWrite, NewRelationship, keys};
 use crate::supports::SUPPORT_BATCH;
 pub use crate::supports::{Described, Merge, MergeChunk};
@@ -426,14 +428,43 @@ impl KnowledgeBase {
     }
 
     /// Stores an ingest job's record (JSON, the job's owner's business), replacing it, held
-    /// by the node `node` (see [`heartbeat`](Self::heartbeat)).
-    pub async fn put_job(&self, job_id: &str, record: Json, node: &str) -> Result<()> {
+    /// by the node `node` (see [`heartbeat`](Self::heartbeat)), and its `input` (the
+    /// source's bytes) in a row of its own, kept until the job ends
+    /// ([`job_input`](Self::job_input)): the record is rewritten at every step, the input
+    /// never. `None` leaves the input as it is.
+    pub async fn put_job(
+        &self,
+        job_id: &str,
+        record: Json,
+        node: &str,
+        input: Option<Vec<u8>>,
+    ) -> Result<()> {
         self.write_job(JobWrite::Record {
             id: job_id.to_string(),
             record,
             node: node.to_string(),
+            input,
         })
         .await
+    }
+
+    /// The input [`put_job`](Self::put_job) stored for the job `job_id`; `None` once the job
+    /// has ended (or for a record written before inputs were kept apart, which holds its
+    /// own).
+    pub async fn job_input(&self, job_id: &str) -> Result<Option<Vec<u8>>> {
+        let c = self.connection().await?;
+        let mut answers = self
+            .send(
+                &c,
+                "SELECT VALUE content FROM $id",
+                obj([("id", RecordId::new(INGEST_INPUT, job_id).into_value())]),
+            )
+            .await?;
+        let rows: Vec<Value> = answers.take(0).map_err(|e| self.statement_error(e))?;
+        Ok(rows.into_iter().find_map(|v| match v {
+            Value::Bytes(b) => Some(b.to_vec()),
+            _ => None,
+        }))
     }
 
     /// Writes `write`, in one transaction with the job writes made at the same time (a group
@@ -443,10 +474,22 @@ impl KnowledgeBase {
             .run(write, |writes| async move {
                 let count = writes.len();
                 let (mut records, mut open, mut ended) = (Vec::new(), Vec::new(), Vec::new());
+                let (mut inputs, mut gone) = (Vec::new(), Vec::new());
                 for write in writes {
                     match write {
-                        JobWrite::Record { id, record, node } => {
+                        JobWrite::Record {
+                            id,
+                            record,
+                            node,
+                            input,
+                        } => {
                             let finished = record.get("view").is_some_and(has_ended);
+                            if let Some(input) = input {
+                                inputs.push(row([
+                                    ("id", RecordId::new(INGEST_INPUT, id.as_str()).into_value()),
+                                    ("content", Value::Bytes(input.into())),
+                                ]));
+                            }
                             records.push(row([
                                 ("id", RecordId::new(INGEST_JOB, id).into_value()),
                                 ("record", record.into_value()),
@@ -456,7 +499,10 @@ impl KnowledgeBase {
                         }
                         JobWrite::View { id, view } => {
                             let views = match has_ended(&view) {
-                                true => &mut ended,
+                                true => {
+                                    gone.push(RecordId::new(INGEST_INPUT, id.as_str()).into_value());
+                                    &mut ended
+                                }
                                 false => &mut open,
                             };
                             views.push(row([
@@ -467,17 +513,22 @@ impl KnowledgeBase {
                     }
                 }
                 // In the order written: a record before any view of it (a job's record is
-                // written before the job runs, so a round never holds both).
+                // written before the job runs, so a round never holds both). An ended job's
+                // input goes (a record from before inputs were kept apart empties its own).
                 self.exec(
                     "BEGIN;
+                     FOR $i IN $inputs { UPSERT $i.id CONTENT { content: $i.content } RETURN NONE; };
                      FOR $r IN $records { UPSERT $r.id CONTENT { record: $r.record, finished: $r.finished, node: $r.node, cancel: false } RETURN NONE; };
                      FOR $v IN $open { UPDATE $v.id SET record.view = $v.view, finished = false RETURN NONE; };
                      FOR $v IN $ended { UPDATE $v.id SET record.view = $v.view, finished = true, record.input.content = '' RETURN NONE; };
+                     FOR $g IN $gone { DELETE $g RETURN NONE; };
                      COMMIT;",
                     obj([
+                        ("inputs", Value::Array(inputs.into())),
                         ("records", Value::Array(records.into())),
                         ("open", Value::Array(open.into())),
                         ("ended", Value::Array(ended.into())),
+                        ("gone", Value::Array(gone.into())),
                     ]),
                 )
                 .await?;
@@ -487,9 +538,8 @@ impl KnowledgeBase {
     }
 
     /// Replaces the `view` of an ingest job's stored record (its status, progress and
-    /// counts), leaving the rest unread. The source's content (`record.input.content`) is
-    /// kept while the job may run again, and emptied once the view says it has ended: only
-    /// a resumed job reads it.
+    /// counts), leaving the rest unread. The job's input is kept while the job may run
+    /// again, and removed in the same transaction once the view says it has ended.
     pub async fn put_job_view(&self, job_id: &str, view: Json) -> Result<()> {
         self.write_job(JobWrite::View {
             id: job_id.to_string(),

@@ -1201,36 +1201,61 @@ async fn a_fact_is_unsourced_until_written_by_an_ingest_or_marked() {
 #[tokio::test]
 async fn an_ended_jobs_record_keeps_its_view_and_drops_the_sources_content() {
     let kb = open(false).await;
-    let record = |status: &str| {
-        serde_json::json!({
-            "view": {"job_id": "j1", "status": status},
-            "owner": "k",
-            "input": {"source": "s", "source_id": "a", "content": "68656c6c6f"},
-        })
+    let record = |id: &str, status: &str, content: Option<&str>| {
+        let mut input = serde_json::json!({"source": "s", "source_id": "a"});
+        if let Some(content) = content {
+            input["content"] = content.into();
+        }
+        serde_json::json!({"view": {"job_id": id, "status": status}, "owner": "k", "input": input})
     };
-    kb.put_job("j1", record("queued"), "node-a").await.unwrap();
-    kb.put_job_view(
+    let view = |id: &str, status: &str| serde_json::json!({"job_id": id, "status": status});
+    // j1's input is kept apart; j2's record is of before, with its input as hex.
+    let bytes = b"hello".to_vec();
+    kb.put_job(
         "j1",
-        serde_json::json!({"job_id": "j1", "status": "running"}),
+        record("j1", "queued", None),
+        "node-a",
+        Some(bytes.clone()),
     )
     .await
     .unwrap();
+    kb.put_job(
+        "j2",
+        record("j2", "queued", Some("68656c6c6f")),
+        "node-a",
+        None,
+    )
+    .await
+    .unwrap();
+    for id in ["j1", "j2"] {
+        kb.put_job_view(id, view(id, "running")).await.unwrap();
+    }
     let running = kb.job("j1").await.unwrap().unwrap();
     assert_eq!(running["view"]["status"], "running");
+    assert_eq!(running["input"].get("content"), None, "{running}");
     assert_eq!(
-        running["input"]["content"], "68656c6c6f",
+        kb.job_input("j1").await.unwrap(),
+        Some(bytes),
         "kept while it may run"
     );
-    kb.put_job_view(
-        "j1",
-        serde_json::json!({"job_id": "j1", "status": "succeeded"}),
-    )
-    .await
-    .unwrap();
-    let ended = kb.job("j1").await.unwrap().unwrap();
-    assert_eq!(ended["view"]["status"], "succeeded");
-    assert_eq!(ended["input"]["content"], "", "dropped once it has ended");
-    assert_eq!(ended["input"]["source_id"], "a");
+    let older = kb.job("j2").await.unwrap().unwrap();
+    assert_eq!(
+        older["input"]["content"], "68656c6c6f",
+        "kept while it may run"
+    );
+    assert_eq!(kb.job_input("j2").await.unwrap(), None);
+    for id in ["j1", "j2"] {
+        kb.put_job_view(id, view(id, "succeeded")).await.unwrap();
+        let ended = kb.job(id).await.unwrap().unwrap();
+        assert_eq!(ended["view"]["status"], "succeeded");
+        assert_eq!(ended["input"]["source_id"], "a");
+        assert_eq!(ended["input"]["content"], "", "dropped once it has ended");
+        assert_eq!(
+            kb.job_input(id).await.unwrap(),
+            None,
+            "dropped once it has ended"
+        );
+    }
 }
 
 #[tokio::test]
@@ -1245,8 +1270,8 @@ async fn a_job_is_held_by_its_node_while_the_node_beats() {
         ids.sort();
         ids
     };
-    kb.put_job("j1", record("j1"), "a").await.unwrap();
-    kb.put_job("j2", record("j2"), "b").await.unwrap();
+    kb.put_job("j1", record("j1"), "a", None).await.unwrap();
+    kb.put_job("j2", record("j2"), "b", None).await.unwrap();
     kb.heartbeat("a", 1_000).await.unwrap();
     kb.heartbeat("b", 5_000).await.unwrap();
     // At 2,000 only a has stopped beating.
@@ -1668,7 +1693,7 @@ async fn ended_jobs_are_forgotten_by_their_end_and_counted() {
         ("running", "running", 1),
     ] {
         let record = serde_json::json!({"view": {"status": status, "updated_at": updated_at}});
-        kb.put_job(id, record, "node").await.unwrap();
+        kb.put_job(id, record, "node", None).await.unwrap();
     }
     assert_eq!(kb.forget_ended_jobs(3).await.unwrap(), 1);
     assert!(kb.job("early").await.unwrap().is_none());
@@ -1729,7 +1754,7 @@ async fn job_records_and_sources_written_and_read_at_once_are_each_their_own() {
             "view": {"job_id": format!("j{i}"), "status": "queued"},
             "input": {"source_id": format!("s{i}"), "content": format!("c{i}")},
         });
-        kb.put_job(&format!("j{i}"), record, "node").await
+        kb.put_job(&format!("j{i}"), record, "node", None).await
     }
     async fn view(kb: Arc<KnowledgeBase>, i: usize) -> kbq_store::Result<()> {
         let status = if i.is_multiple_of(2) {

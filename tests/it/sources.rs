@@ -1779,7 +1779,11 @@ async fn a_source_read_by_another_model_forgets_the_first_models_answers() {
     };
 
     let t = start(config.clone()).await;
-    let job = ingest(&t, markdown("a", &text("[[Jean Bartik]] -[built]-> [[ENIAC]]."))).await;
+    let job = ingest(
+        &t,
+        markdown("a", &text("[[Jean Bartik]] -[built]-> [[ENIAC]].")),
+    )
+    .await;
     let kb = t.server().runtime().ingest.knowledge_base().clone();
     let first = kb.source_record(&source).await.unwrap().unwrap();
     assert_eq!(job["counts"]["model_calls"], first.chunks.len(), "{job}");
@@ -1793,11 +1797,19 @@ async fn a_source_read_by_another_model_forgets_the_first_models_answers() {
 
     config.providers[0].model = Some("another-model".into());
     let t = start(config).await;
-    let job = ingest(&t, markdown("a", &text("[[Jean Bartik]] -[ran]-> [[ENIAC]]."))).await;
+    let job = ingest(
+        &t,
+        markdown("a", &text("[[Jean Bartik]] -[ran]-> [[ENIAC]].")),
+    )
+    .await;
     let kb = t.server().runtime().ingest.knowledge_base().clone();
     let second = kb.source_record(&source).await.unwrap().unwrap();
     let calls = job["counts"]["model_calls"].as_u64().unwrap() as usize;
-    assert_eq!(calls, second.chunks.len(), "another model reads every chunk: {job}");
+    assert_eq!(
+        calls,
+        second.chunks.len(),
+        "another model reads every chunk: {job}"
+    );
     let second_model = second.extracted_by.clone().unwrap();
     assert_ne!(first_model, second_model);
     let unchanged: Vec<&String> = (first.chunks.iter())
@@ -1855,7 +1867,11 @@ async fn an_entitys_description_is_selected_then_summarised_from_every_source() 
     assert_eq!(summaries(), 1);
     let summary = description().await;
     let kb = t.server().runtime().ingest.knowledge_base().clone();
-    let kept = || async { kb.cached_extraction(&summary_key("Konrad Zuse")).await.unwrap() };
+    let kept = || async {
+        kb.cached_extraction(&summary_key("Konrad Zuse"))
+            .await
+            .unwrap()
+    };
     assert_eq!(kept().await.unwrap()["description"], summary.as_str());
     assert!(summary.ends_with("(one of 4)"), "{summary}");
     assert!(!summary.starts_with("A painter."), "{summary}");
