@@ -703,7 +703,8 @@ impl IngestDeps {
         Ok(Some(record))
     }
 
-    /// Updates the job's view (and its record, when `persist`).
+    /// Updates the job's view (and its record, when `persist`: a change of status or error,
+    /// stored before it is shown).
     async fn update(
         &self,
         id: Uuid,
@@ -714,21 +715,31 @@ impl IngestDeps {
         let Some(running) = running else {
             return Err(StoreError::Query(format!("job {id} is not known here")));
         };
-        let _writing = match persist {
-            true => Some(running.record.lock().await),
-            false => None,
+        if !persist {
+            running.progress.send_modify(|v| {
+                change(v);
+                v.updated_at = now_ms();
+            });
+            return Ok(running.progress.borrow().clone());
+        }
+        // A status is stored before it is shown: whoever sees a job end (a client, or `kbq
+        // ingest`, which then exits) finds its record ended too. It is shown even when the
+        // store refused it: the job has ended here.
+        let _writing = running.record.lock().await;
+        let mut view = running.progress.borrow().clone();
+        change(&mut view);
+        view.updated_at = now_ms();
+        let stored = match serde_json::to_value(&view) {
+            Ok(value) => self.kb.put_job_view(&view.job_id, value).await,
+            Err(e) => Err(StoreError::Query(format!("job view: {e}"))),
         };
         running.progress.send_modify(|v| {
-            change(v);
-            v.updated_at = now_ms();
+            v.status = view.status;
+            v.error = view.error.clone();
+            v.updated_at = view.updated_at;
         });
-        let view = running.progress.borrow().clone();
-        if persist {
-            let value = serde_json::to_value(&view)
-                .map_err(|e| StoreError::Query(format!("job view: {e}")))?;
-            self.kb.put_job_view(&view.job_id, value).await?;
-        }
-        Ok(view)
+        stored?;
+        Ok(running.progress.borrow().clone())
     }
 
     async fn finish(

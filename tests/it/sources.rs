@@ -1754,6 +1754,18 @@ async fn kbq_ingest_reads_a_folder_and_a_second_run_asks_no_model() {
         .await
         .unwrap();
     assert_eq!(missing.status.code(), Some(2));
+    // Each command recorded every job it ran as ended before it exited: none is left in the
+    // store for a server to take over and run again.
+    let kb = kbq_store::KnowledgeBase::open_for_reembed(
+        kbq_store::StoreConfig {
+            url: store.clone(),
+            ..kbq_store::StoreConfig::memory()
+        },
+        std::sync::Arc::new(kbq_store::HashingEmbedder::default()),
+    )
+    .await;
+    let unfinished = kb.claim_jobs("test", 0, 1, true).await.unwrap();
+    assert!(unfinished.is_empty(), "{unfinished:?}");
     llm.stop().await;
 }
 
