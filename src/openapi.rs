@@ -79,6 +79,7 @@ pub const API_KEY: &str = "api_key";
         routes::admin::list,
         routes::admin::show,
         routes::admin::delete,
+        routes::admin::set_quota,
         routes::admin::mint,
         routes::admin::keys,
         routes::admin::revoke,

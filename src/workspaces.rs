@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use kbq_actors::ingest::{Ingestor, Ingestors};
-use kbq_store::{KnowledgeBase, WorkspaceRecord};
+use kbq_store::{KnowledgeBase, QuotaOverrides, WorkspaceRecord};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::offload::Offload;
@@ -94,6 +94,23 @@ pub struct Quota {
     pub documents: Option<u64>,
     /// Bytes of the documents' content.
     pub document_bytes: Option<u64>,
+}
+
+impl Quota {
+    /// This quota with a workspace's own bounds over it: a bound set there replaces this
+    /// one's (0: no bound), one not set keeps it.
+    pub fn over(self, own: &QuotaOverrides) -> Quota {
+        let pick = |own: Option<u64>, configured: Option<u64>| match own {
+            Some(0) => None,
+            Some(bound) => Some(bound),
+            None => configured,
+        };
+        Quota {
+            entities: pick(own.max_entities, self.entities),
+            documents: pick(own.max_documents, self.documents),
+            document_bytes: pick(own.max_document_bytes, self.document_bytes),
+        }
+    }
 }
 
 /// What a source is counted as adding when it is submitted: its chunks are not known until
@@ -195,6 +212,8 @@ struct Open {
     follower: parking_lot::Mutex<Option<tokio_util::task::AbortOnDropHandle<()>>>,
     /// The opening under way, if one is: what the requests that wait for it share.
     opening: parking_lot::Mutex<Option<Opening>>,
+    /// Its own bounds, as the registry last said.
+    quota: parking_lot::Mutex<QuotaOverrides>,
 }
 
 /// An opening under way, shared by the requests that wait for it.
@@ -294,7 +313,7 @@ impl Workspaces {
             && let Some(workspace) = open.workspace.get()
         {
             self.touch(&open);
-            return Ok(workspace.clone());
+            return Ok(self.serving(&open, workspace));
         }
         let (this, name) = (self.clone(), name.to_string());
         self.offload
@@ -327,10 +346,10 @@ impl Workspaces {
         let open = self.open(name).await?;
         self.touch(&open);
         if let Some(workspace) = open.workspace.get() {
-            return Ok(workspace.clone());
+            return Ok(self.serving(&open, workspace));
         }
         let opening = self.opening(&open, name);
-        tokio::time::timeout(self.keeping.open_timeout, opening)
+        let opened = tokio::time::timeout(self.keeping.open_timeout, opening)
             .await
             .unwrap_or_else(|_| {
                 Err(ApiError::new(
@@ -339,7 +358,23 @@ impl Workspaces {
                         "the workspace `{name}` is still opening (building its indexes); retry later"
                     ),
                 ))
-            })
+            })?;
+        Ok(self.serving(&open, &opened))
+    }
+
+    /// `workspace` as a request gets it: with the quota its registry record says now.
+    fn serving(&self, open: &Open, workspace: &Workspace) -> Workspace {
+        let mut workspace = workspace.clone();
+        workspace.quota = self.keeping.quota.over(&open.quota.lock());
+        workspace
+    }
+
+    /// The quota of a workspace whose own bounds are `own`; none for `default`.
+    pub fn quota_of(&self, name: &str, own: &QuotaOverrides) -> Quota {
+        match name {
+            DEFAULT => Quota::default(),
+            _ => self.keeping.quota.over(own),
+        }
     }
 
     /// The opening of `open`'s workspace: one task on the main runtime however many requests
@@ -423,6 +458,7 @@ impl Workspaces {
             })
             .or_insert_with(|| Arc::new(Open::from(&record)))
             .clone();
+        *open.quota.lock() = record.quota;
         if let Some(old) = replaced {
             self.stop(&old);
         }
@@ -571,6 +607,14 @@ impl Workspaces {
 
     /// The workspace `name` when this node has it open (its indexes built), without
     /// opening it.
+    /// Applies a workspace's own bounds on this node at once (other nodes read them from
+    /// the registry within [`RECHECK`]).
+    pub fn set_quota(&self, name: &str, own: QuotaOverrides) {
+        if let Some(open) = self.open.get(name) {
+            *open.quota.lock() = own;
+        }
+    }
+
     pub fn opened(&self, name: &str) -> Option<Workspace> {
         let open = self.open.get(name)?.clone();
         open.workspace.get().cloned()
@@ -599,6 +643,7 @@ impl From<&WorkspaceRecord> for Open {
             last_used: AtomicU64::new(0),
             follower: parking_lot::Mutex::new(None),
             opening: parking_lot::Mutex::new(None),
+            quota: parking_lot::Mutex::new(record.quota),
         }
     }
 }

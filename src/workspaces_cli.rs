@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use kbq_store::{Counts, KnowledgeBase, WorkspaceRecord};
+use kbq_store::{Counts, KnowledgeBase, QuotaOverrides, WorkspaceRecord};
 use serde_json::{Value, json};
 
 use crate::config::Config;
-use crate::workspaces::{DEFAULT, NAME_RULE, valid_name};
+use crate::workspaces::{DEFAULT, NAME_RULE, Quota, valid_name};
 
 #[derive(Debug, Subcommand)]
 pub enum WorkspacesCommand {
@@ -36,6 +36,19 @@ pub enum WorkspacesCommand {
     },
     /// Revoke a key of a workspace by its id.
     Revoke { name: String, id: String },
+    /// Set what a workspace may hold, over the configured `[workspaces]` bounds, as a whole:
+    /// each bound given replaces the configured one (0: no bound), each left out goes back
+    /// to it.
+    Quota {
+        name: String,
+        #[arg(long)]
+        max_entities: Option<u64>,
+        #[arg(long)]
+        max_documents: Option<u64>,
+        /// Bytes of the documents' content.
+        #[arg(long)]
+        max_document_bytes: Option<u64>,
+    },
 }
 
 /// Runs `command` against the configured store: 0 when it did what it was asked, 1 when the
@@ -76,11 +89,12 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
     // the configured one is managed all the same (as for `kbq reindex`).
     let kb = KnowledgeBase::open_for_reembed(config.store_config(), config.embedder()).await;
     kb.ping().await.map_err(failed)?;
+    let configured = config.keeping().quota;
     match command {
         WorkspacesCommand::List => {
             let mut out = vec![default_view(&kb).await?];
             for w in kb.workspaces().await.map_err(failed)? {
-                out.push(workspace_view(&kb, w).await?);
+                out.push(workspace_view(&kb, w, configured).await?);
             }
             Ok(json!({"workspaces": out}))
         }
@@ -91,7 +105,26 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             checked(&name)?;
             let w = (kb.workspace(&name).await.map_err(failed)?)
                 .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
-            workspace_view(&kb, w).await
+            workspace_view(&kb, w, configured).await
+        }
+        WorkspacesCommand::Quota {
+            name,
+            max_entities,
+            max_documents,
+            max_document_bytes,
+        } => {
+            if name == DEFAULT {
+                return Err(failed("the workspace `default` has no quota"));
+            }
+            checked(&name)?;
+            let own = QuotaOverrides {
+                max_entities,
+                max_documents,
+                max_document_bytes,
+            };
+            let w = (kb.set_workspace_quota(&name, own).await.map_err(failed)?)
+                .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
+            workspace_view(&kb, w, configured).await
         }
         WorkspacesCommand::Create { name } => {
             checked(&name)?;
@@ -233,13 +266,18 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
 async fn default_view(kb: &KnowledgeBase) -> Result<Value, Failure> {
     let counts = kb.counts().await.map_err(failed)?;
     let memories = kb.memory_count().await.map_err(failed)?;
-    Ok(view(DEFAULT, kb.database(), None, counts, memories))
+    let quota = (Quota::default(), QuotaOverrides::default());
+    Ok(view(DEFAULT, kb.database(), None, counts, memories, quota))
 }
 
 /// The workspace `w` of the registry `kb` as the admin API shows it: counted in the store, as
 /// the admin API counts a workspace it has not opened, without opening it (defining its
 /// schema, building its indexes).
-async fn workspace_view(kb: &KnowledgeBase, w: WorkspaceRecord) -> Result<Value, Failure> {
+async fn workspace_view(
+    kb: &KnowledgeBase,
+    w: WorkspaceRecord,
+    configured: Quota,
+) -> Result<Value, Failure> {
     let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
     Ok(view(
         &w.name,
@@ -247,6 +285,7 @@ async fn workspace_view(kb: &KnowledgeBase, w: WorkspaceRecord) -> Result<Value,
         Some(w.created_at),
         counts,
         memories,
+        (configured.over(&w.quota), w.quota),
     ))
 }
 
@@ -257,11 +296,18 @@ fn view(
     created_at: Option<String>,
     counts: Counts,
     memories: u64,
+    (quota, own): (Quota, QuotaOverrides),
 ) -> Value {
     json!({
         "name": name,
         "database": database,
         "created_at": created_at,
+        "quota": {
+            "max_entities": quota.entities,
+            "max_documents": quota.documents,
+            "max_document_bytes": quota.document_bytes,
+        },
+        "own_quota": own,
         "counts": {
             "entities": counts.entities,
             "relationships": counts.relationships,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use actix_web::{HttpMessage, HttpResponse, web};
-use kbq_store::WorkspaceRecord;
+use kbq_store::{QuotaOverrides, WorkspaceRecord};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -13,7 +13,7 @@ use crate::auth::{self, KeyIdentity, Keys, Scopes};
 use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::extract::ValidJson;
 use crate::offload::Offload;
-use crate::workspaces::{self, DEFAULT, Workspaces};
+use crate::workspaces::{self, DEFAULT, Quota, Workspaces};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -26,6 +26,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(show))
             .route(web::delete().to(delete)),
     )
+    .service(web::resource("/workspaces/{workspace}/quota").route(web::put().to(set_quota)))
     .service(
         web::resource("/workspaces/{workspace}/keys")
             .route(web::post().to(mint))
@@ -74,6 +75,31 @@ pub struct NewWorkspace {
     /// 1-63 characters of `a-z`, `0-9` and `-`, starting with a letter.
     #[schema(pattern = "^[a-z][a-z0-9-]{0,62}$")]
     pub name: String,
+    /// Bounds of its own over the configured `[workspaces]` ones; none set by default.
+    #[serde(default)]
+    pub quota: QuotaOverrides,
+}
+
+/// What a workspace may hold, as it applies: each `null` for no bound.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct WorkspaceQuota {
+    #[schema(required = true)]
+    pub max_entities: Option<u64>,
+    #[schema(required = true)]
+    pub max_documents: Option<u64>,
+    /// Bytes of the documents' content.
+    #[schema(required = true)]
+    pub max_document_bytes: Option<u64>,
+}
+
+impl From<Quota> for WorkspaceQuota {
+    fn from(q: Quota) -> Self {
+        WorkspaceQuota {
+            max_entities: q.entities,
+            max_documents: q.documents,
+            max_document_bytes: q.document_bytes,
+        }
+    }
 }
 
 /// What a workspace holds.
@@ -103,6 +129,11 @@ pub struct WorkspaceView {
     /// Heap bytes of the workspace's in-memory indexes on the node that answered; 0 when
     /// it is not open there.
     pub index_bytes: u64,
+    /// What it may hold: its own bounds (`own_quota`) over the configured ones. `default`
+    /// has none.
+    pub quota: WorkspaceQuota,
+    /// The bounds set for it alone (`null`: the configured one; 0: none).
+    pub own_quota: QuotaOverrides,
 }
 
 /// The workspaces, `default` first, then by name.
@@ -144,10 +175,12 @@ async fn create(
     let name = req.name.clone();
     let made = admin
         .offload
-        .run(async move { registry.create_workspace(&name).await })
+        .run(async move { registry.create_workspace_with(&name, req.quota).await })
         .await??
         .ok_or_else(|| exists(&req.name))?;
     Ok(HttpResponse::Created().json(WorkspaceView {
+        quota: all.quota_of(&made.name, &made.quota).into(),
+        own_quota: made.quota,
         name: made.name,
         database: made.database,
         created_at: Some(made.created_at),
@@ -209,6 +242,50 @@ async fn show(
     let all = all.into_inner();
     let record = record(&admin, &all, &name).await?;
     Ok(HttpResponse::Ok().json(view(&admin, &all, &name, record).await?))
+}
+
+/// Sets what a workspace may hold, over the configured `[workspaces]` bounds, as a whole:
+/// each bound given replaces the configured one (0: no bound), each left out or `null` goes
+/// back to it. Applied at once on the node that answers and within a second on the others;
+/// what the workspace holds already stays, and only writes past the bounds are refused.
+#[utoipa::path(
+    put,
+    path = "/admin/v1/workspaces/{workspace}/quota",
+    tag = "admin",
+    params(("workspace" = String, Path, description = "The workspace's name")),
+    request_body = QuotaOverrides,
+    responses(
+        (status = 200, description = "The workspace, with its quota", body = WorkspaceView),
+        (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
+        (status = 409, description = ErrorCode::Conflict.answers("`default` has no quota"), body = ErrorBody),
+        (status = 503, description = ErrorCode::ServiceUnavailable.answers("the store cannot answer"), body = ErrorBody),
+    ),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+)]
+async fn set_quota(
+    admin: web::Data<AdminService>,
+    all: web::Data<Workspaces>,
+    name: web::Path<String>,
+    ValidJson(quota): ValidJson<QuotaOverrides>,
+) -> Result<HttpResponse, ApiError> {
+    let name = name.into_inner();
+    if name == DEFAULT {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "the workspace `default` has no quota: it holds what kbq without workspaces holds",
+        ));
+    }
+    check_name("workspace", &name)?;
+    let all = all.into_inner();
+    let (registry, asked) = (all.registry().clone(), name.clone());
+    let record = admin
+        .offload
+        .run(async move { registry.set_workspace_quota(&asked, quota).await })
+        .await??
+        .ok_or_else(|| workspaces::not_found(&name))?;
+    all.set_quota(&name, record.quota);
+    tracing::info!(workspace = %name, quota = ?record.quota, "workspace quota set");
+    Ok(HttpResponse::Ok().json(view(&admin, &all, &name, Some(record)).await?))
 }
 
 /// Deletes a workspace and everything in it: its knowledge base, its sources and jobs, and
@@ -295,6 +372,7 @@ async fn view(
         _ => all.opened(name),
     };
     let registry = all.registry().clone();
+    let own_quota = record.as_ref().map(|r| r.quota).unwrap_or_default();
     let (created_at, database) = match record {
         Some(r) => (Some(r.created_at), Some(r.database)),
         None => (None, None),
@@ -334,6 +412,8 @@ async fn view(
         },
         loaded: open.is_some(),
         index_bytes,
+        quota: all.quota_of(name, &own_quota).into(),
+        own_quota,
     })
 }
 

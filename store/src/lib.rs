@@ -95,6 +95,7 @@ pub use search::{DocumentFilter, DocumentHit};
 pub use text::TextIndex;
 pub use vectors::{DocTags, VectorIndex};
 pub use workspaces::{
-    DEFAULT_WORKSPACE, MAX_WORKSPACE_NAME_CHARS, StoredKey, WorkspaceRecord, check_workspace_name,
+    DEFAULT_WORKSPACE, MAX_WORKSPACE_NAME_CHARS, QuotaOverrides, StoredKey, WorkspaceRecord,
+    check_workspace_name,
 };
 pub use write::EntityDeletion;

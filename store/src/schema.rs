@@ -187,6 +187,10 @@ fn registry_schema() -> String {
          DEFINE FIELD IF NOT EXISTS database ON {WORKSPACE} TYPE string;
          DEFINE FIELD IF NOT EXISTS created_at ON {WORKSPACE} TYPE string;
          DEFINE FIELD IF NOT EXISTS keys_written ON {WORKSPACE} TYPE int DEFAULT 0;
+         DEFINE FIELD IF NOT EXISTS quota ON {WORKSPACE} TYPE option<object>;
+         DEFINE FIELD IF NOT EXISTS quota.max_entities ON {WORKSPACE} TYPE option<int>;
+         DEFINE FIELD IF NOT EXISTS quota.max_documents ON {WORKSPACE} TYPE option<int>;
+         DEFINE FIELD IF NOT EXISTS quota.max_document_bytes ON {WORKSPACE} TYPE option<int>;
          DEFINE TABLE IF NOT EXISTS {API_KEY} SCHEMAFULL;
          DEFINE FIELD IF NOT EXISTS name ON {API_KEY} TYPE string;
          DEFINE FIELD IF NOT EXISTS scopes ON {API_KEY} TYPE array<string>;

@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use surrealdb::IndexedResults;
-use surrealdb::types::{Datetime, Object, QueryError, RecordId, SurrealValue, Uuid};
+use surrealdb::types::{Datetime, Object, QueryError, RecordId, SurrealValue, Uuid, Value};
 
 use crate::db::{failure, obj, query_on, rows_as};
 use crate::error::{Result, StoreError};
@@ -47,6 +47,28 @@ pub struct WorkspaceRecord {
     pub database: String,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// Its own bounds, over the configured ones.
+    #[serde(default)]
+    pub quota: QuotaOverrides,
+}
+
+/// What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`,
+/// `max_documents` and `max_document_bytes`: each left out (or `null`) for the configured
+/// bound, 0 for no bound.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaOverrides {
+    /// Entities; 0 for no bound, `null` for the configured `workspaces.max_entities`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub max_entities: Option<u64>,
+    /// Documents; 0 for no bound, `null` for the configured `workspaces.max_documents`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub max_documents: Option<u64>,
+    /// Bytes of the documents' content; 0 for no bound, `null` for the configured
+    /// `workspaces.max_document_bytes`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
+    pub max_document_bytes: Option<u64>,
 }
 
 /// A minted API key as stored: its hash, never the key itself.
@@ -71,7 +93,7 @@ pub struct StoredKey {
 }
 
 /// A workspace as a query returns it.
-const WORKSPACE_FIELDS: &str = "meta::id(id) AS name, database, created_at";
+const WORKSPACE_FIELDS: &str = "meta::id(id) AS name, database, created_at, quota ?? {} AS quota";
 /// A key as a query returns it.
 const KEY_FIELDS: &str =
     "meta::id(id) AS id, name, scopes, workspace, sha256, created_at, database";
@@ -100,6 +122,17 @@ impl KnowledgeBase {
     /// taken. The registry record's key is the name, so of two creates of one name at once
     /// exactly one succeeds (the other meets the record, or a conflict and then the record).
     pub async fn create_workspace(&self, name: &str) -> Result<Option<WorkspaceRecord>> {
+        self.create_workspace_with(name, QuotaOverrides::default())
+            .await
+    }
+
+    /// [`create_workspace`](Self::create_workspace), with bounds of its own over the
+    /// configured ones.
+    pub async fn create_workspace_with(
+        &self,
+        name: &str,
+        quota: QuotaOverrides,
+    ) -> Result<Option<WorkspaceRecord>> {
         check_workspace_name(name)?;
         if name == DEFAULT_WORKSPACE {
             return Err(StoreError::invalid("name", "`default` always exists"));
@@ -108,14 +141,16 @@ impl KnowledgeBase {
             name: name.to_string(),
             database: format!("{DATABASE_PREFIX}{}", Uuid::new_v4().simple()),
             created_at: now(),
+            quota,
         };
         let (_, failed) = self
             .write_registry(
-                "CREATE $ws CONTENT { database: $database, created_at: $created_at } RETURN NONE",
+                "CREATE $ws CONTENT { database: $database, created_at: $created_at, quota: $quota } RETURN NONE",
                 obj([
                     ("ws", workspace_id(name).into_value()),
                     ("database", record.database.clone().into_value()),
                     ("created_at", record.created_at.clone().into_value()),
+                    ("quota", quota_value(&quota)),
                 ]),
             )
             .await?;
@@ -124,6 +159,34 @@ impl KnowledgeBase {
             Some(e) if e.is_already_exists() => Ok(None),
             Some(e) => Err(StoreError::Query(e.to_string())),
         }
+    }
+
+    /// Sets the bounds of the workspace `name` over the configured ones (every field: a
+    /// `None` goes back to the configured bound); its record as it is then, `None` when there
+    /// is no such workspace. Nodes apply it when they next read the registry for it (within
+    /// a second).
+    pub async fn set_workspace_quota(
+        &self,
+        name: &str,
+        quota: QuotaOverrides,
+    ) -> Result<Option<WorkspaceRecord>> {
+        check_workspace_name(name)?;
+        if name == DEFAULT_WORKSPACE {
+            return Err(StoreError::invalid("name", "`default` has no quota"));
+        }
+        let (_, failed) = self
+            .write_registry(
+                "UPDATE $ws SET quota = $quota RETURN NONE",
+                obj([
+                    ("ws", workspace_id(name).into_value()),
+                    ("quota", quota_value(&quota)),
+                ]),
+            )
+            .await?;
+        if let Some(e) = failed {
+            return Err(StoreError::Query(e.to_string()));
+        }
+        self.workspace(name).await
     }
 
     /// Every registered workspace, by name. [`DEFAULT_WORKSPACE`] is not among them.
@@ -214,6 +277,7 @@ impl KnowledgeBase {
             name: name.to_string(),
             database: deleted.database,
             created_at: deleted.created_at,
+            quota: QuotaOverrides::default(),
         }))
     }
 
@@ -398,6 +462,22 @@ impl KnowledgeBase {
 /// Whether `e` is a transaction conflict: the transaction did nothing, and may be retried.
 fn is_conflict(e: &surrealdb::Error) -> bool {
     matches!(e.query_details(), Some(QueryError::TransactionConflict))
+}
+
+/// A quota as the registry stores it: the bounds set, a bound not set left out.
+fn quota_value(quota: &QuotaOverrides) -> Value {
+    let set = [
+        ("max_entities", quota.max_entities),
+        ("max_documents", quota.max_documents),
+        ("max_document_bytes", quota.max_document_bytes),
+    ];
+    let mut o = Object::new();
+    for (field, bound) in set {
+        if let Some(bound) = bound {
+            o.insert(field.to_string(), (bound as i64).into_value());
+        }
+    }
+    Value::Object(o)
 }
 
 fn workspace_id(name: &str) -> RecordId {

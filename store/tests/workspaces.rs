@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use kbq_store::import::{self, Silent};
 use kbq_store::{
-    Counts, DEFAULT_WORKSPACE, Direction, HashingEmbedder, KnowledgeBase, StoreConfig, StoreError,
-    StoredKey, TraversalQuery,
+    Counts, DEFAULT_WORKSPACE, Direction, HashingEmbedder, KnowledgeBase, QuotaOverrides,
+    StoreConfig, StoreError, StoredKey, TraversalQuery,
 };
 use sha2::{Digest, Sha256};
 
@@ -151,6 +151,47 @@ async fn siblings_share_a_surrealkv_store_and_outlive_a_reopen() {
     assert_holds(&team, "Team").await;
     assert_lacks(&team, "Root").await;
     assert_holds(&parent, "Root").await;
+}
+
+/// A workspace's own bounds are kept in its record, read back as set (a bound not set is
+/// the configured one), changed as a whole, and not set on `default` or a missing workspace.
+#[tokio::test]
+async fn a_workspaces_quota_is_kept_read_and_changed() {
+    let kb = open(StoreConfig::memory()).await;
+    let plain = kb.create_workspace("plain").await.unwrap().unwrap();
+    assert_eq!(plain.quota, QuotaOverrides::default());
+    let bounded = QuotaOverrides {
+        max_entities: Some(10),
+        max_documents: Some(0),
+        max_document_bytes: None,
+    };
+    let made = kb
+        .create_workspace_with("bounded", bounded)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(made.quota, bounded);
+    assert_eq!(kb.workspace("bounded").await.unwrap(), Some(made.clone()));
+    assert_eq!(kb.workspace("plain").await.unwrap(), Some(plain));
+    let changed = QuotaOverrides {
+        max_document_bytes: Some(1_000_000),
+        ..QuotaOverrides::default()
+    };
+    let after = kb.set_workspace_quota("bounded", changed).await.unwrap();
+    assert_eq!(
+        after.map(|r| (r.quota, r.database)),
+        Some((changed, made.database))
+    );
+    assert_eq!(kb.workspaces().await.unwrap()[0].quota, changed);
+    assert_eq!(
+        kb.set_workspace_quota("missing", changed).await.unwrap(),
+        None
+    );
+    assert!(
+        kb.set_workspace_quota(DEFAULT_WORKSPACE, changed)
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]

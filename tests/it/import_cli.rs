@@ -54,6 +54,36 @@ fn import_into_a_workspace_writes_there_only() {
     assert_eq!(list["workspaces"][1]["name"], "team", "{list}");
     assert_eq!(list["workspaces"][1]["counts"]["entities"], 10, "{list}");
     assert_eq!(list["workspaces"][1]["counts"]["documents"], 3, "{list}");
+    // Its own quota, set as a whole: what it holds stays, and the view says what applies.
+    let set = kbq_with(
+        &[
+            "workspaces",
+            "--store",
+            &store,
+            "quota",
+            "team",
+            "--max-entities",
+            "5",
+        ],
+        &[("KBQ_WORKSPACES__MAX_DOCUMENTS", "7")],
+    );
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let set: serde_json::Value = serde_json::from_slice(&set.stdout).unwrap();
+    assert_eq!(
+        set["quota"],
+        serde_json::json!({"max_entities": 5, "max_documents": 7, "max_document_bytes": null}),
+        "{set}"
+    );
+    assert_eq!(set["own_quota"]["max_documents"], serde_json::Value::Null);
+    assert_eq!(set["counts"]["entities"], 10, "{set}");
+    let default = kbq(&["workspaces", "--store", &store, "quota", "default"]);
+    assert_eq!(default.status.code(), Some(1));
+    let missing = kbq(&["workspaces", "--store", &store, "quota", "nobody"]);
+    assert_eq!(missing.status.code(), Some(1));
 }
 
 #[test]

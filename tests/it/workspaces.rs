@@ -1616,6 +1616,94 @@ async fn a_write_past_the_workspaces_quota_is_refused_and_writes_nothing() {
     t.stop().await;
 }
 
+/// A workspace's own quota, set when it is created or later as a whole, is over the
+/// configured one: a bound set replaces it (0: none), one left out is the configured one.
+/// It applies at once, shows in the admin API, and is refused for `default`, a missing
+/// workspace, and a value that breaks its rule, which changes nothing.
+#[tokio::test]
+async fn a_workspaces_own_quota_is_over_the_configured_one() {
+    let mut config = crate::support::test_config();
+    config.workspaces.max_entities = 2;
+    config.workspaces.max_documents = 5;
+    let t = TestServer::with_fixture(config).await;
+    let (s, made) = t
+        .post(
+            "/admin/v1/workspaces",
+            json!({"name": "roomy", "quota": {"max_entities": 4}}),
+        )
+        .await;
+    assert_eq!(s, 201, "{made}");
+    assert_eq!(
+        made["quota"],
+        json!({"max_entities": 4, "max_documents": 5, "max_document_bytes": null})
+    );
+    assert_eq!(made["own_quota"]["max_entities"], 4);
+    let roomy = mint(&t, "roomy", &["read", "write"]).await;
+    let write = |names: &[&str]| {
+        let body: Vec<Value> = (names.iter())
+            .map(|n| json!({"name": n, "entity_type": "t"}))
+            .collect();
+        let (t, roomy) = (&t, &roomy);
+        async move {
+            let path = "/data/v1/ingest/entities";
+            call_as(t, roomy, None, Method::POST, path, Some(Value::from(body))).await
+        }
+    };
+    // Four fit where the configured two would not.
+    assert_eq!(write(&["a", "b", "c"]).await.0, 200);
+    let (s, refused) = write(&["d", "e"]).await;
+    assert_eq!(s, 403, "{refused}");
+    assert_error(&refused, "quota_exceeded", None);
+    // Bad values are refused and change nothing.
+    let path = "/admin/v1/workspaces/roomy/quota";
+    for bad in [
+        json!({"max_entities": -1}),
+        json!({"max_entities": "many"}),
+        json!({"max_things": 3}),
+    ] {
+        let (s, _, body) = t.call(Method::PUT, path, Some(bad.clone())).await;
+        assert_eq!(s, 400, "{bad}: {body}");
+    }
+    let (_, view) = t.get("/admin/v1/workspaces/roomy").await;
+    assert_eq!(view["quota"]["max_entities"], 4, "{view}");
+    // No bound of its own for entities: any number fits, at once.
+    let (s, _, set) = t
+        .call(Method::PUT, path, Some(json!({"max_entities": 0})))
+        .await;
+    assert_eq!(s, 200, "{set}");
+    assert_eq!(set["quota"]["max_entities"], Value::Null);
+    assert_eq!(set["quota"]["max_documents"], 5);
+    assert_eq!(write(&["d", "e", "f", "g"]).await.0, 200);
+    // Back to the configured bound: the workspace holds 7, and takes no new one.
+    let (s, _, set) = t.call(Method::PUT, path, Some(json!({}))).await;
+    assert_eq!(s, 200, "{set}");
+    assert_eq!(set["quota"]["max_entities"], 2);
+    assert_eq!(set["own_quota"]["max_entities"], Value::Null);
+    assert_eq!(write(&["h"]).await.0, 403);
+    assert_eq!(write(&["a"]).await.0, 200, "updates of what it holds pass");
+    let (_, listed) = t.get("/admin/v1/workspaces").await;
+    assert_eq!(listed["workspaces"][0]["name"], "default");
+    assert_eq!(
+        listed["workspaces"][0]["quota"],
+        json!({"max_entities": null, "max_documents": null, "max_document_bytes": null})
+    );
+    let quota = Some(json!({"max_entities": 1}));
+    let (s, _, body) = t
+        .call(
+            Method::PUT,
+            "/admin/v1/workspaces/default/quota",
+            quota.clone(),
+        )
+        .await;
+    assert_eq!(s, 409, "{body}");
+    let (s, _, body) = t
+        .call(Method::PUT, "/admin/v1/workspaces/missing/quota", quota)
+        .await;
+    assert_eq!(s, 404, "{body}");
+    assert_error(&body, "workspace_not_found", None);
+    t.stop().await;
+}
+
 /// `workspaces.max_document_bytes` bounds the bytes of a workspace's documents' content: a
 /// batch that would pass it is refused whole, one that replaces a document counts its new
 /// content in full, and a workspace at its bound takes no source.

@@ -175,6 +175,7 @@ export const OPERATIONS = {
   admin_list: ["GET", "/admin/v1/workspaces"],
   admin_show: ["GET", "/admin/v1/workspaces/{workspace}"],
   admin_delete: ["DELETE", "/admin/v1/workspaces/{workspace}"],
+  admin_set_quota: ["PUT", "/admin/v1/workspaces/{workspace}/quota"],
   admin_mint: ["POST", "/admin/v1/workspaces/{workspace}/keys"],
   admin_keys: ["GET", "/admin/v1/workspaces/{workspace}/keys"],
   admin_revoke: ["DELETE", "/admin/v1/workspaces/{workspace}/keys/{key_id}"],
@@ -554,10 +555,24 @@ class Admin extends Resource {
   /**
    * Creates the workspace `name` (1-63 characters of a-z, 0-9 and "-", starting with a
    * letter): an empty knowledge base of its own, with no keys yet. One that exists
-   * (`default` always does) is an APIError with status 409, code `conflict`.
+   * (`default` always does) is an APIError with status 409, code `conflict`. `quota`
+   * (`max_entities`, `max_documents`, `max_document_bytes`; 0 for no bound) sets its own
+   * bounds over the server's.
    */
-  createWorkspace({ name }, options) {
-    return this._client._send(op("admin_create", {}, { json: body({ name }) }), options);
+  createWorkspace({ name, quota }, options) {
+    return this._client._send(op("admin_create", {}, { json: body({ name, quota }) }), options);
+  }
+
+  /**
+   * Sets what the workspace `name` may hold, as a whole: each of `max_entities`,
+   * `max_documents` and `max_document_bytes` given replaces the server's bound (0 for no
+   * bound), each left out goes back to it. `default` has no quota (409 `conflict`).
+   */
+  setWorkspaceQuota(name, quota, options) {
+    return this._client._send(
+      op("admin_set_quota", { workspace: name }, { json: body(quota) }),
+      options,
+    );
   }
 
   /** Every workspace, `default` first, then by name, with what each holds. */

@@ -110,6 +110,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/v1/workspaces/{workspace}/quota": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Sets what a workspace may hold, over the configured `[workspaces]` bounds, as a whole:
+         *     each bound given replaces the configured one (0: no bound), each left out or `null` goes
+         *     back to it. Applied at once on the node that answers and within a second on the others;
+         *     what the workspace holds already stays, and only writes past the bounds are refused.
+         */
+        put: operations["admin_set_quota"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/data/v1/ingest/documents": {
         parameters: {
             query?: never;
@@ -1434,6 +1456,8 @@ export interface components {
         NewWorkspace: {
             /** @description 1-63 characters of `a-z`, `0-9` and `-`, starting with a letter. */
             name: string;
+            /** @description Bounds of its own over the configured `[workspaces]` ones; none set by default. */
+            quota?: components["schemas"]["QuotaOverrides"];
         };
         /** @description A probe's answer. */
         ProbeStatus: {
@@ -1475,6 +1499,32 @@ export interface components {
             name: string;
             /** @description `up` or `down`. */
             status: string;
+        };
+        /**
+         * @description What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`,
+         *     `max_documents` and `max_document_bytes`: each left out (or `null`) for the configured
+         *     bound, 0 for no bound.
+         */
+        QuotaOverrides: {
+            /**
+             * Format: int64
+             * @description Bytes of the documents' content; 0 for no bound, `null` for the configured
+             *     `workspaces.max_document_bytes`.
+             * @default null
+             */
+            max_document_bytes?: number | null;
+            /**
+             * Format: int64
+             * @description Documents; 0 for no bound, `null` for the configured `workspaces.max_documents`.
+             * @default null
+             */
+            max_documents?: number | null;
+            /**
+             * Format: int64
+             * @description Entities; 0 for no bound, `null` for the configured `workspaces.max_entities`.
+             * @default null
+             */
+            max_entities?: number | null;
         };
         RagAnswer: {
             /** @description Hybrid only: the entity names found in the query (empty otherwise). */
@@ -1737,6 +1787,18 @@ export interface components {
         WorkspaceList: {
             workspaces: components["schemas"]["WorkspaceView"][];
         };
+        /** @description What a workspace may hold, as it applies: each `null` for no bound. */
+        WorkspaceQuota: {
+            /**
+             * Format: int64
+             * @description Bytes of the documents' content.
+             */
+            max_document_bytes: number | null;
+            /** Format: int64 */
+            max_documents: number | null;
+            /** Format: int64 */
+            max_entities: number | null;
+        };
         /** @description A workspace: its name, what it holds, and its indexes on the node that answered. */
         WorkspaceView: {
             counts: components["schemas"]["WorkspaceCounts"];
@@ -1757,6 +1819,13 @@ export interface components {
             /** @description Whether the node that answered has the workspace open (its indexes built). */
             loaded: boolean;
             name: string;
+            /** @description The bounds set for it alone (`null`: the configured one; 0: none). */
+            own_quota: components["schemas"]["QuotaOverrides"];
+            /**
+             * @description What it may hold: its own bounds (`own_quota`) over the configured ones. `default`
+             *     has none.
+             */
+            quota: components["schemas"]["WorkspaceQuota"];
         };
     };
     responses: {
@@ -2297,6 +2366,67 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            429: components["responses"]["RATE_LIMIT_EXCEEDED"];
+            500: components["responses"]["internal_error"];
+            /** @description `service_unavailable`: the store cannot answer */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    admin_set_quota: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The workspace's name */
+                workspace: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaOverrides"];
+            };
+        };
+        responses: {
+            /** @description The workspace, with its quota */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceView"];
+                };
+            };
+            400: components["responses"]["invalid_request"];
+            401: components["responses"]["INVALID_API_KEY"];
+            403: components["responses"]["insufficient_scope"];
+            /** @description `workspace_not_found`: no workspace has this name */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            408: components["responses"]["request_timeout"];
+            /** @description `conflict`: `default` has no quota */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            413: components["responses"]["payload_too_large"];
             429: components["responses"]["RATE_LIMIT_EXCEEDED"];
             500: components["responses"]["internal_error"];
             /** @description `service_unavailable`: the store cannot answer */

@@ -226,6 +226,14 @@ describe("admin", () => {
     e = await failure(client.admin.createWorkspace({ name: "JS Team" }));
     assert.ok(e instanceof kbq.BadRequestError);
     assert.equal(e.field, "name");
+    // Its own quota, over the server's (none here): set, then back to the server's.
+    const bounded = await client.admin.createWorkspace({ name: "js-bounded", quota: { max_entities: 3 } });
+    assert.deepEqual([bounded.quota.max_entities, bounded.own_quota.max_entities], [3, 3]);
+    const unbounded = await client.admin.setWorkspaceQuota("js-bounded", {});
+    assert.deepEqual([unbounded.quota.max_entities, unbounded.own_quota.max_entities], [null, null]);
+    e = await failure(client.admin.setWorkspaceQuota("default", { max_entities: 1 }));
+    assert.deepEqual([e.status, e.code], [409, "conflict"]);
+    await client.admin.deleteWorkspace("js-bounded");
 
     const minted = await client.admin.mintKey("js-team", { scopes: ["read", "write"], name: "js team" });
     assert.deepEqual([minted.workspace, minted.scopes, minted.name], ["js-team", ["read", "write"], "js team"]);

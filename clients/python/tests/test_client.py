@@ -390,6 +390,15 @@ def test_workspaces_and_their_keys_through_the_admin_api(client, url, key, read_
     with pytest.raises(kbq.BadRequestError) as e:
         client.admin.create_workspace("Py Team")
     assert e.value.field == "name"
+    # Its own quota, over the server's (none here): set, then back to the server's.
+    bounded = client.admin.create_workspace("py-bounded", {"max_entities": 3})
+    assert bounded.quota.max_entities == 3 and bounded.own_quota.max_entities == 3
+    unbounded = client.admin.set_workspace_quota("py-bounded", {})
+    assert unbounded.quota.max_entities is None and unbounded.own_quota.max_entities is None
+    with pytest.raises(kbq.APIError) as e:
+        client.admin.set_workspace_quota("default", {"max_entities": 1})
+    assert (e.value.status_code, e.value.code) == (409, "conflict")
+    client.admin.delete_workspace("py-bounded")
 
     minted = client.admin.mint_key("py-team", ["read", "write"], "py team")
     assert isinstance(minted, t.MintedKey)

@@ -41,6 +41,7 @@ PATHS = {
     "admin_list": ("GET", "/admin/v1/workspaces"),
     "admin_show": ("GET", "/admin/v1/workspaces/{workspace}"),
     "admin_delete": ("DELETE", "/admin/v1/workspaces/{workspace}"),
+    "admin_set_quota": ("PUT", "/admin/v1/workspaces/{workspace}/quota"),
     "admin_mint": ("POST", "/admin/v1/workspaces/{workspace}/keys"),
     "admin_keys": ("GET", "/admin/v1/workspaces/{workspace}/keys"),
     "admin_revoke": ("DELETE", "/admin/v1/workspaces/{workspace}/keys/{key_id}"),
@@ -355,8 +356,20 @@ def key_info() -> Call:
     return Call("key_show", parse=_parser(t.CallingKey))
 
 
-def create_workspace(name: str) -> Call:
-    return Call("admin_create", json={"name": name}, parse=_parser(t.WorkspaceView))
+def create_workspace(name: str, quota: Optional[Mapping[str, int]] = None) -> Call:
+    body: dict = {"name": name}
+    if quota is not None:
+        body["quota"] = dict(quota)
+    return Call("admin_create", json=body, parse=_parser(t.WorkspaceView))
+
+
+def set_workspace_quota(name: str, quota: Mapping[str, int]) -> Call:
+    return Call(
+        "admin_set_quota",
+        path_params={"workspace": name},
+        json=dict(quota),
+        parse=_parser(t.WorkspaceView),
+    )
 
 
 def list_workspaces() -> Call:

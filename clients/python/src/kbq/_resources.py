@@ -253,12 +253,22 @@ class Admin(_Resource):
     operator's; any other key gets ``PermissionDeniedError``, code ``insufficient_scope``).
     A workspace that does not exist raises ``NotFoundError``, code ``workspace_not_found``."""
 
-    def create_workspace(self, name: str) -> t.WorkspaceView:
+    def create_workspace(
+        self, name: str, quota: Optional[Mapping[str, int]] = None
+    ) -> t.WorkspaceView:
         """Creates the workspace ``name`` (1-63 characters of ``a-z``, ``0-9`` and ``-``,
         starting with a letter): an empty knowledge base of its own, with no keys yet. One
         that exists (``default`` always does) raises an ``APIError`` with status 409, code
-        ``conflict``."""
-        return self._client._send(ops.create_workspace(name))
+        ``conflict``. ``quota`` (``max_entities``, ``max_documents``,
+        ``max_document_bytes``; 0 for no bound) sets its own bounds over the server's."""
+        return self._client._send(ops.create_workspace(name, quota))
+
+    def set_workspace_quota(self, name: str, quota: Mapping[str, int]) -> t.WorkspaceView:
+        """Sets what the workspace ``name`` may hold, as a whole: each of ``max_entities``,
+        ``max_documents`` and ``max_document_bytes`` given replaces the server's bound (0
+        for no bound), each left out goes back to it. ``default`` has no quota (409
+        ``conflict``)."""
+        return self._client._send(ops.set_workspace_quota(name, quota))
 
     def list_workspaces(self) -> t.WorkspaceList:
         """Every workspace, ``default`` first, then by name, with what each holds."""

@@ -75,6 +75,7 @@ __all__ = [
     "NewWorkspace",
     "ProbeStatus",
     "ProviderStatus",
+    "QuotaOverrides",
     "RagAnswer",
     "RagRequest",
     "RagResult",
@@ -97,6 +98,7 @@ __all__ = [
     "WorkspaceCounts",
     "WorkspaceDeletion",
     "WorkspaceList",
+    "WorkspaceQuota",
     "WorkspaceView",
 ]
 
@@ -666,6 +668,8 @@ class NewWorkspace:
 
     name: str
     """1-63 characters of `a-z`, `0-9` and `-`, starting with a letter."""
+    quota: Optional[QuotaOverrides] = None
+    """Bounds of its own over the configured `[workspaces]` ones; none set by default."""
 
 
 @dataclass(frozen=True)
@@ -696,6 +700,18 @@ class ProviderStatus:
     last_error: Optional[str] = None
     latency_ms: Optional[float] = None
     """Latency of the last successful call or probe, in milliseconds."""
+
+
+@dataclass(frozen=True)
+class QuotaOverrides:
+    """What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`, `max_documents` and `max_document_bytes`: each left out (or `null`) for the configured bound, 0 for no bound."""
+
+    max_document_bytes: Optional[int] = None
+    """Bytes of the documents' content; 0 for no bound, `null` for the configured `workspaces.max_document_bytes`."""
+    max_documents: Optional[int] = None
+    """Documents; 0 for no bound, `null` for the configured `workspaces.max_documents`."""
+    max_entities: Optional[int] = None
+    """Entities; 0 for no bound, `null` for the configured `workspaces.max_entities`."""
 
 
 @dataclass(frozen=True)
@@ -940,6 +956,16 @@ class WorkspaceList:
 
 
 @dataclass(frozen=True)
+class WorkspaceQuota:
+    """What a workspace may hold, as it applies: each `null` for no bound."""
+
+    max_document_bytes: Optional[int]
+    """Bytes of the documents' content."""
+    max_documents: Optional[int]
+    max_entities: Optional[int]
+
+
+@dataclass(frozen=True)
 class WorkspaceView:
     """A workspace: its name, what it holds, and its indexes on the node that answered."""
 
@@ -953,3 +979,7 @@ class WorkspaceView:
     loaded: bool
     """Whether the node that answered has the workspace open (its indexes built)."""
     name: str
+    own_quota: QuotaOverrides
+    """The bounds set for it alone (`null`: the configured one; 0: none)."""
+    quota: WorkspaceQuota
+    """What it may hold: its own bounds (`own_quota`) over the configured ones. `default` has none."""
