@@ -608,7 +608,7 @@ impl Workspaces {
     /// The workspace `name` when this node has it open (its indexes built), without
     /// opening it.
     /// Applies a workspace's own bounds on this node at once (other nodes read them from
-    /// the registry within [`RECHECK`]).
+    /// the registry within a second).
     pub fn set_quota(&self, name: &str, own: QuotaOverrides) {
         if let Some(open) = self.open.get(name) {
             *open.quota.lock() = own;
