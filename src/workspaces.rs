@@ -605,8 +605,6 @@ impl Workspaces {
         }))
     }
 
-    /// The workspace `name` when this node has it open (its indexes built), without
-    /// opening it.
     /// Applies a workspace's own bounds on this node at once (other nodes read them from
     /// the registry within a second).
     pub fn set_quota(&self, name: &str, own: QuotaOverrides) {
@@ -615,6 +613,8 @@ impl Workspaces {
         }
     }
 
+    /// The workspace `name` when this node has it open (its indexes built), without
+    /// opening it.
     pub fn opened(&self, name: &str) -> Option<Workspace> {
         let open = self.open.get(name)?.clone();
         open.workspace.get().cloned()

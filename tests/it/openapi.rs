@@ -292,7 +292,7 @@ fn object_fields(doc: &Value, schema: &Value) -> Option<(BTreeSet<String>, BTree
 
 /// A valid JSON body for each operation whose request schema states a rule, for the probes
 /// below. `EMBEDDER` stands for the served embedder's name.
-const BASE_BODIES: [(&str, &str); 16] = [
+const BASE_BODIES: [(&str, &str); 17] = [
     ("/data/v1/query/graph", r#"{"entity_name": "Ada"}"#),
     ("/data/v1/query/graph/search", r#"{"query": "Ada"}"#),
     (
@@ -329,6 +329,10 @@ const BASE_BODIES: [(&str, &str); 16] = [
     (
         "/admin/v1/workspaces/{workspace}/keys",
         r#"{"scopes": ["read"], "name": "probe"}"#,
+    ),
+    (
+        "/admin/v1/workspaces/{workspace}/quota",
+        r#"{"max_entities": 100}"#,
     ),
 ];
 
@@ -684,7 +688,8 @@ async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
                     .replace("{workspace}", "no-such-workspace")
                     .replace("{key_id}", &"0".repeat(32));
                 // A body the operation accepts, so that only the parameter is at fault.
-                let body = (method == Method::POST).then(|| base_body(&doc, &path, parameter));
+                let body = matches!(method, Method::POST | Method::PUT)
+                    .then(|| base_body(&doc, &path, parameter));
                 let (status, _, answer) = t.call(method.clone(), &url, body).await;
                 if accepted {
                     assert!(
@@ -700,11 +705,11 @@ async fn every_path_parameter_pattern_in_the_document_is_the_servers() {
         }
     }
     // The entity lookup and the entity delete (names, 6 each), the document delete (4), a
-    // source's retraction (two names, 6 each); the admin API's five operations on a
+    // source's retraction (two names, 6 each); the admin API's six operations on a
     // workspace (6 each), and a key's revocation (its id, 3).
     assert_eq!(
         probed,
-        6 + 6 + 4 + 6 + 6 + 5 * 6 + 3,
+        6 + 6 + 4 + 6 + 6 + 6 * 6 + 3,
         "a pattern left the document"
     );
 }
