@@ -77,7 +77,45 @@ pub struct NewWorkspace {
     pub name: String,
     /// Bounds of its own over the configured `[workspaces]` ones; none set by default.
     #[serde(default)]
-    pub quota: QuotaOverrides,
+    pub quota: QuotaRequest,
+}
+
+/// What a workspace may hold, set for it alone over the configured `[workspaces]` bounds:
+/// each an integer of at least 0 (0: no bound), or left out or `null` for the configured
+/// bound.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaRequest {
+    /// Entities, over `workspaces.max_entities`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 0)]
+    pub max_entities: Option<i64>,
+    /// Documents, over `workspaces.max_documents`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 0)]
+    pub max_documents: Option<i64>,
+    /// Bytes of the documents' content, over `workspaces.max_document_bytes`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 0)]
+    pub max_document_bytes: Option<i64>,
+}
+
+impl QuotaRequest {
+    /// The bounds, or a 400 naming the field (under `prefix`) that is below 0.
+    fn checked(self, prefix: &str) -> Result<QuotaOverrides, ApiError> {
+        let bound = |field: &str, value: Option<i64>| match value {
+            Some(v) if v < 0 => Err(ApiError::invalid(
+                format!("{prefix}{field}"),
+                format!("{prefix}{field} must be at least 0 (0: no bound), got {v}"),
+            )),
+            v => Ok(v.map(|v| v as u64)),
+        };
+        Ok(QuotaOverrides {
+            max_entities: bound("max_entities", self.max_entities)?,
+            max_documents: bound("max_documents", self.max_documents)?,
+            max_document_bytes: bound("max_document_bytes", self.max_document_bytes)?,
+        })
+    }
 }
 
 /// What a workspace may hold, as it applies: each `null` for no bound.
@@ -168,6 +206,7 @@ async fn create(
     ValidJson(req): ValidJson<NewWorkspace>,
 ) -> Result<HttpResponse, ApiError> {
     check_name("name", &req.name)?;
+    let quota = req.quota.checked("quota.")?;
     if req.name == DEFAULT {
         return Err(exists(&req.name));
     }
@@ -175,7 +214,7 @@ async fn create(
     let name = req.name.clone();
     let made = admin
         .offload
-        .run(async move { registry.create_workspace_with(&name, req.quota).await })
+        .run(async move { registry.create_workspace_with(&name, quota).await })
         .await??
         .ok_or_else(|| exists(&req.name))?;
     Ok(HttpResponse::Created().json(WorkspaceView {
@@ -253,7 +292,7 @@ async fn show(
     path = "/admin/v1/workspaces/{workspace}/quota",
     tag = "admin",
     params(("workspace" = String, Path, description = "The workspace's name")),
-    request_body = QuotaOverrides,
+    request_body = QuotaRequest,
     responses(
         (status = 200, description = "The workspace, with its quota", body = WorkspaceView),
         (status = 404, description = ErrorCode::WorkspaceNotFound.answers("no workspace has this name"), body = ErrorBody),
@@ -266,9 +305,10 @@ async fn set_quota(
     admin: web::Data<AdminService>,
     all: web::Data<Workspaces>,
     name: web::Path<String>,
-    ValidJson(quota): ValidJson<QuotaOverrides>,
+    ValidJson(quota): ValidJson<QuotaRequest>,
 ) -> Result<HttpResponse, ApiError> {
     let name = name.into_inner();
+    let quota = quota.checked("")?;
     if name == DEFAULT {
         return Err(ApiError::new(
             ErrorCode::Conflict,

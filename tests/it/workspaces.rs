@@ -1664,6 +1664,20 @@ async fn a_workspaces_own_quota_is_over_the_configured_one() {
         let (s, _, body) = t.call(Method::PUT, path, Some(bad.clone())).await;
         assert_eq!(s, 400, "{bad}: {body}");
     }
+    let (_, _, body) = t
+        .call(Method::PUT, path, Some(json!({"max_entities": -1})))
+        .await;
+    assert_error(&body, "invalid_request", Some("max_entities"));
+    let (s, body) = t
+        .post(
+            "/admin/v1/workspaces",
+            json!({"name": "negative", "quota": {"max_documents": -2}}),
+        )
+        .await;
+    assert_eq!(s, 400, "{body}");
+    assert_error(&body, "invalid_request", Some("quota.max_documents"));
+    let (s, _) = t.get("/admin/v1/workspaces/negative").await;
+    assert_eq!(s, 404, "nothing made");
     let (_, view) = t.get("/admin/v1/workspaces/roomy").await;
     assert_eq!(view["quota"]["max_entities"], 4, "{view}");
     // No bound of its own for entities: any number fits, at once.
@@ -1701,6 +1715,14 @@ async fn a_workspaces_own_quota_is_over_the_configured_one() {
         .await;
     assert_eq!(s, 404, "{body}");
     assert_error(&body, "workspace_not_found", None);
+    // JSON Schema's integers: 6.0 is 6.
+    let (s, _, set) = t
+        .call(Method::PUT, path, Some(json!({"max_entities": 6.0})))
+        .await;
+    assert_eq!(
+        (s.as_u16(), &set["quota"]["max_entities"]),
+        (200, &json!(6))
+    );
     t.stop().await;
 }
 

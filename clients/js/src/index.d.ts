@@ -47,7 +47,7 @@ export type ChatDelta = Schemas["ChatDelta"];
 export type ErrorBody = Schemas["ErrorBody"];
 export type NewWorkspace = Schemas["NewWorkspace"];
 export type WorkspaceView = Schemas["WorkspaceView"];
-export type QuotaOverrides = Schemas["QuotaOverrides"];
+export type QuotaRequest = Schemas["QuotaRequest"];
 export type WorkspaceCounts = Schemas["WorkspaceCounts"];
 export type WorkspaceList = Schemas["WorkspaceList"];
 export type WorkspaceDeletion = Schemas["WorkspaceDeletion"];
@@ -190,7 +190,7 @@ export declare class Client {
   /** The admin API: an `admin` key of `default` (an operator's). */
   readonly admin: {
     createWorkspace(args: NewWorkspace, options?: RequestOptions): Promise<WorkspaceView>;
-    setWorkspaceQuota(name: string, quota: QuotaOverrides, options?: RequestOptions): Promise<WorkspaceView>;
+    setWorkspaceQuota(name: string, quota: QuotaRequest, options?: RequestOptions): Promise<WorkspaceView>;
     listWorkspaces(options?: RequestOptions): Promise<WorkspaceList>;
     getWorkspace(name: string, options?: RequestOptions): Promise<WorkspaceView>;
     deleteWorkspace(name: string, options?: RequestOptions): Promise<WorkspaceDeletion>;

@@ -1457,7 +1457,7 @@ export interface components {
             /** @description 1-63 characters of `a-z`, `0-9` and `-`, starting with a letter. */
             name: string;
             /** @description Bounds of its own over the configured `[workspaces]` ones; none set by default. */
-            quota?: components["schemas"]["QuotaOverrides"];
+            quota?: components["schemas"]["QuotaRequest"];
         };
         /** @description A probe's answer. */
         ProbeStatus: {
@@ -1522,6 +1522,31 @@ export interface components {
             /**
              * Format: int64
              * @description Entities; 0 for no bound, `null` for the configured `workspaces.max_entities`.
+             * @default null
+             */
+            max_entities?: number | null;
+        };
+        /**
+         * @description What a workspace may hold, set for it alone over the configured `[workspaces]` bounds:
+         *     each an integer of at least 0 (0: no bound), or left out or `null` for the configured
+         *     bound.
+         */
+        QuotaRequest: {
+            /**
+             * Format: int64
+             * @description Bytes of the documents' content, over `workspaces.max_document_bytes`.
+             * @default null
+             */
+            max_document_bytes?: number | null;
+            /**
+             * Format: int64
+             * @description Documents, over `workspaces.max_documents`.
+             * @default null
+             */
+            max_documents?: number | null;
+            /**
+             * Format: int64
+             * @description Entities, over `workspaces.max_entities`.
              * @default null
              */
             max_entities?: number | null;
@@ -2391,7 +2416,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["QuotaOverrides"];
+                "application/json": components["schemas"]["QuotaRequest"];
             };
         };
         responses: {

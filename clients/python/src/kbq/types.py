@@ -76,6 +76,7 @@ __all__ = [
     "ProbeStatus",
     "ProviderStatus",
     "QuotaOverrides",
+    "QuotaRequest",
     "RagAnswer",
     "RagRequest",
     "RagResult",
@@ -668,7 +669,7 @@ class NewWorkspace:
 
     name: str
     """1-63 characters of `a-z`, `0-9` and `-`, starting with a letter."""
-    quota: Optional[QuotaOverrides] = None
+    quota: Optional[QuotaRequest] = None
     """Bounds of its own over the configured `[workspaces]` ones; none set by default."""
 
 
@@ -712,6 +713,18 @@ class QuotaOverrides:
     """Documents; 0 for no bound, `null` for the configured `workspaces.max_documents`."""
     max_entities: Optional[int] = None
     """Entities; 0 for no bound, `null` for the configured `workspaces.max_entities`."""
+
+
+@dataclass(frozen=True)
+class QuotaRequest:
+    """What a workspace may hold, set for it alone over the configured `[workspaces]` bounds: each an integer of at least 0 (0: no bound), or left out or `null` for the configured bound."""
+
+    max_document_bytes: Optional[int] = None
+    """Bytes of the documents' content, over `workspaces.max_document_bytes`."""
+    max_documents: Optional[int] = None
+    """Documents, over `workspaces.max_documents`."""
+    max_entities: Optional[int] = None
+    """Entities, over `workspaces.max_entities`."""
 
 
 @dataclass(frozen=True)
