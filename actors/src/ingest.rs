@@ -1094,29 +1094,27 @@ impl IngestDeps {
             "{system}\0{user}\0{model}\0{}",
             summary::PROMPT_VERSION
         )));
-        let key = summary_key(&entity.name);
-        if let Some(kept) = self.kb.cached_extraction(&key).await?
-            && let Ok(kept) = serde_json::from_value::<KeptSummary>(kept)
-            && kept.asked == asked
-        {
-            return Ok(Some(kept.description));
-        }
         let request =
-            structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
-        let answer = self
-            .ask(id, &request, "summary", |text| {
-                summary::validate(text).ok_or("not {\"description\": text}")
-            })
+            || structured_request(system, user, summary::SCHEMA_NAME, summary::json_schema());
+        let fresh = |kept: &KeptSummary| kept.asked == asked;
+        let kept = self
+            .ask_kept(
+                id,
+                &summary_key(&entity.name),
+                request,
+                "summary",
+                fresh,
+                |text| {
+                    let description =
+                        summary::validate(text).ok_or("not {\"description\": text}")?;
+                    Ok::<_, &str>(KeptSummary {
+                        asked: asked.clone(),
+                        description,
+                    })
+                },
+            )
             .await?;
-        if let Some(description) = &answer {
-            let kept = KeptSummary {
-                asked,
-                description: description.clone(),
-            };
-            let kept = serde_json::to_value(kept).unwrap_or(Value::Null);
-            self.kb.cache_extraction(&key, kept).await?;
-        }
-        Ok(answer)
+        Ok(kept.map(|k| k.description))
     }
 
     /// Writes a group of jobs of different sources, each job's outcome sent to it: chunks,
@@ -1481,6 +1479,7 @@ impl IngestDeps {
                 &key,
                 request,
                 &format!("chunk {}", chunk.index),
+                |_| true,
                 kbq_ingest::extraction::validate,
             )
             .instrument(span)
@@ -1834,25 +1833,32 @@ impl IngestDeps {
                 kbq_ingest::confirm::json_schema(),
             )
         };
-        self.ask_kept(Some(id), &key, request, "confirmation", |text| {
-            kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}")
-        })
+        self.ask_kept(
+            Some(id),
+            &key,
+            request,
+            "confirmation",
+            |_| true,
+            |text| kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}"),
+        )
         .await
     }
 
-    /// The answer kept under `key`; else the model asked `request` ([`Self::ask`]), and its
-    /// valid answer kept under `key`, so that no question is asked twice. `None` when no
-    /// answer was valid.
+    /// The answer kept under `key`, if `fresh` takes it for this question's; else the model
+    /// asked `request` ([`Self::ask`]), and its valid answer kept under `key`, so that no
+    /// question is asked twice. `None` when no answer was valid.
     async fn ask_kept<T: Serialize + serde::de::DeserializeOwned, E: std::fmt::Display>(
         &self,
         id: Option<Uuid>,
         key: &str,
         request: impl FnOnce() -> ChatRequest,
         what: &str,
+        fresh: impl Fn(&T) -> bool,
         validate: impl Fn(&str) -> Result<T, E>,
     ) -> Result<Option<T>, StoreError> {
         if let Some(kept) = self.kb.cached_extraction(key).await?
             && let Ok(answer) = serde_json::from_value::<T>(kept)
+            && fresh(&answer)
         {
             return Ok(Some(answer));
         }
