@@ -86,13 +86,20 @@ impl Default for Keeping {
     }
 }
 
-/// What a workspace may hold (`workspaces.max_entities`, `max_documents`,
-/// `max_document_bytes`); `None`: no bound.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`,
+/// `max_document_bytes`, or its own bounds over them): each `null` for no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = WorkspaceQuota)]
 pub struct Quota {
+    #[serde(rename = "max_entities")]
+    #[schema(required = true)]
     pub entities: Option<u64>,
+    #[serde(rename = "max_documents")]
+    #[schema(required = true)]
     pub documents: Option<u64>,
     /// Bytes of the documents' content.
+    #[serde(rename = "max_document_bytes")]
+    #[schema(required = true)]
     pub document_bytes: Option<u64>,
 }
 

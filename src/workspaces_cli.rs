@@ -302,11 +302,7 @@ fn view(
         "name": name,
         "database": database,
         "created_at": created_at,
-        "quota": {
-            "max_entities": quota.entities,
-            "max_documents": quota.documents,
-            "max_document_bytes": quota.document_bytes,
-        },
+        "quota": quota,
         "own_quota": own,
         "counts": {
             "entities": counts.entities,

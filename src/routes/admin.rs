@@ -118,28 +118,6 @@ impl QuotaRequest {
     }
 }
 
-/// What a workspace may hold, as it applies: each `null` for no bound.
-#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
-pub struct WorkspaceQuota {
-    #[schema(required = true)]
-    pub max_entities: Option<u64>,
-    #[schema(required = true)]
-    pub max_documents: Option<u64>,
-    /// Bytes of the documents' content.
-    #[schema(required = true)]
-    pub max_document_bytes: Option<u64>,
-}
-
-impl From<Quota> for WorkspaceQuota {
-    fn from(q: Quota) -> Self {
-        WorkspaceQuota {
-            max_entities: q.entities,
-            max_documents: q.documents,
-            max_document_bytes: q.document_bytes,
-        }
-    }
-}
-
 /// What a workspace holds.
 #[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
 pub struct WorkspaceCounts {
@@ -169,7 +147,7 @@ pub struct WorkspaceView {
     pub index_bytes: u64,
     /// What it may hold: its own bounds (`own_quota`) over the configured ones. `default`
     /// has none.
-    pub quota: WorkspaceQuota,
+    pub quota: Quota,
     /// The bounds set for it alone (`null`: the configured one; 0: none).
     pub own_quota: QuotaOverrides,
 }
@@ -218,7 +196,7 @@ async fn create(
         .await??
         .ok_or_else(|| exists(&req.name))?;
     Ok(HttpResponse::Created().json(WorkspaceView {
-        quota: all.quota_of(&made.name, &made.quota).into(),
+        quota: all.quota_of(&made.name, &made.quota),
         own_quota: made.quota,
         name: made.name,
         database: made.database,
@@ -452,7 +430,7 @@ async fn view(
         },
         loaded: open.is_some(),
         index_bytes,
-        quota: all.quota_of(name, &own_quota).into(),
+        quota: all.quota_of(name, &own_quota),
         own_quota,
     })
 }

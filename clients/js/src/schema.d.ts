@@ -1812,7 +1812,10 @@ export interface components {
         WorkspaceList: {
             workspaces: components["schemas"]["WorkspaceView"][];
         };
-        /** @description What a workspace may hold, as it applies: each `null` for no bound. */
+        /**
+         * @description What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`,
+         *     `max_document_bytes`, or its own bounds over them): each `null` for no bound.
+         */
         WorkspaceQuota: {
             /**
              * Format: int64

@@ -970,7 +970,7 @@ class WorkspaceList:
 
 @dataclass(frozen=True)
 class WorkspaceQuota:
-    """What a workspace may hold, as it applies: each `null` for no bound."""
+    """What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`, `max_document_bytes`, or its own bounds over them): each `null` for no bound."""
 
     max_document_bytes: Optional[int]
     """Bytes of the documents' content."""
