@@ -25,7 +25,14 @@ def ndjson(ctx, value):
 def filter_body(ctx, body):
     """Two rules of `POST /v1/chat/completions` that JSON Schema cannot say, and the document
     says in words: tool names are unique, and a named `tool_choice` names one of the tools.
-    A generated body that breaks them is not generated (the server refuses it with 400)."""
+    A generated body that breaks them is not generated (the server refuses it with 400).
+
+    And a multipart upload (`POST /data/v1/ingest/sources`, the body with a `file`) whose
+    text parts are not text: a part of `multipart/form-data` is text whatever was generated
+    (`false` goes as the string "false"), so such a body cannot be sent as itself, and the
+    server rightly takes the string it gets."""
+    if isinstance(body, dict) and "file" in body:
+        return all(v is None or isinstance(v, str) for k, v in body.items() if k != "file")
     if not isinstance(body, dict) or not isinstance(body.get("tools"), list):
         return True
     names = [
