@@ -51,6 +51,9 @@ pub struct IngestConfig {
     pub max_calls_in_flight: usize,
     /// Jobs that run at once; more wait in the queue.
     pub max_jobs: usize,
+    /// Bytes of sources the running jobs hold at once; a job that would pass it waits (in
+    /// its turn) until enough have ended, but runs alone whatever its size.
+    pub max_running_bytes: u64,
     /// Jobs waiting at once; more are refused.
     pub max_queued: usize,
     /// The entity types the model is asked to look for (none: it chooses).
@@ -101,7 +104,8 @@ impl Default for IngestConfig {
         IngestConfig {
             chunk: ChunkConfig::default(),
             max_calls_in_flight: 8,
-            max_jobs: 16,
+            max_jobs: 64,
+            max_running_bytes: 256 << 20,
             max_queued: 1000,
             entity_types: Vec::new(),
             providers: None,
@@ -247,6 +251,8 @@ struct Running {
     /// Held while the job's record is read and written again, so that the job's task and a
     /// cancellation never write it at once (the store would refuse one with a conflict).
     record: tokio::sync::Mutex<()>,
+    /// The bytes of its source, counted against `max_running_bytes` while it runs.
+    bytes: u64,
 }
 
 /// What jobs share: the store, the model, the settings, and the jobs known to this node.
@@ -606,6 +612,12 @@ impl IngestDeps {
             progress: watch::Sender::new(record.view.clone()),
             cancel: CancellationToken::new(),
             record: tokio::sync::Mutex::new(()),
+            // A record taken over from the store comes without its input: counted at the
+            // largest a source may be.
+            bytes: match record.input.content.len() {
+                0 => self.config.max_source_bytes as u64,
+                n => n as u64,
+            },
         });
         self.jobs.lock().insert(id, running.clone());
         running
@@ -2395,7 +2407,9 @@ pub struct IngestActor;
 pub struct IngestState {
     deps: Arc<IngestDeps>,
     waiting: std::collections::VecDeque<Uuid>,
-    running: HashMap<Uuid, tokio_util::task::AbortOnDropHandle<()>>,
+    running: HashMap<Uuid, (tokio_util::task::AbortOnDropHandle<()>, u64)>,
+    /// The bytes of the running jobs' sources.
+    running_bytes: u64,
     /// The jobs that ended on this node, oldest first: the table of jobs keeps the last
     /// `keep_ended_jobs` of them (their progress channels, for followers), and the store the
     /// rest.
@@ -2446,6 +2460,7 @@ impl Actor for IngestActor {
             deps,
             waiting: Default::default(),
             running: HashMap::new(),
+            running_bytes: 0,
             ended: Default::default(),
             _renewals: tokio_util::task::AbortOnDropHandle::new(renewals),
             claimed: false,
@@ -2465,7 +2480,9 @@ impl Actor for IngestActor {
                 }
             }
             IngestMessage::Ended(id) => {
-                state.running.remove(&id);
+                if let Some((_, bytes)) = state.running.remove(&id) {
+                    state.running_bytes -= bytes;
+                }
                 state.ended.push_back(id);
                 while state.ended.len() > state.deps.config.keep_ended_jobs {
                     let Some(old) = state.ended.pop_front() else {
@@ -2496,10 +2513,24 @@ impl Actor for IngestActor {
             }
             IngestMessage::Claim => claim(&myself, state).await,
         }
+        // In arrival order: a job that would pass the bytes bound waits for room, and the
+        // jobs behind it with it.
         while state.running.len() < state.deps.config.max_jobs.max(1) {
-            let Some(id) = state.waiting.pop_front() else {
+            let Some(&id) = state.waiting.front() else {
                 break;
             };
+            let bytes = state
+                .deps
+                .jobs
+                .lock()
+                .get(&id)
+                .map_or(state.deps.config.max_source_bytes as u64, |r| r.bytes);
+            if !state.running.is_empty()
+                && state.running_bytes + bytes > state.deps.config.max_running_bytes
+            {
+                break;
+            }
+            state.waiting.pop_front();
             let deps = state.deps.clone();
             let me = myself.clone();
             let job = async move {
@@ -2512,9 +2543,10 @@ impl Actor for IngestActor {
                 Some(runtime) => runtime.spawn(job),
                 None => tokio::spawn(job),
             };
+            state.running_bytes += bytes;
             state
                 .running
-                .insert(id, tokio_util::task::AbortOnDropHandle::new(task));
+                .insert(id, (tokio_util::task::AbortOnDropHandle::new(task), bytes));
         }
         Ok(())
     }

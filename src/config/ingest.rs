@@ -15,6 +15,9 @@ pub struct IngestSection {
     pub max_calls_in_flight: usize,
     /// Jobs that run at once on this node; more wait.
     pub max_jobs: usize,
+    /// Bytes of sources the jobs running on this node hold at once, in MiB; a job that would
+    /// pass it waits in its turn (one job runs whatever its size).
+    pub max_running_mb: u64,
     /// Jobs that may wait; more are refused with 503.
     pub max_queued: usize,
     /// Largest source accepted, in bytes (413 above it).
@@ -73,7 +76,8 @@ impl Default for IngestSection {
             chunk_chars: 1200,
             chunk_overlap_chars: 150,
             max_calls_in_flight: 8,
-            max_jobs: 16,
+            max_jobs: 64,
+            max_running_mb: 256,
             max_queued: 1000,
             max_source_bytes: 16 << 20,
             entity_types: Vec::new(),
@@ -114,7 +118,8 @@ impl IngestSection {
             1,
             1024,
         )?;
-        within("ingest.max_jobs", self.max_jobs, 1, 64)?;
+        within("ingest.max_jobs", self.max_jobs, 1, 1024)?;
+        within("ingest.max_running_mb", self.max_running_mb, 1, 1 << 20)?;
         within("ingest.max_queued", self.max_queued, 1, 1_000_000)?;
         within("ingest.max_source_bytes", self.max_source_bytes, 1, 1 << 30)?;
         within("ingest.attempts", self.attempts, 1, 10)?;
@@ -181,6 +186,7 @@ impl IngestSection {
                 .unwrap_or_default(),
             max_calls_in_flight: self.max_calls_in_flight,
             max_jobs: self.max_jobs,
+            max_running_bytes: self.max_running_mb << 20,
             max_queued: self.max_queued,
             entity_types: self.entity_types.clone(),
             providers: (!self.providers.is_empty()).then(|| self.providers.clone()),

@@ -1350,6 +1350,80 @@ async fn a_job_is_seen_only_by_its_key_and_can_be_followed_and_cancelled() {
     llm.stop().await;
 }
 
+/// Jobs run in arrival order while their sources fit `ingest.max_running_mb` together: a
+/// job that would pass it waits until enough have ended, and the jobs behind it wait with
+/// it, however small.
+#[tokio::test]
+async fn jobs_wait_in_turn_for_room_under_the_running_bytes_bound() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 30_000)]);
+    config.ingest.max_jobs = 8;
+    config.ingest.max_running_mb = 1;
+    config.ingest.chunk_chars = 100_000;
+    let t = start(config).await;
+    // Each answer waits, so that a job runs long enough to be seen running.
+    llm.set_extraction_delay(Duration::from_millis(300));
+    let big = |name: &str| {
+        let text = format!(
+            "[[{name}]] is large. {}",
+            "Words of a long note. ".repeat(28_000)
+        );
+        assert!(text.len() > 600_000);
+        markdown(name, &text)
+    };
+    let mut ids = Vec::new();
+    for body in [
+        big("First Big"),
+        big("Second Big"),
+        markdown("small", "[[Small One]]."),
+    ] {
+        let (status, job) = t.post(SOURCES, body).await;
+        assert_eq!(status, 202, "{job}");
+        ids.push(job["job_id"].as_str().unwrap().to_string());
+    }
+    // Every status seen, by job, until all have ended.
+    let mut seen: Vec<[String; 3]> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut now: [String; 3] = Default::default();
+        for (i, id) in ids.iter().enumerate() {
+            let (status, job) = t.get(&format!("/data/v1/ingest/jobs/{id}")).await;
+            assert_eq!(status, 200, "{job}");
+            now[i] = job["status"].as_str().unwrap().to_string();
+        }
+        let done = now.iter().all(|s| s == "succeeded");
+        seen.push(now);
+        if done {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = |s: &str| s != "queued";
+    for [first, second, small] in &seen {
+        // The second big source never runs beside the first, and the small one never
+        // overtakes the second.
+        assert!(
+            !started(second) || first == "succeeded",
+            "the second ran beside the first: {seen:?}"
+        );
+        assert!(
+            !started(small) || started(second),
+            "the small source overtook: {seen:?}"
+        );
+    }
+    assert!(
+        seen.iter()
+            .any(|[first, second, _]| first == "running" && second == "queued"),
+        "the first was seen running while the second waited: {seen:?}"
+    );
+    for name in ["First Big", "Second Big", "Small One"] {
+        assert_eq!(entity(&t, name).await["name"], name);
+    }
+    t.stop().await;
+    llm.stop().await;
+}
+
 #[tokio::test]
 async fn without_a_model_chunks_are_stored_and_linked_to_the_names_they_mention() {
     // No provider: the built-in one answers chats, and no model extracts.
