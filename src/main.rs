@@ -487,8 +487,8 @@ fn init_logs(config: &Config, one_shot: bool, traced: bool) -> Option<kbq::telem
     // A command ends its runtime without waiting for the storage engine to shut its embedded
     // store down: what the store holds is in its write-ahead log, which the next open replays.
     // Waiting cost about 0.6 s a command and 1 GiB of memory touched (surrealkv's close swaps
-    // in a fresh memtable of the configured size, up to 1 GiB by default, to flush the old
-    // one), against 0.05 s for a small import. So as the runtime ends, the datastore's
+    // in a fresh memtable of the configured size, then surrealkv's default of up to 1 GiB, to
+    // flush the old one), against 0.05 s for a small import. So as the runtime ends, the datastore's
     // maintenance tasks are cancelled mid-way and SurrealDB logs each cancelled one as an
     // error (`surrealdb_core::kvs::tasks`); surrealkv's own tasks log their cancelled join
     // (`surrealkv::task`, which otherwise logs only compactions, which a serving node logs);

@@ -315,7 +315,7 @@ impl Config {
             query_timeout: Duration::from_millis(self.store.query_timeout_ms),
             connect_timeout: Duration::from_millis(self.store.connect_timeout_ms),
             block_cache_bytes: self.store.block_cache_mb << 20,
-            memtable_bytes: self.store.memtable_mb.map(|mb| mb << 20),
+            memtable_bytes: Some(self.store.memtable_mb << 20),
         }
     }
 }

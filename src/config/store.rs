@@ -26,9 +26,8 @@ pub struct StoreSection {
     pub connect_timeout_ms: u64,
     /// The block cache of a `surrealkv://` store, in MiB.
     pub block_cache_mb: u64,
-    /// The largest memtable of a `surrealkv://` store before it is written to disk, in MiB;
-    /// unset: surrealkv's own default.
-    pub memtable_mb: Option<u64>,
+    /// The largest memtable of a `surrealkv://` store before it is written to disk, in MiB.
+    pub memtable_mb: u64,
     /// Load the bundled demo knowledge base when the store has no entities.
     pub load_demo: bool,
 }
@@ -46,7 +45,7 @@ impl Default for StoreSection {
             query_timeout_ms: 10_000,
             connect_timeout_ms: 5_000,
             block_cache_mb: 16,
-            memtable_mb: None,
+            memtable_mb: 256,
             load_demo: true,
         }
     }
@@ -84,10 +83,7 @@ impl StoreSection {
             600_000,
         )?;
         within("store.block_cache_mb", self.block_cache_mb, 1, 1 << 20)?;
-        match self.memtable_mb {
-            Some(mb) => within("store.memtable_mb", mb, 1, 1 << 20),
-            None => Ok(()),
-        }
+        within("store.memtable_mb", self.memtable_mb, 1, 1 << 20)
     }
 }
 
