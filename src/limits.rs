@@ -53,35 +53,38 @@ impl Budget {
     }
 }
 
-/// A node's budgets: each key's, and each workspace's (every key of it together).
+/// A node's budgets of each key.
 pub struct Budgets {
     pub graph: Option<Budget>,
     pub agent: Option<Budget>,
-    pub workspace_graph: Option<Budget>,
-    pub workspace_agent: Option<Budget>,
+}
+
+/// This node's share of a budget of `rate` a minute and `burst` at once when `nodes` share
+/// it: each divided by the nodes, rounded up (at least 1 when it is not 0).
+fn part(n: u64, nodes: u64) -> u32 {
+    n.div_ceil(nodes.max(1))
+        .max(u64::from(n > 0))
+        .min(u64::from(u32::MAX)) as u32
 }
 
 impl Budgets {
-    /// This node's share of `config`'s budgets when `nodes` share them: each rate and burst
-    /// divided by the nodes, rounded up (at least 1).
+    /// This node's share of `config`'s budgets of each key when `nodes` share them.
     pub fn share(config: &crate::config::LimitsSection, nodes: u64) -> Budgets {
-        let nodes = nodes.max(1);
-        let part = |n: u32| (u64::from(n).div_ceil(nodes)).max(u64::from(n > 0)) as u32;
-        let budget = |rate: u32, burst: u32| Budget::new(part(rate), part(burst).max(1));
+        let budget = |rate: u32, burst: u32| {
+            Budget::new(part(rate.into(), nodes), part(burst.into(), nodes).max(1))
+        };
         Budgets {
             graph: budget(config.graph_per_minute, config.graph_burst),
             agent: budget(config.agent_per_minute, config.agent_burst),
-            workspace_graph: budget(
-                config.workspace_graph_per_minute,
-                config.workspace_graph_burst,
-            ),
-            workspace_agent: budget(
-                config.workspace_agent_per_minute,
-                config.workspace_agent_burst,
-            ),
         }
     }
 }
+
+/// A workspace's budget of one route as it applies: (requests a minute, at once).
+type Applied = (u64, u64);
+
+/// Whose budget: a workspace's name and a route's.
+type WorkspaceRoute = (Arc<str>, &'static str);
 
 /// The budgets, as app data: this node's share of the configured ones.
 pub struct RateLimits {
@@ -89,6 +92,10 @@ pub struct RateLimits {
     /// The nodes the budgets are shared among now.
     nodes: std::sync::atomic::AtomicU64,
     current: parking_lot::RwLock<Arc<Budgets>>,
+    /// Each workspace's budget of each route, by workspace name, made at its first request
+    /// from the budget its quota applies (its own, or `limits.workspace_*`), and made again
+    /// from full when that changes or the nodes sharing it do.
+    workspaces: dashmap::DashMap<WorkspaceRoute, (Applied, Arc<Budget>)>,
 }
 
 impl RateLimits {
@@ -99,7 +106,31 @@ impl RateLimits {
             config: config.clone(),
             nodes: 1.into(),
             current: parking_lot::RwLock::new(Arc::new(Budgets::share(config, 1))),
+            workspaces: dashmap::DashMap::new(),
         }
+    }
+
+    /// This node's share of workspace `name`'s budget of `route`, `applied` as its quota
+    /// says now.
+    fn workspace_budget(
+        &self,
+        name: &Arc<str>,
+        route: Route,
+        applied: Applied,
+    ) -> Option<Arc<Budget>> {
+        let key = (name.clone(), route.name());
+        if let Some(entry) = self.workspaces.get(&key)
+            && entry.0 == applied
+        {
+            return Some(entry.1.clone());
+        }
+        let nodes = self.nodes();
+        let budget = Arc::new(Budget::new(
+            part(applied.0, nodes),
+            part(applied.1, nodes).max(1),
+        )?);
+        self.workspaces.insert(key, (applied, budget.clone()));
+        Some(budget)
     }
 
     /// The budgets requests spend now.
@@ -119,6 +150,7 @@ impl RateLimits {
         if self.nodes.swap(nodes, std::sync::atomic::Ordering::Relaxed) != nodes {
             tracing::info!(nodes, "rate budgets shared among the nodes alive");
             *self.current.write() = Arc::new(Budgets::share(&self.config, nodes));
+            self.workspaces.clear();
         }
     }
 }
@@ -131,7 +163,7 @@ pub enum Route {
 }
 
 impl Route {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Route::Graph => "graph",
             Route::Agent => "agent",
@@ -147,18 +179,20 @@ pub async fn limit(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody>>, actix_web::Error> {
-    let limits = req.app_data::<web::Data<RateLimits>>().map(|l| l.budgets());
-    let (budget, shared) = match (limits.as_deref(), route) {
-        (Some(l), Route::Graph) => (l.graph.as_ref(), l.workspace_graph.as_ref()),
-        (Some(l), Route::Agent) => (l.agent.as_ref(), l.workspace_agent.as_ref()),
-        (None, _) => (None, None),
+    let rate_limits = req.app_data::<web::Data<RateLimits>>().cloned();
+    let limits = rate_limits.as_ref().map(|l| l.budgets());
+    let budget = match (limits.as_deref(), route) {
+        (Some(l), Route::Graph) => l.graph.as_ref(),
+        (Some(l), Route::Agent) => l.agent.as_ref(),
+        (None, _) => None,
     };
     // The key's id and the workspace's name are copied only when there is a budget to spend.
     let key = budget.and_then(|_| req.extensions().get::<KeyIdentity>().map(|k| k.id.clone()));
-    let workspace = shared.and_then(|_| {
-        req.extensions()
-            .get::<crate::workspaces::Workspace>()
-            .map(|w| w.name.clone())
+    let shared = rate_limits.as_ref().and_then(|l| {
+        let extensions = req.extensions();
+        let w = extensions.get::<crate::workspaces::Workspace>()?;
+        let applied = w.quota.budget(route)?;
+        Some((w.name.clone(), l.workspace_budget(&w.name, route, applied)?))
     });
     let mut remaining = None;
     if let (Some(budget), Some(key)) = (budget, &key) {
@@ -169,7 +203,7 @@ pub async fn limit(
             }
         }
     }
-    if let (Some(shared), Some(workspace)) = (shared, &workspace)
+    if let Some((workspace, shared)) = &shared
         && let Err(not_until) = shared.limiter.check_key(workspace)
     {
         return Ok(refused(req, route, shared, not_until, "this workspace").map_into_right_body());
@@ -245,7 +279,6 @@ mod tests {
             graph_burst: 100,
             agent_per_minute: 1,
             agent_burst: 1,
-            workspace_graph_per_minute: 0,
             ..Default::default()
         };
         let shared = Budgets::share(&config, 3);
@@ -257,7 +290,6 @@ mod tests {
             (agent.burst, agent.policy.to_str().unwrap()),
             (1, "1;w=60;burst=1")
         );
-        assert!(shared.workspace_graph.is_none());
         let limits = RateLimits::new(&config);
         assert_eq!(limits.nodes(), 1);
         assert_eq!(limits.budgets().graph.as_ref().unwrap().burst, 100);

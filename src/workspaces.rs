@@ -87,7 +87,8 @@ impl Default for Keeping {
 }
 
 /// What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`,
-/// `max_document_bytes`, or its own bounds over them): each `null` for no bound.
+/// `max_document_bytes`, or its own bounds over them), and the rate budgets every key of it
+/// shares (`limits.workspace_*`, or its own): each `null` for none.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[schema(as = WorkspaceQuota)]
 pub struct Quota {
@@ -101,22 +102,75 @@ pub struct Quota {
     #[serde(rename = "max_document_bytes")]
     #[schema(required = true)]
     pub document_bytes: Option<u64>,
+    /// The graph routes' budget: requests a minute, and at once.
+    #[schema(required = true)]
+    pub graph_per_minute: Option<u64>,
+    #[schema(required = true)]
+    pub graph_burst: Option<u64>,
+    /// The agent routes' budget: requests a minute, and at once.
+    #[schema(required = true)]
+    pub agent_per_minute: Option<u64>,
+    #[schema(required = true)]
+    pub agent_burst: Option<u64>,
 }
 
 impl Quota {
     /// This quota with a workspace's own bounds over it: a bound set there replaces this
-    /// one's (0: no bound), one not set keeps it.
+    /// one's (0: none), one not set keeps it. A budget's burst goes with its rate: none
+    /// without one.
     pub fn over(self, own: &QuotaOverrides) -> Quota {
         let pick = |own: Option<u64>, configured: Option<u64>| match own {
             Some(0) => None,
             Some(bound) => Some(bound),
             None => configured,
         };
+        let budget = |rate: Option<u64>, burst: Option<u64>, own: (Option<u64>, Option<u64>)| {
+            let rate = pick(own.0, rate);
+            (rate, rate.and(own.1.or(burst)))
+        };
+        let (graph_per_minute, graph_burst) = budget(
+            self.graph_per_minute,
+            self.graph_burst,
+            (own.graph_per_minute, own.graph_burst),
+        );
+        let (agent_per_minute, agent_burst) = budget(
+            self.agent_per_minute,
+            self.agent_burst,
+            (own.agent_per_minute, own.agent_burst),
+        );
         Quota {
             entities: pick(own.max_entities, self.entities),
             documents: pick(own.max_documents, self.documents),
             document_bytes: pick(own.max_document_bytes, self.document_bytes),
+            graph_per_minute,
+            graph_burst,
+            agent_per_minute,
+            agent_burst,
         }
+    }
+
+    /// Whether any bound on what the workspace holds is set (its rate budgets aside).
+    pub fn bounds_holdings(&self) -> bool {
+        self.entities.is_some() || self.documents.is_some() || self.document_bytes.is_some()
+    }
+
+    /// The rate budgets alone: `default`'s quota, which bounds no holdings.
+    pub fn budgets_only(self) -> Quota {
+        Quota {
+            entities: None,
+            documents: None,
+            document_bytes: None,
+            ..self
+        }
+    }
+
+    /// The budget of `route` as (requests a minute, at once), if any.
+    pub fn budget(&self, route: crate::limits::Route) -> Option<(u64, u64)> {
+        let (rate, burst) = match route {
+            crate::limits::Route::Graph => (self.graph_per_minute, self.graph_burst),
+            crate::limits::Route::Agent => (self.agent_per_minute, self.agent_burst),
+        };
+        Some((rate?, burst.unwrap_or(1)))
     }
 }
 
@@ -152,7 +206,7 @@ impl Workspace {
     /// holdings now (from its indexes when it has them) plus those, within its quota.
     pub async fn room_for(&self, adding: Adding) -> Result<(), ApiError> {
         let quota = self.quota;
-        if quota == Quota::default() || adding == Adding::default() {
+        if !quota.bounds_holdings() || adding == Adding::default() {
             return Ok(());
         }
         let now = self.kb.record_counts().await?;
@@ -280,6 +334,7 @@ impl Workspaces {
         follow: bool,
         keeping: Keeping,
     ) -> Self {
+        let default_quota = keeping.quota.budgets_only();
         Workspaces {
             offload,
             follow,
@@ -290,7 +345,7 @@ impl Workspaces {
             default: Workspace {
                 knowledge: kbq_tools::Workspace::new(DEFAULT, kb),
                 ingestor,
-                quota: Quota::default(),
+                quota: default_quota,
             },
             open: DashMap::new(),
             ingestors,
@@ -376,10 +431,11 @@ impl Workspaces {
         workspace
     }
 
-    /// The quota of a workspace whose own bounds are `own`; none for `default`.
+    /// The quota of a workspace whose own bounds are `own`; for `default`, the configured
+    /// rate budgets alone.
     pub fn quota_of(&self, name: &str, own: &QuotaOverrides) -> Quota {
         match name {
-            DEFAULT => Quota::default(),
+            DEFAULT => self.keeping.quota.budgets_only(),
             _ => self.keeping.quota.over(own),
         }
     }

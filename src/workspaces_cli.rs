@@ -36,9 +36,10 @@ pub enum WorkspacesCommand {
     },
     /// Revoke a key of a workspace by its id.
     Revoke { name: String, id: String },
-    /// Set what a workspace may hold, over the configured `[workspaces]` bounds, as a whole:
-    /// each bound given replaces the configured one (0: no bound), each left out goes back
-    /// to it.
+    /// Set what a workspace may hold, over the configured `[workspaces]` bounds, and the rate
+    /// budgets its keys share, over `[limits]`'s `workspace_*`, as a whole: each given
+    /// replaces the configured one (0: no bound, or no budget), each left out goes back to
+    /// it.
     Quota {
         name: String,
         #[arg(long)]
@@ -48,6 +49,20 @@ pub enum WorkspacesCommand {
         /// Bytes of the documents' content.
         #[arg(long)]
         max_document_bytes: Option<u64>,
+        /// Graph requests a minute, every key of the workspace together (0 to 100000000; 0:
+        /// no budget).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+        graph_per_minute: Option<u64>,
+        /// Graph requests at once (1 to 10000000).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        graph_burst: Option<u64>,
+        /// Agent requests a minute, every key of the workspace together (0 to 100000000; 0:
+        /// no budget).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+        agent_per_minute: Option<u64>,
+        /// Agent requests at once (1 to 10000000).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+        agent_burst: Option<u64>,
     },
 }
 
@@ -92,7 +107,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
     let configured = config.keeping().quota;
     match command {
         WorkspacesCommand::List => {
-            let mut out = vec![default_view(&kb).await?];
+            let mut out = vec![default_view(&kb, configured).await?];
             for w in kb.workspaces().await.map_err(failed)? {
                 out.push(workspace_view(&kb, w, configured).await?);
             }
@@ -100,7 +115,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
         }
         WorkspacesCommand::Show { name } => {
             if name == DEFAULT {
-                return default_view(&kb).await;
+                return default_view(&kb, configured).await;
             }
             checked(&name)?;
             let w = (kb.workspace(&name).await.map_err(failed)?)
@@ -112,6 +127,10 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             max_entities,
             max_documents,
             max_document_bytes,
+            graph_per_minute,
+            graph_burst,
+            agent_per_minute,
+            agent_burst,
         } => {
             if name == DEFAULT {
                 return Err(failed("the workspace `default` has no quota"));
@@ -121,6 +140,10 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
                 max_entities,
                 max_documents,
                 max_document_bytes,
+                graph_per_minute,
+                graph_burst,
+                agent_per_minute,
+                agent_burst,
             };
             let w = (kb.set_workspace_quota(&name, own).await.map_err(failed)?)
                 .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
@@ -263,10 +286,10 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
 }
 
 /// `default` as the admin API shows it.
-async fn default_view(kb: &KnowledgeBase) -> Result<Value, Failure> {
+async fn default_view(kb: &KnowledgeBase, configured: Quota) -> Result<Value, Failure> {
     let counts = kb.counts().await.map_err(failed)?;
     let memories = kb.memory_count().await.map_err(failed)?;
-    let quota = (Quota::default(), QuotaOverrides::default());
+    let quota = (configured.budgets_only(), QuotaOverrides::default());
     Ok(view(DEFAULT, kb.database(), None, counts, memories, quota))
 }
 

@@ -196,7 +196,7 @@ impl Config {
 
     /// What a node keeps open of its workspaces (`[workspaces]`).
     pub fn keeping(&self) -> crate::workspaces::Keeping {
-        let w = &self.workspaces;
+        let (w, l) = (&self.workspaces, &self.limits);
         crate::workspaces::Keeping {
             idle_close: (w.idle_close_secs > 0).then(|| Duration::from_secs(w.idle_close_secs)),
             index_budget: (w.index_budget_mb > 0).then_some(w.index_budget_mb << 20),
@@ -206,6 +206,14 @@ impl Config {
                 entities: (w.max_entities > 0).then_some(w.max_entities),
                 documents: (w.max_documents > 0).then_some(w.max_documents),
                 document_bytes: (w.max_document_bytes > 0).then_some(w.max_document_bytes),
+                graph_per_minute: (l.workspace_graph_per_minute > 0)
+                    .then_some(u64::from(l.workspace_graph_per_minute)),
+                graph_burst: (l.workspace_graph_per_minute > 0)
+                    .then_some(u64::from(l.workspace_graph_burst)),
+                agent_per_minute: (l.workspace_agent_per_minute > 0)
+                    .then_some(u64::from(l.workspace_agent_per_minute)),
+                agent_burst: (l.workspace_agent_per_minute > 0)
+                    .then_some(u64::from(l.workspace_agent_burst)),
             },
         }
     }

@@ -80,9 +80,9 @@ pub struct NewWorkspace {
     pub quota: QuotaRequest,
 }
 
-/// What a workspace may hold, set for it alone over the configured `[workspaces]` bounds:
-/// each an integer of at least 0 (0: no bound), or left out or `null` for the configured
-/// bound.
+/// What a workspace may hold, set for it alone over the configured `[workspaces]` bounds,
+/// and the rate budgets its keys share, over `[limits]`'s `workspace_*`: each an integer in
+/// its range (0: no bound, or no budget), or left out or `null` for the configured one.
 #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct QuotaRequest {
@@ -98,22 +98,46 @@ pub struct QuotaRequest {
     #[serde(deserialize_with = "crate::extract::integer")]
     #[schema(minimum = 0)]
     pub max_document_bytes: Option<i64>,
+    /// Graph requests a minute, over `limits.workspace_graph_per_minute`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 0, maximum = 100_000_000)]
+    pub graph_per_minute: Option<i64>,
+    /// Graph requests at once, over `limits.workspace_graph_burst`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 1, maximum = 10_000_000)]
+    pub graph_burst: Option<i64>,
+    /// Agent requests a minute, over `limits.workspace_agent_per_minute`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 0, maximum = 100_000_000)]
+    pub agent_per_minute: Option<i64>,
+    /// Agent requests at once, over `limits.workspace_agent_burst`.
+    #[serde(deserialize_with = "crate::extract::integer")]
+    #[schema(minimum = 1, maximum = 10_000_000)]
+    pub agent_burst: Option<i64>,
 }
 
 impl QuotaRequest {
-    /// The bounds, or a 400 naming the field (under `prefix`) that is below 0.
+    /// The bounds, or a 400 naming the field (under `prefix`) that is out of its range.
     fn checked(self, prefix: &str) -> Result<QuotaOverrides, ApiError> {
-        let bound = |field: &str, value: Option<i64>| match value {
-            Some(v) if v < 0 => Err(ApiError::invalid(
-                format!("{prefix}{field}"),
-                format!("{prefix}{field} must be at least 0 (0: no bound), got {v}"),
-            )),
-            v => Ok(v.map(|v| v as u64)),
-        };
+        let within =
+            |field: &str, value: Option<i64>, (low, high): (i64, i64), zero: &str| match value {
+                Some(v) if v < low || v > high => Err(ApiError::invalid(
+                    format!("{prefix}{field}"),
+                    format!("{prefix}{field} must be {low} to {high}{zero}, got {v}"),
+                )),
+                v => Ok(v.map(|v| v as u64)),
+            };
+        let bound = |field: &str, value| within(field, value, (0, i64::MAX), " (0: no bound)");
+        let rate = |field: &str, value| within(field, value, (0, 100_000_000), " (0: no budget)");
+        let burst = |field: &str, value| within(field, value, (1, 10_000_000), "");
         Ok(QuotaOverrides {
             max_entities: bound("max_entities", self.max_entities)?,
             max_documents: bound("max_documents", self.max_documents)?,
             max_document_bytes: bound("max_document_bytes", self.max_document_bytes)?,
+            graph_per_minute: rate("graph_per_minute", self.graph_per_minute)?,
+            graph_burst: burst("graph_burst", self.graph_burst)?,
+            agent_per_minute: rate("agent_per_minute", self.agent_per_minute)?,
+            agent_burst: burst("agent_burst", self.agent_burst)?,
         })
     }
 }

@@ -182,7 +182,7 @@ impl IngestService {
 /// that it does not hold yet, and every document with its content's bytes (one that replaces
 /// a document counts too).
 async fn room_for(workspace: &Workspace, records: &[(usize, Record)]) -> Result<(), ApiError> {
-    if workspace.quota == crate::workspaces::Quota::default() {
+    if !workspace.quota.bounds_holdings() {
         return Ok(());
     }
     let mut names = Vec::new();

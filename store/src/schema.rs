@@ -191,6 +191,10 @@ fn registry_schema() -> String {
          DEFINE FIELD IF NOT EXISTS quota.max_entities ON {WORKSPACE} TYPE option<int>;
          DEFINE FIELD IF NOT EXISTS quota.max_documents ON {WORKSPACE} TYPE option<int>;
          DEFINE FIELD IF NOT EXISTS quota.max_document_bytes ON {WORKSPACE} TYPE option<int>;
+         DEFINE FIELD IF NOT EXISTS quota.graph_per_minute ON {WORKSPACE} TYPE option<int>;
+         DEFINE FIELD IF NOT EXISTS quota.graph_burst ON {WORKSPACE} TYPE option<int>;
+         DEFINE FIELD IF NOT EXISTS quota.agent_per_minute ON {WORKSPACE} TYPE option<int>;
+         DEFINE FIELD IF NOT EXISTS quota.agent_burst ON {WORKSPACE} TYPE option<int>;
          DEFINE TABLE IF NOT EXISTS {API_KEY} SCHEMAFULL;
          DEFINE FIELD IF NOT EXISTS name ON {API_KEY} TYPE string;
          DEFINE FIELD IF NOT EXISTS scopes ON {API_KEY} TYPE array<string>;

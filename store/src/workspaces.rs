@@ -53,8 +53,9 @@ pub struct WorkspaceRecord {
 }
 
 /// What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`,
-/// `max_documents` and `max_document_bytes`: each left out (or `null`) for the configured
-/// bound, 0 for no bound.
+/// `max_documents` and `max_document_bytes`, and its rate budgets over `[limits]`'s
+/// `workspace_*` ones: each left out (or `null`) for the configured one, 0 for none (a burst
+/// is at least 1).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -69,6 +70,20 @@ pub struct QuotaOverrides {
     /// `workspaces.max_document_bytes`.
     #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub max_document_bytes: Option<u64>,
+    /// Graph requests a minute, every key of the workspace together; 0 for no budget,
+    /// `null` for the configured `limits.workspace_graph_per_minute`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 100_000_000))]
+    pub graph_per_minute: Option<u64>,
+    /// Graph requests at once; `null` for the configured `limits.workspace_graph_burst`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10_000_000))]
+    pub graph_burst: Option<u64>,
+    /// Agent requests a minute, every key of the workspace together; 0 for no budget,
+    /// `null` for the configured `limits.workspace_agent_per_minute`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 100_000_000))]
+    pub agent_per_minute: Option<u64>,
+    /// Agent requests at once; `null` for the configured `limits.workspace_agent_burst`.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10_000_000))]
+    pub agent_burst: Option<u64>,
 }
 
 /// A minted API key as stored: its hash, never the key itself.
@@ -470,6 +485,10 @@ fn quota_value(quota: &QuotaOverrides) -> Value {
         ("max_entities", quota.max_entities),
         ("max_documents", quota.max_documents),
         ("max_document_bytes", quota.max_document_bytes),
+        ("graph_per_minute", quota.graph_per_minute),
+        ("graph_burst", quota.graph_burst),
+        ("agent_per_minute", quota.agent_per_minute),
+        ("agent_burst", quota.agent_burst),
     ];
     let mut o = Object::new();
     for (field, bound) in set {

@@ -163,7 +163,9 @@ async fn a_workspaces_quota_is_kept_read_and_changed() {
     let bounded = QuotaOverrides {
         max_entities: Some(10),
         max_documents: Some(0),
-        max_document_bytes: None,
+        graph_per_minute: Some(120),
+        agent_burst: Some(3),
+        ..QuotaOverrides::default()
     };
     let made = kb
         .create_workspace_with("bounded", bounded)

@@ -64,8 +64,15 @@ fn import_into_a_workspace_writes_there_only() {
             "team",
             "--max-entities",
             "5",
+            "--graph-per-minute",
+            "30",
+            "--graph-burst",
+            "7",
         ],
-        &[("KBQ_WORKSPACES__MAX_DOCUMENTS", "7")],
+        &[
+            ("KBQ_WORKSPACES__MAX_DOCUMENTS", "7"),
+            ("KBQ_LIMITS__WORKSPACE_AGENT_PER_MINUTE", "60"),
+        ],
     );
     assert!(
         set.status.success(),
@@ -75,7 +82,10 @@ fn import_into_a_workspace_writes_there_only() {
     let set: serde_json::Value = serde_json::from_slice(&set.stdout).unwrap();
     assert_eq!(
         set["quota"],
-        serde_json::json!({"max_entities": 5, "max_documents": 7, "max_document_bytes": null}),
+        serde_json::json!({
+            "max_entities": 5, "max_documents": 7, "max_document_bytes": null,
+            "graph_per_minute": 30, "graph_burst": 7, "agent_per_minute": 60, "agent_burst": 100,
+        }),
         "{set}"
     );
     assert_eq!(set["own_quota"]["max_documents"], serde_json::Value::Null);
@@ -84,6 +94,16 @@ fn import_into_a_workspace_writes_there_only() {
     assert_eq!(default.status.code(), Some(1));
     let missing = kbq(&["workspaces", "--store", &store, "quota", "nobody"]);
     assert_eq!(missing.status.code(), Some(1));
+    let out_of_range = kbq(&[
+        "workspaces",
+        "--store",
+        &store,
+        "quota",
+        "team",
+        "--graph-burst",
+        "0",
+    ]);
+    assert_eq!(out_of_range.status.code(), Some(2));
 }
 
 #[test]

@@ -407,6 +407,14 @@ fn request_fields(doc: &Value, op: &Value) -> Vec<(Vec<String>, String, Value)> 
 #[tokio::test]
 async fn every_integer_bound_in_the_document_is_the_servers() {
     let t = start().await;
+    // A workspace whose quota the probes of `PUT .../quota` set.
+    let (s, made) = t
+        .post(
+            "/admin/v1/workspaces",
+            serde_json::json!({"name": "probed"}),
+        )
+        .await;
+    assert_eq!(s, 201, "{made}");
     let doc = document(&t).await;
     let mut probed = BTreeMap::<String, usize>::new();
     for ((method, path), op) in documented(&doc) {
@@ -416,7 +424,6 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
             else {
                 continue;
             };
-            assert_eq!(method, "POST", "{path}");
             let base = base_body(&doc, &path, &field);
             let default = &property["default"];
             assert!(
@@ -433,27 +440,31 @@ async fn every_integer_bound_in_the_document_is_the_servers() {
                 (max.saturating_add(1).into(), false),
                 (Value::from(min as f64 + 0.5), false),
             ] {
-                probe(&t, &path, &base, &at, &field, value, accepted).await;
+                probe(&t, &method, &path, &base, &at, &field, value, accepted).await;
                 *probed.entry(format!("{path} {field}")).or_default() += 1;
             }
         }
     }
     // depth and limit of traverse, limit of search, max_depth and limit of documents, limit
     // of merges, limit of the three RAG searches and graph_depth of hybrid, max_tokens of agent chat,
-    // dimensions of embeddings, and max_tokens, max_completion_tokens and n of chat
-    // completions: 15 bounds, 6 probes each.
+    // dimensions of embeddings, max_tokens, max_completion_tokens and n of chat completions,
+    // and a workspace's four rate budgets, at its creation and set later: 23 bounds, 6 probes
+    // each.
     assert_eq!(
         probed.values().sum::<usize>(),
-        15 * 6,
+        23 * 6,
         "a bound left or joined the document: {probed:#?}"
     );
 }
 
-/// Posts `base` with `value` put at `at` (a field, a field of an object field, or a field of
-/// an array's item) to `path`: when `accepted`, the answer must be 200; otherwise 400 (404
-/// for an unknown model, as OpenAI answers) naming `field`.
+/// Sends `base` with `value` put at `at` (a field, a field of an object field, or a field of
+/// an array's item) to `path` with `method`: when `accepted`, the answer must be 200;
+/// otherwise 400 (404 for an unknown model, as OpenAI answers) naming `field`. A workspace
+/// created is named anew each time.
+#[allow(clippy::too_many_arguments)]
 async fn probe(
     t: &TestServer,
+    method: &str,
     path: &str,
     base: &Value,
     at: &[String],
@@ -475,9 +486,21 @@ async fn probe(
         };
     }
     *slot = value.clone();
+    if path == "/admin/v1/workspaces" {
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        body["name"] = Value::from(format!("probe-{n}"));
+    }
     let shown: String = value.to_string().chars().take(40).collect();
-    // A workspace's path: the one that always exists.
-    let (status, answer) = t.post(&path.replace("{workspace}", "default"), body).await;
+    // A workspace's path: one that exists (`default` has no quota to set).
+    let workspace = match path.ends_with("/quota") {
+        true => "probed",
+        false => "default",
+    };
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let (status, _, answer) = t
+        .call(method, &path.replace("{workspace}", workspace), Some(body))
+        .await;
     if accepted {
         // A source is accepted with 202 (its job queued), a key minted with 201; every other
         // body with 200.
@@ -508,7 +531,7 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
     let pattern = kbq_store::model::NAME_PATTERN;
     let not_blank = kbq_store::model::NOT_BLANK_PATTERN;
     let mut probed = BTreeMap::<String, usize>::new();
-    for ((_, path), op) in documented(&doc) {
+    for ((method, path), op) in documented(&doc) {
         for (at, field, property) in request_fields(&doc, &op) {
             let names = property["pattern"] == pattern;
             let text = property["pattern"] == not_blank;
@@ -606,7 +629,7 @@ async fn every_name_rule_length_choice_and_array_size_in_the_document_is_the_ser
                 }
             }
             for (value, accepted) in cases {
-                probe(&t, &path, &base, &at, &field, value, accepted).await;
+                probe(&t, &method, &path, &base, &at, &field, value, accepted).await;
                 *probed.entry(format!("{path} {field}")).or_default() += 1;
             }
         }

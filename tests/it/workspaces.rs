@@ -1635,7 +1635,11 @@ async fn a_workspaces_own_quota_is_over_the_configured_one() {
     assert_eq!(s, 201, "{made}");
     assert_eq!(
         made["quota"],
-        json!({"max_entities": 4, "max_documents": 5, "max_document_bytes": null})
+        json!({
+            "max_entities": 4, "max_documents": 5, "max_document_bytes": null,
+            "graph_per_minute": null, "graph_burst": null,
+            "agent_per_minute": null, "agent_burst": null,
+        })
     );
     assert_eq!(made["own_quota"]["max_entities"], 4);
     let roomy = mint(&t, "roomy", &["read", "write"]).await;
@@ -1699,7 +1703,11 @@ async fn a_workspaces_own_quota_is_over_the_configured_one() {
     assert_eq!(listed["workspaces"][0]["name"], "default");
     assert_eq!(
         listed["workspaces"][0]["quota"],
-        json!({"max_entities": null, "max_documents": null, "max_document_bytes": null})
+        json!({
+            "max_entities": null, "max_documents": null, "max_document_bytes": null,
+            "graph_per_minute": null, "graph_burst": null,
+            "agent_per_minute": null, "agent_burst": null,
+        })
     );
     let quota = Some(json!({"max_entities": 1}));
     let (s, _, body) = t
@@ -1859,6 +1867,94 @@ async fn a_workspaces_keys_share_its_rate_budget() {
         assert_eq!(s, 200, "{budget}: beta has a budget of its own");
         t.stop().await;
     }
+}
+
+/// A workspace's own rate budget replaces the configured one for it alone, at once on the
+/// node that sets it: set at creation, raised to none, and shown as it applies; `default`
+/// shows the configured budget; a budget out of its range is a 400 naming the field.
+#[tokio::test]
+async fn a_workspaces_own_rate_budget_replaces_the_configured_one() {
+    let mut config = crate::support::test_config();
+    config.limits.workspace_graph_per_minute = 1;
+    config.limits.workspace_graph_burst = 5;
+    let t = TestServer::with_fixture(config).await;
+    let (s, made) = t
+        .post(
+            "/admin/v1/workspaces",
+            json!({"name": "tight", "quota": {"graph_per_minute": 1, "graph_burst": 2}}),
+        )
+        .await;
+    assert_eq!(s, 201, "{made}");
+    assert_eq!(made["quota"]["graph_per_minute"], 1, "{made}");
+    assert_eq!(made["quota"]["graph_burst"], 2, "{made}");
+    assert_eq!(made["quota"]["agent_per_minute"], Value::Null, "{made}");
+    assert_eq!(made["own_quota"]["graph_burst"], 2, "{made}");
+    let tight = mint(&t, "tight", &["read"]).await;
+    let plain = workspace_with_key(&t, "plain").await;
+    let path = "/data/v1/query/graph/search";
+    let search = || Some(json!({"query": "a"}));
+    let statuses = |key: &str, n: usize| {
+        let (t, key) = (&t, key.to_string());
+        async move {
+            let mut out = Vec::new();
+            for _ in 0..n {
+                out.push(
+                    call_as(t, &key, None, Method::POST, path, search())
+                        .await
+                        .0
+                        .as_u16(),
+                );
+            }
+            out
+        }
+    };
+    assert_eq!(
+        statuses(&tight, 3).await,
+        [200, 200, 429],
+        "its own burst of 2"
+    );
+    assert_eq!(
+        statuses(&plain, 5).await,
+        [200; 5],
+        "the configured burst of 5"
+    );
+    assert_eq!(statuses(&plain, 1).await, [429]);
+
+    // No budget for it: at once on this node.
+    let s = t
+        .call(
+            Method::PUT,
+            "/admin/v1/workspaces/tight/quota",
+            Some(json!({"graph_per_minute": 0})),
+        )
+        .await;
+    let (s, set) = (s.0, s.2);
+    assert_eq!(s, 200, "{set}");
+    assert_eq!(set["quota"]["graph_per_minute"], Value::Null, "{set}");
+    assert_eq!(set["quota"]["graph_burst"], Value::Null, "{set}");
+    assert_eq!(statuses(&tight, 8).await, [200; 8]);
+
+    for (field, value) in [
+        ("graph_burst", 0),
+        ("agent_per_minute", 100_000_001),
+        ("agent_burst", -1),
+    ] {
+        let (s, _, refused) = t
+            .call(
+                Method::PUT,
+                "/admin/v1/workspaces/tight/quota",
+                Some(json!({ field: value })),
+            )
+            .await;
+        assert_eq!(s, 400, "{field}: {refused}");
+        assert_error(&refused, "invalid_request", Some(field));
+    }
+    let (s, shown) = t.get("/admin/v1/workspaces/default").await;
+    assert_eq!(s, 200, "{shown}");
+    assert_eq!(shown["quota"]["graph_per_minute"], 1, "{shown}");
+    assert_eq!(shown["quota"]["graph_burst"], 5, "{shown}");
+    assert_eq!(shown["quota"]["max_entities"], Value::Null, "{shown}");
+    t.stop().await;
 }
 
 /// Two nodes on one SurrealDB server share a workspace's rate budget as they share a key's:

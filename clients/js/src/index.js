@@ -556,8 +556,9 @@ class Admin extends Resource {
    * Creates the workspace `name` (1-63 characters of a-z, 0-9 and "-", starting with a
    * letter): an empty knowledge base of its own, with no keys yet. One that exists
    * (`default` always does) is an APIError with status 409, code `conflict`. `quota`
-   * (`max_entities`, `max_documents`, `max_document_bytes`; 0 for no bound) sets its own
-   * bounds over the server's.
+   * (`max_entities`, `max_documents`, `max_document_bytes`, 0 for no bound;
+   * `graph_per_minute`, `graph_burst`, `agent_per_minute`, `agent_burst`, the rate budgets
+   * its keys share, 0 a minute for none) sets its own bounds over the server's.
    */
   createWorkspace({ name, quota }, options) {
     return this._client._send(op("admin_create", {}, { json: body({ name, quota }) }), options);
@@ -566,7 +567,9 @@ class Admin extends Resource {
   /**
    * Sets what the workspace `name` may hold, as a whole: each of `max_entities`,
    * `max_documents` and `max_document_bytes` given replaces the server's bound (0 for no
-   * bound), each left out goes back to it. `default` has no quota (409 `conflict`).
+   * bound), and each of `graph_per_minute`, `graph_burst`, `agent_per_minute` and
+   * `agent_burst` its rate budget (0 a minute for none); each left out goes back to the
+   * server's. `default` has no quota (409 `conflict`).
    */
   setWorkspaceQuota(name, quota, options) {
     return this._client._send(

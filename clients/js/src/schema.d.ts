@@ -1502,10 +1502,37 @@ export interface components {
         };
         /**
          * @description What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`,
-         *     `max_documents` and `max_document_bytes`: each left out (or `null`) for the configured
-         *     bound, 0 for no bound.
+         *     `max_documents` and `max_document_bytes`, and its rate budgets over `[limits]`'s
+         *     `workspace_*` ones: each left out (or `null`) for the configured one, 0 for none (a burst
+         *     is at least 1).
          */
         QuotaOverrides: {
+            /**
+             * Format: int64
+             * @description Agent requests at once; `null` for the configured `limits.workspace_agent_burst`.
+             * @default null
+             */
+            agent_burst?: number | null;
+            /**
+             * Format: int64
+             * @description Agent requests a minute, every key of the workspace together; 0 for no budget,
+             *     `null` for the configured `limits.workspace_agent_per_minute`.
+             * @default null
+             */
+            agent_per_minute?: number | null;
+            /**
+             * Format: int64
+             * @description Graph requests at once; `null` for the configured `limits.workspace_graph_burst`.
+             * @default null
+             */
+            graph_burst?: number | null;
+            /**
+             * Format: int64
+             * @description Graph requests a minute, every key of the workspace together; 0 for no budget,
+             *     `null` for the configured `limits.workspace_graph_per_minute`.
+             * @default null
+             */
+            graph_per_minute?: number | null;
             /**
              * Format: int64
              * @description Bytes of the documents' content; 0 for no bound, `null` for the configured
@@ -1527,11 +1554,35 @@ export interface components {
             max_entities?: number | null;
         };
         /**
-         * @description What a workspace may hold, set for it alone over the configured `[workspaces]` bounds:
-         *     each an integer of at least 0 (0: no bound), or left out or `null` for the configured
-         *     bound.
+         * @description What a workspace may hold, set for it alone over the configured `[workspaces]` bounds,
+         *     and the rate budgets its keys share, over `[limits]`'s `workspace_*`: each an integer in
+         *     its range (0: no bound, or no budget), or left out or `null` for the configured one.
          */
         QuotaRequest: {
+            /**
+             * Format: int64
+             * @description Agent requests at once, over `limits.workspace_agent_burst`.
+             * @default null
+             */
+            agent_burst?: number | null;
+            /**
+             * Format: int64
+             * @description Agent requests a minute, over `limits.workspace_agent_per_minute`.
+             * @default null
+             */
+            agent_per_minute?: number | null;
+            /**
+             * Format: int64
+             * @description Graph requests at once, over `limits.workspace_graph_burst`.
+             * @default null
+             */
+            graph_burst?: number | null;
+            /**
+             * Format: int64
+             * @description Graph requests a minute, over `limits.workspace_graph_per_minute`.
+             * @default null
+             */
+            graph_per_minute?: number | null;
             /**
              * Format: int64
              * @description Bytes of the documents' content, over `workspaces.max_document_bytes`.
@@ -1814,9 +1865,24 @@ export interface components {
         };
         /**
          * @description What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`,
-         *     `max_document_bytes`, or its own bounds over them): each `null` for no bound.
+         *     `max_document_bytes`, or its own bounds over them), and the rate budgets every key of it
+         *     shares (`limits.workspace_*`, or its own): each `null` for none.
          */
         WorkspaceQuota: {
+            /** Format: int64 */
+            agent_burst: number | null;
+            /**
+             * Format: int64
+             * @description The agent routes' budget: requests a minute, and at once.
+             */
+            agent_per_minute: number | null;
+            /** Format: int64 */
+            graph_burst: number | null;
+            /**
+             * Format: int64
+             * @description The graph routes' budget: requests a minute, and at once.
+             */
+            graph_per_minute: number | null;
             /**
              * Format: int64
              * @description Bytes of the documents' content.

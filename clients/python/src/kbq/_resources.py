@@ -260,14 +260,17 @@ class Admin(_Resource):
         starting with a letter): an empty knowledge base of its own, with no keys yet. One
         that exists (``default`` always does) raises an ``APIError`` with status 409, code
         ``conflict``. ``quota`` (``max_entities``, ``max_documents``,
-        ``max_document_bytes``; 0 for no bound) sets its own bounds over the server's."""
+        ``max_document_bytes``, 0 for no bound; ``graph_per_minute``, ``graph_burst``,
+        ``agent_per_minute``, ``agent_burst``, the rate budgets its keys share, 0 a minute for
+        none) sets its own bounds over the server's."""
         return self._client._send(ops.create_workspace(name, quota))
 
     def set_workspace_quota(self, name: str, quota: Mapping[str, int]) -> t.WorkspaceView:
         """Sets what the workspace ``name`` may hold, as a whole: each of ``max_entities``,
         ``max_documents`` and ``max_document_bytes`` given replaces the server's bound (0
-        for no bound), each left out goes back to it. ``default`` has no quota (409
-        ``conflict``)."""
+        for no bound), and each of ``graph_per_minute``, ``graph_burst``,
+        ``agent_per_minute`` and ``agent_burst`` its rate budget (0 a minute for none); each
+        left out goes back to the server's. ``default`` has no quota (409 ``conflict``)."""
         return self._client._send(ops.set_workspace_quota(name, quota))
 
     def list_workspaces(self) -> t.WorkspaceList:

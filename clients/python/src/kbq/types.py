@@ -705,8 +705,16 @@ class ProviderStatus:
 
 @dataclass(frozen=True)
 class QuotaOverrides:
-    """What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`, `max_documents` and `max_document_bytes`: each left out (or `null`) for the configured bound, 0 for no bound."""
+    """What a workspace may hold, set for it alone over `[workspaces]`'s `max_entities`, `max_documents` and `max_document_bytes`, and its rate budgets over `[limits]`'s `workspace_*` ones: each left out (or `null`) for the configured one, 0 for none (a burst is at least 1)."""
 
+    agent_burst: Optional[int] = None
+    """Agent requests at once; `null` for the configured `limits.workspace_agent_burst`."""
+    agent_per_minute: Optional[int] = None
+    """Agent requests a minute, every key of the workspace together; 0 for no budget, `null` for the configured `limits.workspace_agent_per_minute`."""
+    graph_burst: Optional[int] = None
+    """Graph requests at once; `null` for the configured `limits.workspace_graph_burst`."""
+    graph_per_minute: Optional[int] = None
+    """Graph requests a minute, every key of the workspace together; 0 for no budget, `null` for the configured `limits.workspace_graph_per_minute`."""
     max_document_bytes: Optional[int] = None
     """Bytes of the documents' content; 0 for no bound, `null` for the configured `workspaces.max_document_bytes`."""
     max_documents: Optional[int] = None
@@ -717,8 +725,16 @@ class QuotaOverrides:
 
 @dataclass(frozen=True)
 class QuotaRequest:
-    """What a workspace may hold, set for it alone over the configured `[workspaces]` bounds: each an integer of at least 0 (0: no bound), or left out or `null` for the configured bound."""
+    """What a workspace may hold, set for it alone over the configured `[workspaces]` bounds, and the rate budgets its keys share, over `[limits]`'s `workspace_*`: each an integer in its range (0: no bound, or no budget), or left out or `null` for the configured one."""
 
+    agent_burst: Optional[int] = None
+    """Agent requests at once, over `limits.workspace_agent_burst`."""
+    agent_per_minute: Optional[int] = None
+    """Agent requests a minute, over `limits.workspace_agent_per_minute`."""
+    graph_burst: Optional[int] = None
+    """Graph requests at once, over `limits.workspace_graph_burst`."""
+    graph_per_minute: Optional[int] = None
+    """Graph requests a minute, over `limits.workspace_graph_per_minute`."""
     max_document_bytes: Optional[int] = None
     """Bytes of the documents' content, over `workspaces.max_document_bytes`."""
     max_documents: Optional[int] = None
@@ -970,8 +986,14 @@ class WorkspaceList:
 
 @dataclass(frozen=True)
 class WorkspaceQuota:
-    """What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`, `max_document_bytes`, or its own bounds over them): each `null` for no bound."""
+    """What a workspace may hold, as it applies (`workspaces.max_entities`, `max_documents`, `max_document_bytes`, or its own bounds over them), and the rate budgets every key of it shares (`limits.workspace_*`, or its own): each `null` for none."""
 
+    agent_burst: Optional[int]
+    agent_per_minute: Optional[int]
+    """The agent routes' budget: requests a minute, and at once."""
+    graph_burst: Optional[int]
+    graph_per_minute: Optional[int]
+    """The graph routes' budget: requests a minute, and at once."""
     max_document_bytes: Optional[int]
     """Bytes of the documents' content."""
     max_documents: Optional[int]
