@@ -7,9 +7,14 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 use kbq_store::{Counts, KnowledgeBase, QuotaOverrides, WorkspaceRecord};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::config::Config;
+use crate::routes::admin::{
+    KeyList, KeyRevocation, KeyView, MintedKey, WorkspaceCounts, WorkspaceDeletion, WorkspaceList,
+    WorkspaceView, scopes_of,
+};
 use crate::workspaces::{DEFAULT, NAME_RULE, Quota, valid_name};
 
 #[derive(Debug, Subcommand)]
@@ -107,20 +112,20 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
     let configured = config.keeping().quota;
     match command {
         WorkspacesCommand::List => {
-            let mut out = vec![default_view(&kb, configured).await?];
+            let mut workspaces = vec![default_view(&kb, configured).await?];
             for w in kb.workspaces().await.map_err(failed)? {
-                out.push(workspace_view(&kb, w, configured).await?);
+                workspaces.push(workspace_view(&kb, w, configured).await?);
             }
-            Ok(json!({"workspaces": out}))
+            json(WorkspaceList { workspaces })
         }
         WorkspacesCommand::Show { name } => {
             if name == DEFAULT {
-                return default_view(&kb, configured).await;
+                return json(default_view(&kb, configured).await?);
             }
             checked(&name)?;
             let w = (kb.workspace(&name).await.map_err(failed)?)
                 .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
-            workspace_view(&kb, w, configured).await
+            json(workspace_view(&kb, w, configured).await?)
         }
         WorkspacesCommand::Quota {
             name,
@@ -147,7 +152,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             };
             let w = (kb.set_workspace_quota(&name, own).await.map_err(failed)?)
                 .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
-            workspace_view(&kb, w, configured).await
+            json(workspace_view(&kb, w, configured).await?)
         }
         WorkspacesCommand::Create { name } => {
             checked(&name)?;
@@ -156,7 +161,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             }
             let made = kb.create_workspace(&name).await.map_err(failed)?;
             let made = made.ok_or_else(|| failed(format!("a workspace named `{name}` exists")))?;
-            Ok(json!({"name": made.name, "created_at": made.created_at}))
+            json(view(made, Counts::default(), 0, configured))
         }
         WorkspacesCommand::Delete { name } => {
             if name == DEFAULT {
@@ -165,21 +170,24 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             checked(&name)?;
             let gone = kb.delete_workspace(&name).await.map_err(failed)?;
             gone.ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
-            Ok(json!({"name": name, "deleted": true}))
+            json(WorkspaceDeletion {
+                name,
+                deleted: true,
+            })
         }
         WorkspacesCommand::Keys { name } => {
             exists(&kb, &name).await?;
-            let keys: Vec<Value> = kb
-                .keys_of(&name)
-                .await
-                .map_err(failed)?
+            let keys = (kb.keys_of(&name).await.map_err(failed)?)
                 .into_iter()
-                .map(|k| {
-                    json!({"id": k.id, "name": k.name, "scopes": k.scopes,
-                        "workspace": k.workspace, "created_at": k.created_at})
+                .map(|k| KeyView {
+                    scopes: scopes_of(&k.scopes),
+                    id: k.id,
+                    name: k.name,
+                    workspace: k.workspace,
+                    created_at: k.created_at,
                 })
                 .collect();
-            Ok(json!({"keys": keys}))
+            json(KeyList { keys })
         }
         WorkspacesCommand::Mint {
             name,
@@ -203,15 +211,20 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
                 .map_err(|e| usage(e.to_string()))?;
             let (key, stored) = crate::auth::mint(key_name, list, name);
             kb.put_key(&stored).await.map_err(failed)?;
-            Ok(json!({"id": stored.id, "key": key, "name": stored.name,
-                "scopes": stored.scopes, "workspace": stored.workspace}))
+            json(MintedKey {
+                scopes: scopes_of(&stored.scopes),
+                id: stored.id,
+                key,
+                name: stored.name,
+                workspace: stored.workspace,
+            })
         }
         WorkspacesCommand::Revoke { name, id } => {
             exists(&kb, &name).await?;
             if !kb.revoke_key(&name, &id).await.map_err(failed)? {
                 return Err(failed(format!("the workspace `{name}` has no key `{id}`")));
             }
-            Ok(json!({"id": id, "revoked": true}))
+            json(KeyRevocation { id, revoked: true })
         }
     }
 }
@@ -285,12 +298,25 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
     }
 }
 
+/// An answer as the admin API's JSON.
+fn json(answer: impl Serialize) -> Result<Value, Failure> {
+    serde_json::to_value(answer).map_err(failed)
+}
+
 /// `default` as the admin API shows it.
-async fn default_view(kb: &KnowledgeBase, configured: Quota) -> Result<Value, Failure> {
+async fn default_view(kb: &KnowledgeBase, configured: Quota) -> Result<WorkspaceView, Failure> {
     let counts = kb.counts().await.map_err(failed)?;
     let memories = kb.memory_count().await.map_err(failed)?;
-    let quota = (configured.budgets_only(), QuotaOverrides::default());
-    Ok(view(DEFAULT, kb.database(), None, counts, memories, quota))
+    Ok(WorkspaceView {
+        name: DEFAULT.to_string(),
+        database: kb.database().to_string(),
+        created_at: None,
+        counts: workspace_counts(counts, memories),
+        loaded: false,
+        index_bytes: 0,
+        quota: configured.budgets_only(),
+        own_quota: QuotaOverrides::default(),
+    })
 }
 
 /// The workspace `w` of the registry `kb` as the admin API shows it: counted in the store, as
@@ -300,40 +326,32 @@ async fn workspace_view(
     kb: &KnowledgeBase,
     w: WorkspaceRecord,
     configured: Quota,
-) -> Result<Value, Failure> {
+) -> Result<WorkspaceView, Failure> {
     let (counts, memories) = kb.database_counts(&w.database).await.map_err(failed)?;
-    Ok(view(
-        &w.name,
-        &w.database,
-        Some(w.created_at),
-        counts,
-        memories,
-        (configured.over(&w.quota), w.quota),
-    ))
+    Ok(view(w, counts, memories, configured))
 }
 
-/// A workspace as the admin API shows it.
-fn view(
-    name: &str,
-    database: &str,
-    created_at: Option<String>,
-    counts: Counts,
-    memories: u64,
-    (quota, own): (Quota, QuotaOverrides),
-) -> Value {
-    json!({
-        "name": name,
-        "database": database,
-        "created_at": created_at,
-        "quota": quota,
-        "own_quota": own,
-        "counts": {
-            "entities": counts.entities,
-            "relationships": counts.relationships,
-            "documents": counts.documents,
-            "memories": memories,
-        },
-    })
+/// A registered workspace as the admin API shows one that no node here has open.
+fn view(w: WorkspaceRecord, counts: Counts, memories: u64, configured: Quota) -> WorkspaceView {
+    WorkspaceView {
+        quota: configured.over(&w.quota),
+        own_quota: w.quota,
+        name: w.name,
+        database: w.database,
+        created_at: Some(w.created_at),
+        counts: workspace_counts(counts, memories),
+        loaded: false,
+        index_bytes: 0,
+    }
+}
+
+fn workspace_counts(counts: Counts, memories: u64) -> WorkspaceCounts {
+    WorkspaceCounts {
+        entities: counts.entities,
+        relationships: counts.relationships,
+        documents: counts.documents,
+        memories,
+    }
 }
 
 /// The knowledge base that reads workspace `name`'s database, and that database's name when

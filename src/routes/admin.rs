@@ -715,7 +715,7 @@ fn is_key_id(id: &str) -> bool {
 }
 
 /// Stored scope names as the API's scopes (names it does not know are left out).
-fn scopes_of(names: &[String]) -> Vec<KeyScope> {
+pub(crate) fn scopes_of(names: &[String]) -> Vec<KeyScope> {
     let scopes = Scopes::from_names(Some(names));
     [
         KeyScope::Read,

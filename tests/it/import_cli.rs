@@ -42,6 +42,30 @@ fn import_into_a_workspace_writes_there_only() {
         "{}",
         String::from_utf8_lossy(&made.stderr)
     );
+    // As the admin API answers: a WorkspaceView, every field of its schema.
+    let made: serde_json::Value = serde_json::from_slice(&made.stdout).unwrap();
+    let mut fields: Vec<&str> = made
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "counts",
+            "created_at",
+            "database",
+            "index_bytes",
+            "loaded",
+            "name",
+            "own_quota",
+            "quota"
+        ],
+        "{made}"
+    );
+    assert_eq!(made["loaded"], false, "{made}");
     let done = kbq(&["import", "--store", &store, "--workspace", "team", path]);
     assert!(
         done.status.success(),
