@@ -2010,6 +2010,79 @@ async fn remote_two_nodes_share_a_workspaces_rate_budget() {
     b.stop().await;
 }
 
+/// A workspace deleted and created again under its name through one node, at once: the
+/// other node, which served the old workspace a moment before, never refuses the new
+/// workspace's key as one of a deleted workspace, and answers it from the new, empty
+/// workspace, never from the old one's data.
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_a_workspace_created_again_is_served_at_once_by_the_other_node() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use kbq::versions::SystemClock;
+
+    use crate::remote::{SurrealServer, remote_config};
+    use crate::support::eventually;
+
+    let db = SurrealServer::start(0, "memory").await;
+    let config = remote_config(&db, true);
+    let a = TestServer::with_fixture(config.clone()).await;
+    let b = TestServer::start_with(config, Arc::new(SystemClock), false).await;
+    let old = workspace_with_key(&a, "gamma").await;
+    let (s, body) = call_as(
+        &a,
+        &old,
+        None,
+        Method::POST,
+        "/data/v1/ingest/entities",
+        Some(json!([{"name": "Old Gamma Thing", "entity_type": "t"}])),
+    )
+    .await;
+    assert_eq!(s, 200, "{body}");
+    let search = || Some(json!({"query": "Old Gamma"}));
+    let path = "/data/v1/query/graph/search";
+    let seen = eventually(Duration::from_secs(10), || async {
+        let (s, found) = call_as(&b, &old, None, Method::POST, path, search()).await;
+        s == 200 && found["total"] == 1
+    })
+    .await;
+    assert!(seen, "B did not serve the first workspace");
+    // B has just read the registry for the old workspace: created again through A now.
+    let (s, _, _) = a
+        .call(Method::DELETE, "/admin/v1/workspaces/gamma", None)
+        .await;
+    assert_eq!(s, 200);
+    let again = workspace_with_key(&a, "gamma").await;
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    loop {
+        let (s, found) = call_as(&b, &again, None, Method::POST, path, search()).await;
+        let message = found["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            !message.contains("workspace was deleted"),
+            "B refused the new workspace's key after {:?}: {found}",
+            started.elapsed()
+        );
+        answers.push(s.as_u16());
+        if s == 200 {
+            assert_eq!(
+                found["total"], 0,
+                "B answered from the old workspace: {found}"
+            );
+            break;
+        }
+        assert_eq!(s, 401, "{found}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{answers:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
 /// Two nodes on one SurrealDB server: a workspace and a key made through one are known to the
 /// other; each node's indexes of a workspace follow the other's writes to it and to it alone,
 /// also when both write to two workspaces at once; a workspace deleted through one is gone
