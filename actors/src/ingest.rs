@@ -253,6 +253,10 @@ struct Running {
     record: tokio::sync::Mutex<()>,
     /// The bytes of its source, counted against `max_running_bytes` while it runs.
     bytes: u64,
+    /// The keys its chunks' model answers are kept under, with each chunk's hash, once it
+    /// asks a model: a job that fails or is cancelled leaves them in its record, and they go
+    /// with the record (unless a source holds the chunk).
+    kept: parking_lot::Mutex<Vec<(String, String)>>,
 }
 
 /// What jobs share: the store, the model, the settings, and the jobs known to this node.
@@ -618,6 +622,7 @@ impl IngestDeps {
                 0 => self.config.max_source_bytes as u64,
                 n => n as u64,
             },
+            kept: Default::default(),
         });
         self.jobs.lock().insert(id, running.clone());
         running
@@ -741,8 +746,14 @@ impl IngestDeps {
         let mut view = running.progress.borrow().clone();
         change(&mut view);
         view.updated_at = now_ms();
+        // A job that ended without its source recorded leaves the keys of the answers it may
+        // have kept in its record, to go with it.
+        let kept = match view.status {
+            JobStatus::Failed | JobStatus::Cancelled => running.kept.lock().clone(),
+            _ => Vec::new(),
+        };
         let stored = match serde_json::to_value(&view) {
-            Ok(value) => self.kb.put_job_view(&view.job_id, value).await,
+            Ok(value) => self.kb.put_job_end(&view.job_id, value, kept).await,
             Err(e) => Err(StoreError::Query(format!("job view: {e}"))),
         };
         running.progress.send_modify(|v| {
@@ -886,6 +897,13 @@ impl IngestDeps {
             .or_else(|| parsed.title.clone())
             .unwrap_or_else(|| input.source_id.clone());
 
+        if let Some(model) = &self.model
+            && let Some(running) = self.jobs.lock().get(&id)
+        {
+            *running.kept.lock() = (hashes.iter().collect::<BTreeSet<_>>().into_iter())
+                .map(|hash| (hash.clone(), extraction_key(hash, model, PROMPT_VERSION)))
+                .collect();
+        }
         // Extraction, or (without a model) the graph's names each chunk mentions.
         let finding = async {
             match &self.model {

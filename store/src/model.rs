@@ -379,8 +379,13 @@ pub(crate) enum JobWrite {
         /// The job's input, written once, beside the record; `None` leaves it as it is.
         input: Option<Vec<u8>>,
     },
-    /// The record's view (status, progress, counts) alone.
-    View { id: String, view: Value },
+    /// The record's view (status, progress, counts) alone, and for a job that ended without
+    /// its source recorded, the (chunk hash, key) of the model answers it may have kept.
+    View {
+        id: String,
+        view: Value,
+        kept: Vec<(String, String)>,
+    },
 }
 
 /// A source's current version.

@@ -307,6 +307,16 @@ impl KnowledgeBase {
         own: &SourceKey,
         candidates: &[(String, String)],
     ) -> Result<u64> {
+        self.forget_answers_unheld(Some(own), candidates).await
+    }
+
+    /// [`forget_kept_answers`](Self::forget_kept_answers), every source's record (but
+    /// `own`'s, if given) holding a chunk against forgetting its answer.
+    async fn forget_answers_unheld(
+        &self,
+        own: Option<&SourceKey>,
+        candidates: &[(String, String)],
+    ) -> Result<u64> {
         if candidates.is_empty() {
             return Ok(0);
         }
@@ -319,7 +329,7 @@ impl KnowledgeBase {
                     "SELECT VALUE chunks FROM {SOURCE} WHERE id != $own AND chunks CONTAINSANY $hashes"
                 ),
                 obj([
-                    ("own", source_record_id(own).into_value()),
+                    ("own", own.map(source_record_id).into_value()),
                     ("hashes", Value::Array(hashes.into())),
                 ]),
             )
@@ -497,7 +507,11 @@ impl KnowledgeBase {
                                 ("node", node.into_value()),
                             ]));
                         }
-                        JobWrite::View { id, view } => {
+                        JobWrite::View { id, view, kept } => {
+                            let kept: Vec<Value> = (kept.into_iter())
+                                .map(|(hash, key)| vec![hash, key].into_value())
+                                .collect();
+                            let kept = (!kept.is_empty()).then(|| Value::Array(kept.into()));
                             let views = match has_ended(&view) {
                                 true => {
                                     gone.push(RecordId::new(INGEST_INPUT, id.as_str()).into_value());
@@ -508,6 +522,7 @@ impl KnowledgeBase {
                             views.push(row([
                                 ("id", RecordId::new(INGEST_JOB, id).into_value()),
                                 ("view", view.into_value()),
+                                ("kept", kept.into_value()),
                             ]));
                         }
                     }
@@ -520,7 +535,7 @@ impl KnowledgeBase {
                      FOR $i IN $inputs { UPSERT $i.id CONTENT { content: $i.content } RETURN NONE; };
                      FOR $r IN $records { UPSERT $r.id CONTENT { record: $r.record, finished: $r.finished, node: $r.node, cancel: false } RETURN NONE; };
                      FOR $v IN $open { UPDATE $v.id SET record.view = $v.view, finished = false RETURN NONE; };
-                     FOR $v IN $ended { UPDATE $v.id SET record.view = $v.view, finished = true, record.input.content = '' RETURN NONE; };
+                     FOR $v IN $ended { UPDATE $v.id SET record.view = $v.view, finished = true, record.input.content = '', kept = $v.kept RETURN NONE; };
                      FOR $g IN $gone { DELETE $g RETURN NONE; };
                      COMMIT;",
                     obj([
@@ -541,25 +556,45 @@ impl KnowledgeBase {
     /// counts), leaving the rest unread. The job's input is kept while the job may run
     /// again, and removed in the same transaction once the view says it has ended.
     pub async fn put_job_view(&self, job_id: &str, view: Json) -> Result<()> {
+        self.put_job_end(job_id, view, Vec::new()).await
+    }
+
+    /// As [`put_job_view`](Self::put_job_view), with, for a job that ended without its
+    /// source recorded, the (chunk hash, key) of the model answers it may have kept: they go
+    /// with the job's record ([`forget_ended_jobs`](Self::forget_ended_jobs)).
+    pub async fn put_job_end(
+        &self,
+        job_id: &str,
+        view: Json,
+        kept: Vec<(String, String)>,
+    ) -> Result<()> {
         self.write_job(JobWrite::View {
             id: job_id.to_string(),
             view,
+            kept,
         })
         .await
     }
 
     /// Deletes the records of the jobs that ended before `before` (Unix milliseconds, the
-    /// `updated_at` of their view); answers how many.
+    /// `updated_at` of their view), and the model answers that those of them that ended
+    /// without their source recorded kept, unless a source's record holds the chunk; answers
+    /// how many records.
     pub async fn forget_ended_jobs(&self, before: i64) -> Result<u64> {
-        // One row per record deleted, to count, without the records (each holds its input).
-        let gone: Vec<Json> = self
+        let ended =
+            format!("{INGEST_JOB} WHERE finished = true AND record.view.updated_at < $before");
+        let vars = obj([("before", before.into_value())]);
+        let kept: Vec<Vec<(String, String)>> = self
             .run(
-                &format!(
-                    "DELETE {INGEST_JOB} WHERE finished = true AND record.view.updated_at < $before RETURN id"
-                ),
-                obj([("before", before.into_value())]),
+                &format!("SELECT VALUE kept FROM {ended} AND kept != NONE"),
+                vars.clone(),
             )
             .await?;
+        // One row per record deleted, to count, without the records.
+        let gone: Vec<Json> = self.run(&format!("DELETE {ended} RETURN id"), vars).await?;
+        let candidates: BTreeSet<(String, String)> = kept.into_iter().flatten().collect();
+        let candidates: Vec<(String, String)> = candidates.into_iter().collect();
+        self.forget_answers_unheld(None, &candidates).await?;
         Ok(gone.len() as u64)
     }
 

@@ -2113,6 +2113,57 @@ async fn a_name_with_several_doubtful_candidates_merges_into_the_one_confirmed()
     llm.stop().await;
 }
 
+/// The model answers that a job kept before it was cancelled go with its record
+/// (`ingest.forget_ended_jobs_after_secs` after it ended), unless a source's record holds the
+/// chunk: counted in model calls when the same text comes again.
+#[tokio::test]
+async fn a_cancelled_jobs_kept_answers_go_with_its_record_unless_a_source_holds_the_chunk() {
+    let llm = ScriptedLlm::start().await;
+    let mut config = agent_config(vec![openai("model", &llm, 0, 30_000)]);
+    config.ingest.forget_ended_jobs_after_secs = 1;
+    // One call at a time, in the chunks' order: the first two answered, the third held.
+    config.ingest.max_calls_in_flight = 1;
+    let t = start(config).await;
+    let calls = |job: &Value| job["counts"]["model_calls"].as_u64().unwrap();
+    let one = "# One\n\n[[Grace Hopper]] -[wrote]-> [[FLOW-MATIC]].";
+    let whole = format!(
+        "{one}\n\n# Two\n\n[[Jean Bartik]] -[programmed]-> [[ENIAC]].\n\n# Three\n\n[[Kay McNulty]] -[programmed]-> [[ENIAC]]."
+    );
+    let empty = || Step::Answer(r#"{"entities":[],"relationships":[]}"#.into());
+    llm.push(empty());
+    llm.push(empty());
+    llm.push(Step::Delay(Duration::from_secs(20), Box::new(empty())));
+    let (status, job) = t.post(SOURCES, markdown("cancelled", &whole)).await;
+    assert_eq!(status, 202, "{job}");
+    let path = format!("/data/v1/ingest/jobs/{}", job["job_id"].as_str().unwrap());
+    let two_done = eventually(Duration::from_secs(10), || async {
+        let (_, job) = t.get(&path).await;
+        job["chunks_total"] == 3 && job["chunks_done"] == 2
+    })
+    .await;
+    assert!(two_done, "{}", t.get(&path).await.1);
+    let (status, cancelled) = t.call(Method::DELETE, &path, None).await.into_status_body();
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    // A source that holds the first chunk: its kept answer serves.
+    let held = ingest(&t, markdown("held", one)).await;
+    assert_eq!(held["status"], "succeeded", "{held}");
+    assert_eq!(calls(&held), 0, "{held}");
+
+    let forgotten = eventually(Duration::from_secs(15), || async {
+        t.get(&path).await.0 == 404
+    })
+    .await;
+    assert!(forgotten, "the cancelled job was not forgotten");
+    // The second chunk's answer went with the record, the first stayed (held), and the
+    // third was never answered.
+    let again = ingest(&t, markdown("again", &whole)).await;
+    assert_eq!(again["status"], "succeeded", "{again}");
+    assert_eq!(calls(&again), 2, "{again}");
+    t.stop().await;
+    llm.stop().await;
+}
+
 /// `ingest.forget_ended_jobs_after_secs` after it ended, a job is forgotten: it answers 404,
 /// from the node that ran it and from the store, while a job still running stays, and what
 /// the ended job wrote stays in the graph.
