@@ -179,13 +179,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             exists(&kb, &name).await?;
             let keys = (kb.keys_of(&name).await.map_err(failed)?)
                 .into_iter()
-                .map(|k| KeyView {
-                    scopes: scopes_of(&k.scopes),
-                    id: k.id,
-                    name: k.name,
-                    workspace: k.workspace,
-                    created_at: k.created_at,
-                })
+                .map(KeyView::from)
                 .collect();
             json(KeyList { keys })
         }

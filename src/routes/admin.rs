@@ -540,6 +540,18 @@ pub struct KeyView {
     pub created_at: String,
 }
 
+impl From<kbq_store::StoredKey> for KeyView {
+    fn from(k: kbq_store::StoredKey) -> Self {
+        KeyView {
+            scopes: scopes_of(&k.scopes),
+            id: k.id,
+            name: k.name,
+            workspace: k.workspace,
+            created_at: k.created_at,
+        }
+    }
+}
+
 /// The keys of a workspace minted at run time, oldest first. Configured keys
 /// (`[[auth.keys]]`, `KBQ_API_KEYS`) are not listed.
 #[derive(Debug, Serialize, ToSchema)]
@@ -645,16 +657,7 @@ async fn keys(
         .offload
         .run(async move { registry.keys_of(&workspace).await })
         .await??;
-    let keys = stored
-        .into_iter()
-        .map(|k| KeyView {
-            scopes: scopes_of(&k.scopes),
-            id: k.id,
-            name: k.name,
-            workspace: k.workspace,
-            created_at: k.created_at,
-        })
-        .collect();
+    let keys = stored.into_iter().map(KeyView::from).collect();
     Ok(HttpResponse::Ok().json(KeyList { keys }))
 }
 
