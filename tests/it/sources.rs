@@ -1362,7 +1362,7 @@ async fn jobs_wait_in_turn_for_room_under_the_running_bytes_bound() {
     config.ingest.chunk_chars = 100_000;
     let t = start(config).await;
     // Each answer waits, so that a job runs long enough to be seen running.
-    llm.set_extraction_delay(Duration::from_millis(300));
+    llm.set_extraction_delay(Duration::from_millis(600));
     let big = |name: &str| {
         let text = format!(
             "[[{name}]] is large. {}",
@@ -1381,12 +1381,15 @@ async fn jobs_wait_in_turn_for_room_under_the_running_bytes_bound() {
         assert_eq!(status, 202, "{job}");
         ids.push(job["job_id"].as_str().unwrap().to_string());
     }
-    // Every status seen, by job, until all have ended.
+    // Every status seen, by job, until all have ended. The three are read one after another,
+    // the last submitted first: a status only moves on, so a job read later is seen at least
+    // as far on as when the one read before it was, and a snapshot never shows a job started
+    // before the one it waits for unless it was.
     let mut seen: Vec<[String; 3]> = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let mut now: [String; 3] = Default::default();
-        for (i, id) in ids.iter().enumerate() {
+        for (i, id) in ids.iter().enumerate().rev() {
             let (status, job) = t.get(&format!("/data/v1/ingest/jobs/{id}")).await;
             assert_eq!(status, 200, "{job}");
             now[i] = job["status"].as_str().unwrap().to_string();
