@@ -2010,6 +2010,68 @@ async fn remote_two_nodes_share_a_workspaces_rate_budget() {
     b.stop().await;
 }
 
+/// Two nodes on one SurrealDB server: a workspace's own rate budget, set through one node,
+/// applies on the other, as its share of it; set to none through the first, the other stops
+/// refusing within seconds (it reads the registry again within a second of a request).
+#[tokio::test]
+#[ignore = "needs TEST_SURREALDB_SERVER (scripts/surrealdb-server)"]
+async fn remote_a_workspaces_own_rate_budget_applies_on_every_node() {
+    use std::time::Duration;
+
+    use crate::remote::{SurrealServer, remote_config, two_counted_nodes};
+    use crate::support::eventually;
+
+    let db = SurrealServer::start(0, "memory").await;
+    let (a, b) = two_counted_nodes(remote_config(&db, true)).await;
+    let (s, made) = a
+        .post(
+            "/admin/v1/workspaces",
+            json!({"name": "tight", "quota": {"graph_per_minute": 1, "graph_burst": 4}}),
+        )
+        .await;
+    assert_eq!(s, 201, "{made}");
+    let key = mint(&a, "tight", &["read"]).await;
+    let path = "/data/v1/query/graph/search";
+    let search = || Some(json!({"query": "a"}));
+    let known = eventually(Duration::from_secs(10), || async {
+        let (s, _) = call_as(&b, &key, None, Method::GET, "/v1/key", None).await;
+        s != 401
+    })
+    .await;
+    assert!(known, "B did not learn of the key minted through A");
+    // Each node's share of a burst of 4 is 2.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(
+            call_as(&b, &key, None, Method::POST, path, search())
+                .await
+                .0
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let (s, _, set) = a
+        .call(
+            Method::PUT,
+            "/admin/v1/workspaces/tight/quota",
+            Some(json!({"graph_per_minute": 0})),
+        )
+        .await;
+    assert_eq!(s, 200, "{set}");
+    let lifted = eventually(Duration::from_secs(10), || async {
+        let (s, _) = call_as(&b, &key, None, Method::POST, path, search()).await;
+        s == 200
+    })
+    .await;
+    assert!(lifted, "B kept the workspace's old budget");
+    for _ in 0..5 {
+        let (s, body) = call_as(&b, &key, None, Method::POST, path, search()).await;
+        assert_eq!(s, 200, "{body}");
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
 /// A workspace deleted and created again under its name through one node, at once: the
 /// other node, which served the old workspace a moment before, never refuses the new
 /// workspace's key as one of a deleted workspace, and answers it from the new, empty
