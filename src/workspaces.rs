@@ -160,6 +160,8 @@ impl Quota {
             entities: None,
             documents: None,
             document_bytes: None,
+            graph_burst: self.graph_per_minute.and(self.graph_burst),
+            agent_burst: self.agent_per_minute.and(self.agent_burst),
             ..self
         }
     }

@@ -208,12 +208,11 @@ impl Config {
                 document_bytes: (w.max_document_bytes > 0).then_some(w.max_document_bytes),
                 graph_per_minute: (l.workspace_graph_per_minute > 0)
                     .then_some(u64::from(l.workspace_graph_per_minute)),
-                graph_burst: (l.workspace_graph_per_minute > 0)
-                    .then_some(u64::from(l.workspace_graph_burst)),
+                // The burst stands even without a rate: a workspace's own rate takes it.
+                graph_burst: Some(u64::from(l.workspace_graph_burst)),
                 agent_per_minute: (l.workspace_agent_per_minute > 0)
                     .then_some(u64::from(l.workspace_agent_per_minute)),
-                agent_burst: (l.workspace_agent_per_minute > 0)
-                    .then_some(u64::from(l.workspace_agent_burst)),
+                agent_burst: Some(u64::from(l.workspace_agent_burst)),
             },
         }
     }

@@ -1889,6 +1889,16 @@ async fn a_workspaces_own_rate_budget_replaces_the_configured_one() {
     assert_eq!(made["quota"]["graph_burst"], 2, "{made}");
     assert_eq!(made["quota"]["agent_per_minute"], Value::Null, "{made}");
     assert_eq!(made["own_quota"]["graph_burst"], 2, "{made}");
+    // A rate of its own where none is configured takes the configured burst.
+    let (s, agent) = t
+        .post(
+            "/admin/v1/workspaces",
+            json!({"name": "agented", "quota": {"agent_per_minute": 30}}),
+        )
+        .await;
+    assert_eq!(s, 201, "{agent}");
+    assert_eq!(agent["quota"]["agent_per_minute"], 30, "{agent}");
+    assert_eq!(agent["quota"]["agent_burst"], 100, "{agent}");
     let tight = mint(&t, "tight", &["read"]).await;
     let plain = workspace_with_key(&t, "plain").await;
     let path = "/data/v1/query/graph/search";
@@ -1954,6 +1964,11 @@ async fn a_workspaces_own_rate_budget_replaces_the_configured_one() {
     assert_eq!(shown["quota"]["graph_per_minute"], 1, "{shown}");
     assert_eq!(shown["quota"]["graph_burst"], 5, "{shown}");
     assert_eq!(shown["quota"]["max_entities"], Value::Null, "{shown}");
+    assert_eq!(
+        shown["quota"]["agent_burst"],
+        Value::Null,
+        "no agent budget: {shown}"
+    );
     t.stop().await;
 }
 
