@@ -51,6 +51,18 @@ impl Budget {
             policy,
         })
     }
+
+    /// This node's share of a budget of `per_minute` and `burst` when `nodes` share it: each
+    /// divided by the nodes, rounded up (at least 1 when it is not 0); `None` when
+    /// `per_minute` is 0.
+    fn shared(per_minute: u64, burst: u64, nodes: u64) -> Option<Budget> {
+        let part = |n: u64| {
+            n.div_ceil(nodes.max(1))
+                .max(u64::from(n > 0))
+                .min(u64::from(u32::MAX)) as u32
+        };
+        Budget::new(part(per_minute), part(burst).max(1))
+    }
 }
 
 /// A node's budgets of each key.
@@ -59,20 +71,10 @@ pub struct Budgets {
     pub agent: Option<Budget>,
 }
 
-/// This node's share of a budget of `rate` a minute and `burst` at once when `nodes` share
-/// it: each divided by the nodes, rounded up (at least 1 when it is not 0).
-fn part(n: u64, nodes: u64) -> u32 {
-    n.div_ceil(nodes.max(1))
-        .max(u64::from(n > 0))
-        .min(u64::from(u32::MAX)) as u32
-}
-
 impl Budgets {
     /// This node's share of `config`'s budgets of each key when `nodes` share them.
     pub fn share(config: &crate::config::LimitsSection, nodes: u64) -> Budgets {
-        let budget = |rate: u32, burst: u32| {
-            Budget::new(part(rate.into(), nodes), part(burst.into(), nodes).max(1))
-        };
+        let budget = |rate: u32, burst: u32| Budget::shared(rate.into(), burst.into(), nodes);
         Budgets {
             graph: budget(config.graph_per_minute, config.graph_burst),
             agent: budget(config.agent_per_minute, config.agent_burst),
@@ -124,11 +126,7 @@ impl RateLimits {
         {
             return Some(entry.1.clone());
         }
-        let nodes = self.nodes();
-        let budget = Arc::new(Budget::new(
-            part(applied.0, nodes),
-            part(applied.1, nodes).max(1),
-        )?);
+        let budget = Arc::new(Budget::shared(applied.0, applied.1, self.nodes())?);
         self.workspaces.insert(key, (applied, budget.clone()));
         Some(budget)
     }
