@@ -47,28 +47,49 @@ pub enum WorkspacesCommand {
     /// it.
     Quota {
         name: String,
-        #[arg(long)]
-        max_entities: Option<u64>,
-        #[arg(long)]
-        max_documents: Option<u64>,
-        /// Bytes of the documents' content.
-        #[arg(long)]
-        max_document_bytes: Option<u64>,
-        /// Graph requests a minute, every key of the workspace together (0 to 100000000; 0:
-        /// no budget).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
-        graph_per_minute: Option<u64>,
-        /// Graph requests at once (1 to 10000000).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-        graph_burst: Option<u64>,
-        /// Agent requests a minute, every key of the workspace together (0 to 100000000; 0:
-        /// no budget).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
-        agent_per_minute: Option<u64>,
-        /// Agent requests at once (1 to 10000000).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-        agent_burst: Option<u64>,
+        #[command(flatten)]
+        quota: QuotaFlags,
     },
+}
+
+/// `kbq workspaces quota`'s flags: a workspace's own bounds and rate budgets.
+#[derive(Debug, clap::Args)]
+pub struct QuotaFlags {
+    #[arg(long)]
+    max_entities: Option<u64>,
+    #[arg(long)]
+    max_documents: Option<u64>,
+    /// Bytes of the documents' content.
+    #[arg(long)]
+    max_document_bytes: Option<u64>,
+    /// Graph requests a minute, every key of the workspace together (0 to 100000000; 0:
+    /// no budget).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    graph_per_minute: Option<u64>,
+    /// Graph requests at once (1 to 10000000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    graph_burst: Option<u64>,
+    /// Agent requests a minute, every key of the workspace together (0 to 100000000; 0:
+    /// no budget).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    agent_per_minute: Option<u64>,
+    /// Agent requests at once (1 to 10000000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    agent_burst: Option<u64>,
+}
+
+impl From<QuotaFlags> for QuotaOverrides {
+    fn from(f: QuotaFlags) -> Self {
+        QuotaOverrides {
+            max_entities: f.max_entities,
+            max_documents: f.max_documents,
+            max_document_bytes: f.max_document_bytes,
+            graph_per_minute: f.graph_per_minute,
+            graph_burst: f.graph_burst,
+            agent_per_minute: f.agent_per_minute,
+            agent_burst: f.agent_burst,
+        }
+    }
 }
 
 /// Runs `command` against the configured store: 0 when it did what it was asked, 1 when the
@@ -94,6 +115,11 @@ fn usage(message: String) -> Failure {
 
 fn failed(e: impl std::fmt::Display) -> Failure {
     (1, e.to_string())
+}
+
+/// The failure of a command about a workspace the registry does not have.
+fn missing(name: &str) -> Failure {
+    failed(format!("there is no workspace `{name}`"))
 }
 
 fn checked(name: &str) -> Result<(), Failure> {
@@ -123,35 +149,17 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
                 return json(default_view(&kb, configured).await?);
             }
             checked(&name)?;
-            let w = (kb.workspace(&name).await.map_err(failed)?)
-                .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
+            let w = (kb.workspace(&name).await.map_err(failed)?).ok_or_else(|| missing(&name))?;
             json(workspace_view(&kb, w, configured).await?)
         }
-        WorkspacesCommand::Quota {
-            name,
-            max_entities,
-            max_documents,
-            max_document_bytes,
-            graph_per_minute,
-            graph_burst,
-            agent_per_minute,
-            agent_burst,
-        } => {
+        WorkspacesCommand::Quota { name, quota } => {
             if name == DEFAULT {
                 return Err(failed("the workspace `default` has no quota"));
             }
             checked(&name)?;
-            let own = QuotaOverrides {
-                max_entities,
-                max_documents,
-                max_document_bytes,
-                graph_per_minute,
-                graph_burst,
-                agent_per_minute,
-                agent_burst,
-            };
+            let own = QuotaOverrides::from(quota);
             let w = (kb.set_workspace_quota(&name, own).await.map_err(failed)?)
-                .ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
+                .ok_or_else(|| missing(&name))?;
             json(workspace_view(&kb, w, configured).await?)
         }
         WorkspacesCommand::Create { name } => {
@@ -169,7 +177,7 @@ async fn run_inner(config: &Config, command: WorkspacesCommand) -> Result<Value,
             }
             checked(&name)?;
             let gone = kb.delete_workspace(&name).await.map_err(failed)?;
-            gone.ok_or_else(|| failed(format!("there is no workspace `{name}`")))?;
+            gone.ok_or_else(|| missing(&name))?;
             json(WorkspaceDeletion {
                 name,
                 deleted: true,
@@ -288,7 +296,7 @@ async fn exists(kb: &KnowledgeBase, name: &str) -> Result<(), Failure> {
     checked(name)?;
     match kb.workspace(name).await.map_err(failed)? {
         Some(_) => Ok(()),
-        None => Err(failed(format!("there is no workspace `{name}`"))),
+        None => Err(missing(name)),
     }
 }
 
