@@ -746,8 +746,8 @@ impl IngestDeps {
         let mut view = running.progress.borrow().clone();
         change(&mut view);
         view.updated_at = now_ms();
-        // A job that ended without its source recorded leaves the keys of the answers it may
-        // have kept in its record, to go with it.
+        // A job that failed or was cancelled leaves the keys of the answers it may have kept
+        // in its record, to go with it.
         let kept = match view.status {
             JobStatus::Failed | JobStatus::Cancelled => running.kept.lock().clone(),
             _ => Vec::new(),

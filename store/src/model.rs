@@ -379,8 +379,8 @@ pub(crate) enum JobWrite {
         /// The job's input, written once, beside the record; `None` leaves it as it is.
         input: Option<Vec<u8>>,
     },
-    /// The record's view (status, progress, counts) alone, and for a job that ended without
-    /// its source recorded, the (chunk hash, key) of the model answers it may have kept.
+    /// The record's view (status, progress, counts) alone, and for a job that failed or was
+    /// cancelled, the (chunk hash, key) of the model answers it may have kept.
     View {
         id: String,
         view: Value,

@@ -559,9 +559,9 @@ impl KnowledgeBase {
         self.put_job_end(job_id, view, Vec::new()).await
     }
 
-    /// As [`put_job_view`](Self::put_job_view), with, for a job that ended without its
-    /// source recorded, the (chunk hash, key) of the model answers it may have kept: they go
-    /// with the job's record ([`forget_ended_jobs`](Self::forget_ended_jobs)).
+    /// As [`put_job_view`](Self::put_job_view), with, for a job that failed or was cancelled,
+    /// the (chunk hash, key) of the model answers it may have kept: they go with the job's
+    /// record ([`forget_ended_jobs`](Self::forget_ended_jobs)).
     pub async fn put_job_end(
         &self,
         job_id: &str,
@@ -577,9 +577,9 @@ impl KnowledgeBase {
     }
 
     /// Deletes the records of the jobs that ended before `before` (Unix milliseconds, the
-    /// `updated_at` of their view), and the model answers that those of them that ended
-    /// without their source recorded kept, unless a source's record holds the chunk; answers
-    /// how many records.
+    /// `updated_at` of their view), and the model answers that those of them that failed or
+    /// were cancelled kept, unless a source's record holds the chunk; answers how many
+    /// records.
     pub async fn forget_ended_jobs(&self, before: i64) -> Result<u64> {
         let ended =
             format!("{INGEST_JOB} WHERE finished = true AND record.view.updated_at < $before");
