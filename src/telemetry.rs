@@ -1,4 +1,5 @@
-//! Traces exported over OTLP (HTTP/protobuf), off by default (docs/operations.md, "Traces").
+//! Traces exported over OTLP (HTTP/protobuf or gRPC), off by default (docs/operations.md,
+//! "Traces").
 //!
 //! kbq's `tracing` spans become OpenTelemetry spans through `tracing-opentelemetry`: the
 //! request (with the caller's W3C `traceparent` as its parent), the chat session and its tool
@@ -6,7 +7,12 @@
 //! store statement, and an ingestion job's chunks. Export is on when `[telemetry] enabled`
 //! or when `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set, as the
 //! OpenTelemetry SDKs of other languages do; the standard `OTEL_*` variables win over the
-//! `[telemetry]` keys. When it is off no layer is installed. The spans inside a request (the
+//! `[telemetry]` keys. When it is off no layer is installed.
+//!
+//! Spans are batched and sent from the SDK's thread of its own. Over HTTP that thread sends
+//! with reqwest's blocking client; over gRPC it hands each batch to tonic's channel, whose
+//! connection lives on a one-thread runtime of the export's own: the server's runtimes never
+//! carry it, and it outlives them until the last batch is out. The spans inside a request (the
 //! graph call, the chat session, each provider and tool call, each store statement, an
 //! ingestion job's chunks) are `debug`: at the default log level (`info`) nothing records
 //! them, and each costs what a disabled `tracing` callsite costs. A request's own span and an
@@ -17,14 +23,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::TelemetrySection;
+use crate::config::{GRPC, HTTP_PROTOBUF, TelemetrySection};
 
 /// Whether spans are exported (set once, at start).
 static ON: AtomicBool = AtomicBool::new(false);
@@ -60,13 +66,24 @@ impl Environment {
         }
     }
 
-    /// What to warn of when the protocol variables ask for one kbq does not speak: it exports
-    /// over HTTP/protobuf only, so a collector's gRPC port (4317) gets nothing.
+    /// How spans are sent: the protocol variable when it names one kbq speaks
+    /// (`http/protobuf` or `grpc`), else `telemetry.protocol`.
+    pub fn grpc(&self, config: &TelemetrySection) -> bool {
+        match self.protocol.as_deref().map(str::trim) {
+            Some(HTTP_PROTOBUF) => false,
+            Some(GRPC) => true,
+            _ => config.protocol == GRPC,
+        }
+    }
+
+    /// What to warn of when the protocol variables ask for one kbq does not speak
+    /// (`http/json`): spans go as `telemetry.protocol` says instead.
     pub fn protocol_warning(&self, config: &TelemetrySection) -> Option<String> {
         let asked = self.protocol.as_deref()?.trim();
-        (self.exports(config) && asked != "http/protobuf").then(|| {
+        (self.exports(config) && asked != HTTP_PROTOBUF && asked != GRPC).then(|| {
             format!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL asks for {asked:?}, but kbq exports traces over http/protobuf only, to {}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL asks for {asked:?}, but kbq exports traces over http/protobuf or grpc only; they go over {} to {}",
+                if self.grpc(config) { GRPC } else { HTTP_PROTOBUF },
                 self.traces_url(config)
             )
         })
@@ -79,26 +96,44 @@ impl Environment {
             && (config.enabled || self.endpoint.is_some() || self.traces_endpoint.is_some())
     }
 
-    /// The URL spans are posted to: the traces variable as it is, the general one or the
-    /// config's endpoint with `/v1/traces` added (as the OTLP specification says).
+    /// Where spans go: the traces variable as it is; else the general one, the config's
+    /// endpoint or the protocol's default (port 4318 over HTTP, 4317 over gRPC), with
+    /// `/v1/traces` added over HTTP (as the OTLP specification says).
     pub fn traces_url(&self, config: &TelemetrySection) -> String {
         if let Some(url) = &self.traces_endpoint {
             return url.clone();
         }
-        let base = self.endpoint.as_deref().unwrap_or(&config.endpoint);
-        format!("{}/v1/traces", base.trim_end_matches('/'))
+        let grpc = self.grpc(config);
+        let base = (self.endpoint.as_deref())
+            .or(config.endpoint.as_deref())
+            .unwrap_or(if grpc {
+                "http://127.0.0.1:4317"
+            } else {
+                "http://127.0.0.1:4318"
+            });
+        if grpc {
+            base.to_string()
+        } else {
+            format!("{}/v1/traces", base.trim_end_matches('/'))
+        }
     }
 }
 
 /// The provider that exports spans; dropping it flushes what is left and stops the export.
 pub struct Telemetry {
     provider: SdkTracerProvider,
+    /// gRPC's runtime, where tonic's channel does its work; stopped once the last batch is
+    /// out.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
         if let Err(e) = self.provider.shutdown() {
             eprintln!("kbq: traces not all exported at exit: {e}");
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
         }
     }
 }
@@ -116,21 +151,51 @@ where
     if !env.exports(config) {
         return Ok(None);
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(env.traces_url(config))
-        .build()
-        .map_err(|e| format!("telemetry: the OTLP exporter cannot start: {e}"))?;
+    let url = env.traces_url(config);
+    let cannot =
+        |e: &dyn std::fmt::Display| format!("telemetry: the OTLP exporter cannot start: {e}");
+    let mut provider = SdkTracerProvider::builder();
+    let mut runtime = None;
+    if env.grpc(config) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("kbq-otlp")
+            .enable_all()
+            .build()
+            .map_err(|e| cannot(&e))?;
+        // tonic's channel starts its worker on the runtime it is made in; the batch thread
+        // hands each export to that worker.
+        let exporter = {
+            let _in = rt.enter();
+            let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_endpoint(url.clone());
+            if url.starts_with("https://") {
+                builder = builder.with_tls_config(
+                    opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                        .with_enabled_roots(),
+                );
+            }
+            builder.build().map_err(|e| cannot(&e))?
+        };
+        provider = provider.with_batch_exporter(exporter);
+        runtime = Some(rt);
+    } else {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(url)
+            .build()
+            .map_err(|e| cannot(&e))?;
+        provider = provider.with_batch_exporter(exporter);
+    }
     let mut resource = opentelemetry_sdk::Resource::builder().with_attribute(
         opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
     );
     if env.service_name.is_none() {
         resource = resource.with_service_name(config.service_name.clone());
     }
-    let mut provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(resource.build());
+    provider = provider.with_resource(resource.build());
     // The SDK reads OTEL_TRACES_SAMPLER (and its argument) itself when it is set.
     if env.sampler.is_none() {
         provider = provider.with_sampler(Sampler::ParentBased(Box::new(
@@ -168,7 +233,7 @@ where
         .with_location(false)
         .with_target(false)
         .with_filter(filter);
-    Ok(Some((layer, Telemetry { provider })))
+    Ok(Some((layer, Telemetry { provider, runtime })))
 }
 
 /// A request's headers as the W3C trace-context propagator reads them.
@@ -222,23 +287,26 @@ mod tests {
             ..Environment::default()
         };
         assert_eq!(traces.traces_url(&config), "http://other:9999/custom");
-        // A protocol kbq does not speak is warned of, when export is on.
-        let grpc = Environment {
-            protocol: Some("grpc".into()),
+        // A protocol kbq does not speak is warned of, when export is on, and the config's
+        // is used.
+        let json = Environment {
+            protocol: Some("http/json".into()),
             ..general.clone()
         };
-        let warning = grpc.protocol_warning(&config).unwrap();
+        let warning = json.protocol_warning(&config).unwrap();
         assert!(
-            warning.contains("\"grpc\"") && warning.contains("http/protobuf"),
+            warning.contains("\"http/json\"")
+                && warning.contains("over http/protobuf to http://collector:4318/v1/traces"),
             "{warning}"
         );
+        assert!(!json.grpc(&config));
         let http = Environment {
             protocol: Some("http/protobuf".into()),
             ..general.clone()
         };
         assert_eq!(http.protocol_warning(&config), None);
         let off = Environment {
-            protocol: Some("grpc".into()),
+            protocol: Some("http/json".into()),
             ..Environment::default()
         };
         assert_eq!(off.protocol_warning(&config), None);
@@ -252,13 +320,54 @@ mod tests {
         }));
         let asked = TelemetrySection {
             enabled: true,
-            endpoint: "https://otel.example:4318".into(),
-            ..config
+            endpoint: Some("https://otel.example:4318".into()),
+            ..config.clone()
         };
         assert!(none.exports(&asked));
         assert_eq!(
             none.traces_url(&asked),
             "https://otel.example:4318/v1/traces"
         );
+    }
+
+    #[test]
+    fn grpc_is_asked_by_the_config_or_the_protocol_variable_and_sends_to_the_endpoint_itself() {
+        let grpc = TelemetrySection {
+            enabled: true,
+            protocol: GRPC.into(),
+            ..TelemetrySection::default()
+        };
+        let none = Environment::default();
+        assert!(none.grpc(&grpc));
+        assert_eq!(none.traces_url(&grpc), "http://127.0.0.1:4317");
+        let at = TelemetrySection {
+            endpoint: Some("http://collector:4317".into()),
+            ..grpc.clone()
+        };
+        assert_eq!(none.traces_url(&at), "http://collector:4317");
+        // The variable wins over the config, either way.
+        let http = Environment {
+            protocol: Some("http/protobuf".into()),
+            endpoint: Some("http://collector:4318".into()),
+            ..Environment::default()
+        };
+        assert!(!http.grpc(&grpc));
+        assert_eq!(http.traces_url(&grpc), "http://collector:4318/v1/traces");
+        let asked = Environment {
+            protocol: Some(" grpc ".into()),
+            endpoint: Some("http://collector:4317".into()),
+            ..Environment::default()
+        };
+        let config = TelemetrySection::default();
+        assert!(asked.grpc(&config));
+        assert_eq!(asked.traces_url(&config), "http://collector:4317");
+        assert_eq!(asked.protocol_warning(&config), None);
+        // The config's protocol is checked.
+        let wrong = TelemetrySection {
+            protocol: "http/json".into(),
+            ..TelemetrySection::default()
+        };
+        let e = wrong.validate().unwrap_err().to_string();
+        assert!(e.contains("telemetry.protocol"), "{e}");
     }
 }

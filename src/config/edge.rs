@@ -380,6 +380,11 @@ impl LogSection {
     }
 }
 
+/// OTLP over HTTP, its body protobuf: `telemetry.protocol`'s default.
+pub const HTTP_PROTOBUF: &str = "http/protobuf";
+/// OTLP over gRPC.
+pub const GRPC: &str = "grpc";
+
 /// `[telemetry]`: traces exported over OTLP (docs/operations.md, "Traces"). Off unless
 /// `enabled` or an `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
 /// variable is set; the standard `OTEL_*` variables win over these keys.
@@ -388,8 +393,12 @@ impl LogSection {
 pub struct TelemetrySection {
     /// Export traces.
     pub enabled: bool,
-    /// The OTLP/HTTP endpoint's base URL; traces go to `{endpoint}/v1/traces`.
-    pub endpoint: String,
+    /// How spans are sent: `http/protobuf` or `grpc` (`OTEL_EXPORTER_OTLP_PROTOCOL` wins).
+    pub protocol: String,
+    /// The collector's base URL: over HTTP traces go to `{endpoint}/v1/traces`, over gRPC to
+    /// the endpoint itself. None: `http://127.0.0.1:4318` over HTTP, `http://127.0.0.1:4317`
+    /// over gRPC (the OTLP defaults).
+    pub endpoint: Option<String>,
     /// The `service.name` of every span (`OTEL_SERVICE_NAME` wins).
     pub service_name: String,
     /// The share of traces kept, 0.0 to 1.0, when the caller's `traceparent` does not decide
@@ -404,7 +413,8 @@ impl Default for TelemetrySection {
     fn default() -> Self {
         TelemetrySection {
             enabled: false,
-            endpoint: "http://127.0.0.1:4318".into(),
+            protocol: HTTP_PROTOBUF.into(),
+            endpoint: None,
             service_name: "kbq".into(),
             sample_ratio: 1.0,
             include_content: false,
@@ -417,7 +427,15 @@ impl TelemetrySection {
         if !(0.0..=1.0).contains(&self.sample_ratio) {
             return bad("telemetry.sample_ratio", "must be from 0.0 to 1.0");
         }
-        if !(self.endpoint.starts_with("http://") || self.endpoint.starts_with("https://")) {
+        if ![HTTP_PROTOBUF, GRPC].contains(&self.protocol.as_str()) {
+            return bad(
+                "telemetry.protocol",
+                "must be \"http/protobuf\" or \"grpc\"",
+            );
+        }
+        if let Some(endpoint) = &self.endpoint
+            && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        {
             return bad("telemetry.endpoint", "must be an http:// or https:// URL");
         }
         if self.service_name.trim().is_empty() {

@@ -31,8 +31,8 @@ pub use agent::{
     AgentSection, ChatSection, DEFAULT_MODEL, HealthSection, ProviderKindName, ProviderSection,
 };
 pub use edge::{
-    AuthSection, LimitsSection, LogColor, LogFormat, LogSection, ServerConfig, TelemetrySection,
-    VersionSection, VersionStatus, is_version_name, parse_date,
+    AuthSection, GRPC, HTTP_PROTOBUF, LimitsSection, LogColor, LogFormat, LogSection, ServerConfig,
+    TelemetrySection, VersionSection, VersionStatus, is_version_name, parse_date,
 };
 pub use ingest::IngestSection;
 pub use store::{EmbedderKind, EmbedderSection, GraphSection, RagSection, StoreSection};

@@ -1,6 +1,6 @@
 //! Traces: `kbq serve` with `OTEL_EXPORTER_OTLP_ENDPOINT` set exports its spans over
-//! OTLP/HTTP to a receiver on loopback that decodes them with the official protobuf
-//! definitions (opentelemetry-proto). A chat's trace continues the caller's `traceparent`
+//! OTLP/HTTP (or gRPC) to a receiver on loopback that decodes them with the official protobuf
+//! definitions (opentelemetry-proto; over gRPC, its tonic service). A chat's trace continues the caller's `traceparent`
 //! and holds the request, the session, each model call (a retry as an event) and each tool
 //! call, linked by their parents, with the GenAI attributes and no text of the conversation.
 
@@ -9,7 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
 use serde_json::json;
@@ -30,11 +35,17 @@ struct Received {
     service: String,
 }
 
-/// An OTLP/HTTP receiver of traces (`POST /v1/traces`, protobuf) on 127.0.0.1.
+/// An OTLP receiver of traces on 127.0.0.1: over HTTP (`POST /v1/traces`, protobuf) or
+/// over gRPC (the collector's `TraceService`).
 struct Receiver {
     spans: Arc<Mutex<Vec<Received>>>,
     port: u16,
-    handle: actix_web::dev::ServerHandle,
+    stop: Stop,
+}
+
+enum Stop {
+    Http(actix_web::dev::ServerHandle),
+    Grpc(tokio::sync::oneshot::Sender<()>),
 }
 
 fn text(v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
@@ -52,6 +63,29 @@ async fn traces(spans: web::Data<Mutex<Vec<Received>>>, body: web::Bytes) -> Htt
     let Ok(request) = ExportTraceServiceRequest::decode(body) else {
         return HttpResponse::BadRequest().finish();
     };
+    keep(&spans, request);
+    // The empty answer of a full success.
+    HttpResponse::Ok()
+        .content_type("application/x-protobuf")
+        .finish()
+}
+
+/// The gRPC side of the receiver.
+struct GrpcTraces(Arc<Mutex<Vec<Received>>>);
+
+#[tonic::async_trait]
+impl TraceService for GrpcTraces {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        keep(&self.0, request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// Keeps the spans of `request`.
+fn keep(spans: &Mutex<Vec<Received>>, request: ExportTraceServiceRequest) {
     let mut got = spans.lock().unwrap();
     for resource in request.resource_spans {
         let service = resource
@@ -86,10 +120,6 @@ async fn traces(spans: web::Data<Mutex<Vec<Received>>>, body: web::Bytes) -> Htt
             }
         }
     }
-    // The empty answer of a full success.
-    HttpResponse::Ok()
-        .content_type("application/x-protobuf")
-        .finish()
 }
 
 impl Receiver {
@@ -112,12 +142,42 @@ impl Receiver {
         Receiver {
             spans,
             port,
-            handle,
+            stop: Stop::Http(handle),
+        }
+    }
+
+    async fn start_grpc() -> Receiver {
+        let spans: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let incoming =
+            tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = incoming.local_addr().unwrap().port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let service = TraceServiceServer::new(GrpcTraces(spans.clone()));
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = stopped.await;
+                }),
+        );
+        Receiver {
+            spans,
+            port,
+            stop: Stop::Grpc(stop),
         }
     }
 
     fn spans(&self) -> Vec<Received> {
         self.spans.lock().unwrap().clone()
+    }
+
+    async fn stop(self) {
+        match self.stop {
+            Stop::Http(handle) => handle.stop(false).await,
+            Stop::Grpc(stop) => {
+                let _ = stop.send(());
+            }
+        }
     }
 }
 
@@ -305,7 +365,7 @@ async fn a_chats_trace_reaches_an_otlp_receiver_as_a_tree_of_spans() {
             .any(|l| l.contains(&request_id) && l.contains(&format!("trace_id={trace_id}"))),
         "{logs}"
     );
-    receiver.handle.stop(false).await;
+    receiver.stop().await;
     llm.stop().await;
 }
 
@@ -382,7 +442,77 @@ async fn a_fallback_to_the_next_provider_is_an_event_of_the_chats_trace() {
 
     let _ = child.start_kill();
     let _ = child.wait().await;
-    receiver.handle.stop(false).await;
+    receiver.stop().await;
     broken.stop().await;
     llm.stop().await;
+}
+
+/// With `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`, spans go to the endpoint over gRPC: a traversal's
+/// trace reaches a gRPC receiver, continuing the caller's `traceparent`, with the service's
+/// name; and what was left in the batch is sent when the node stops.
+#[tokio::test]
+async fn a_requests_trace_reaches_an_otlp_receiver_over_grpc() {
+    let receiver = Receiver::start_grpc().await;
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let serve = serve_traced(
+        &receiver,
+        dir.path(),
+        "",
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_SERVICE_NAME", "kbq-over-grpc"),
+            // A batch goes out at exit only: the last spans travel as the node stops.
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+        ],
+        std::process::Stdio::piped(),
+    )
+    .await;
+    let (mut child, port) = (serve.child, serve.port);
+    let trace_id = "0af7651916cd43dd8448eb211c80319c";
+    let caller_span = "b7ad6b7169203331";
+    let res = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/data/v1/query/graph"))
+        .bearer_auth(KEY)
+        .header("traceparent", format!("00-{trace_id}-{caller_span}-01"))
+        .json(&json!({"entity_name": "Alan Turing", "depth": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let request_id = res.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert!(
+        receiver.spans().is_empty(),
+        "nothing is sent before the batch's time or the exit"
+    );
+    // SIGTERM: the node drains and flushes its last batch.
+    let pid = child.id().unwrap() as i32;
+    // SAFETY: kill(2) sends a signal to the child this test started; no memory is touched.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the node stops")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let spans = receiver.spans();
+    let request: Vec<&Received> = spans
+        .iter()
+        .filter(|s| s.name == "POST /data/v1/query/graph")
+        .collect();
+    assert_eq!(request.len(), 1, "{spans:#?}");
+    let request = request[0];
+    assert_eq!(request.trace_id, trace_id);
+    assert_eq!(request.parent, caller_span);
+    assert_eq!(request.service, "kbq-over-grpc");
+    assert_eq!(request.attributes["request_id"], request_id);
+    assert_eq!(request.attributes["http.response.status_code"], "200");
+    // The graph's work is a child span of the request, in the same trace.
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.trace_id == trace_id && s.parent == request.span_id),
+        "{spans:#?}"
+    );
+    receiver.stop().await;
 }
