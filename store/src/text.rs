@@ -744,7 +744,7 @@ impl TextIndex {
             // A document no list read reaches scores at most `rest`, below the `limit`
             // documents already at `threshold` or more: the best are among those reached, and
             // only those that the unread lists could lift to `threshold` need their score.
-            let reached: Vec<u32> = (scratch.touched.iter().copied())
+            let mut reached: Vec<u32> = (scratch.touched.iter().copied())
                 .filter(|&slot| !below(scratch.scores[slot as usize] + rest, threshold))
                 .collect();
             // Thousands of documents that may still make it (a word in every document of one
@@ -754,9 +754,9 @@ impl TextIndex {
                 continue;
             }
             let mut best = Best::new(self, limit, keep);
-            for slot in reached {
-                let read = scratch.scores[slot as usize];
-                best.offer(slot, self.score_from(slot, read, &lists[j + 1..], norms));
+            let scores = self.scores_from(&mut reached, &scratch.scores, &lists[j + 1..], norms);
+            for (slot, score) in reached.into_iter().zip(scores) {
+                best.offer(slot, score);
             }
             for slot in scratch.touched.drain(..) {
                 scratch.scores[slot as usize] = 0.0;
@@ -840,10 +840,40 @@ impl TextIndex {
         self.score_from(slot, 0.0, lists, norms)
     }
 
+    /// The scores of the `slots` (sorted here) for the lists before `lists` (`read`, by slot)
+    /// and `lists`, in the sorted order: each the float the scan sums (its parts added in
+    /// the lists' order), the
+    /// lists read one after another, each looked up for the slots in increasing order
+    /// ([`gallop`]).
+    fn scores_from(
+        &self,
+        slots: &mut [u32],
+        read: &[f32],
+        lists: &[List],
+        norms: &Norms,
+    ) -> Vec<f32> {
+        slots.sort_unstable();
+        let mut scores: Vec<f32> = slots.iter().map(|&s| read[s as usize]).collect();
+        for list in lists {
+            let postings = &self.postings[list.id as usize];
+            let mut at = 0;
+            for (score, &slot) in scores.iter_mut().zip(slots.iter()) {
+                at = gallop(postings, at, slot);
+                match postings.get(at) {
+                    Some(p) if p.slot == slot => *score += self.part(p, list, norms),
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        }
+        scores
+    }
+
     /// `read` (the score of `slot` from the lists before `lists`) plus its parts in `lists`,
     /// added in their order as the scan adds them, so both give the same float. Posting
     /// lists are in slot order: slots are only ever appended, and compaction keeps their
     /// order.
+    #[cfg(test)]
     fn score_from(&self, slot: u32, read: f32, lists: &[List], norms: &Norms) -> f32 {
         let mut score = read;
         for list in lists {
@@ -856,6 +886,22 @@ impl TextIndex {
         }
         score
     }
+}
+
+/// The index of the first of `postings[from..]` whose slot is at least `slot` (or the
+/// length): steps that double from `from`, then a binary search of the last step. Slots looked
+/// up in increasing order from where the last one was found cost the log of the gap between
+/// them, mostly in memory just read, where a binary search of the whole list costs its log,
+/// most steps missing the cache.
+fn gallop(postings: &[Posting], from: usize, slot: u32) -> usize {
+    let mut step = 1;
+    let mut lo = from;
+    while lo + step < postings.len() && postings[lo + step].slot < slot {
+        lo += step;
+        step *= 2;
+    }
+    let hi = (lo + step + 1).min(postings.len());
+    lo + postings[lo..hi].partition_point(|p| p.slot < slot)
 }
 
 /// The fields, as indexes of per-field pairs.
@@ -1079,6 +1125,29 @@ mod tests {
             .into_iter()
             .map(|(k, _)| k.to_string())
             .collect()
+    }
+
+    #[test]
+    fn gallop_finds_what_a_binary_search_finds_from_any_start() {
+        let postings: Vec<Posting> = [1u32, 3, 4, 9, 10, 11, 30, 31, 64, 100]
+            .into_iter()
+            .map(|slot| Posting {
+                slot,
+                title: 0,
+                content: 1,
+            })
+            .collect();
+        for from in 0..=postings.len() {
+            for slot in 0..110 {
+                let want = from + postings[from..].partition_point(|p| p.slot < slot);
+                assert_eq!(
+                    gallop(&postings, from, slot),
+                    want,
+                    "from {from} slot {slot}"
+                );
+            }
+        }
+        assert_eq!(gallop(&[], 0, 5), 0);
     }
 
     #[test]
