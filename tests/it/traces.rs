@@ -454,14 +454,13 @@ async fn a_fallback_to_the_next_provider_is_an_event_of_the_chats_trace() {
 async fn a_requests_trace_reaches_an_otlp_receiver_over_grpc() {
     let receiver = Receiver::start_grpc().await;
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    // serve_traced points OTEL_EXPORTER_OTLP_ENDPOINT at the receiver's port.
     let serve = serve_traced(
         &receiver,
         dir.path(),
         "",
         &[
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_SERVICE_NAME", "kbq-over-grpc"),
             // A batch goes out at exit only: the last spans travel as the node stops.
             ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
