@@ -172,11 +172,17 @@ pub(crate) fn vector_from(v: &Value) -> Option<Vec<f32>> {
 }
 
 /// How many times a write that lost a transaction conflict is run.
-const CONFLICT_ATTEMPTS: u32 = 4;
+const CONFLICT_ATTEMPTS: u32 = 8;
+
+/// The longest wait before a write that lost a conflict runs again, in milliseconds.
+const CONFLICT_MAX_WAIT_MS: u64 = 160;
 
 /// Runs `sql`, a write whose rows kbq does not read, on `db` with a time limit, and checks
 /// every statement. A write that lost a transaction conflict to another (two nodes writing
-/// one database at once) did nothing, and is run again, up to [`CONFLICT_ATTEMPTS`] times.
+/// one database at once) did nothing, and is run again, up to [`CONFLICT_ATTEMPTS`] times,
+/// after a wait drawn at random below a bound that doubles each time (5, 10, 20 ms and so
+/// on, at most [`CONFLICT_MAX_WAIT_MS`]): writers that conflicted and then waited alike
+/// would meet again at each next attempt.
 pub(crate) async fn write_on(
     db: &Database,
     sql: &str,
@@ -207,9 +213,47 @@ pub(crate) async fn write_on(
             attempt,
             "a write lost a transaction conflict; running it again"
         );
-        tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+        conflict_wait(attempt).await;
         attempt += 1;
     }
+}
+
+/// Waits before the `attempt`+1-th run of something that lost a transaction conflict: a
+/// random time below a bound that doubles with each attempt (see [`write_on`]).
+pub(crate) async fn conflict_wait(attempt: u32) {
+    let bound = (5u64 << (attempt.clamp(1, 16) - 1)).min(CONFLICT_MAX_WAIT_MS);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let wait = crate::generate::Rng::new(seed).below(bound as usize + 1) as u64;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+}
+
+/// Runs `step` again while it fails with a transaction conflict (it did nothing), up to
+/// [`CONFLICT_ATTEMPTS`] times, waiting as [`write_on`] does: for what SurrealDB does in a
+/// transaction of its own beside kbq's statements (selecting a database, registering a LIVE
+/// query), which meets the other nodes' writes as they do.
+pub(crate) async fn retry_conflicts<T, F, Fut>(mut step: F) -> surrealdb::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = surrealdb::Result<T>>,
+{
+    let mut attempt = 1;
+    loop {
+        match step().await {
+            Err(e) if attempt < CONFLICT_ATTEMPTS && retryable(&e) => {
+                conflict_wait(attempt).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether `e` says the transaction lost a conflict and did nothing.
+fn retryable(e: &surrealdb::Error) -> bool {
+    matches!(e.query_details(), Some(QueryError::TransactionConflict))
+        || e.to_string().contains("can be retried")
 }
 
 /// The error that failed `resp`, if a statement failed. When one statement of a transaction

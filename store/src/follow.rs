@@ -254,8 +254,8 @@ impl KnowledgeBase {
 async fn subscribe_on<H: Send + Clone + 'static>(db: &Database, held: H) -> Result<Notifications> {
     let mut all = SelectAll::new();
     for table in Table::ALL {
-        let mut resp = db
-            .query(&table.subscription(), Object::new())
+        let sql = table.subscription();
+        let mut resp = crate::db::retry_conflicts(|| db.query(&sql, Object::new()))
             .await
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let stream = resp

@@ -380,9 +380,11 @@ impl KnowledgeBase {
             Some(db) => db,
             None => self.open_connection().await?,
         };
-        db.use_database(&self.config.namespace, &self.config.database)
-            .await
-            .map_err(unavailable)?;
+        crate::db::retry_conflicts(|| {
+            db.use_database(&self.config.namespace, &self.config.database)
+        })
+        .await
+        .map_err(unavailable)?;
         Ok(db)
     }
 
