@@ -194,10 +194,7 @@ pub(crate) async fn write_on(
         let (conflict, error) = match query_on(db, sql, vars.clone(), timeout).await {
             Ok(resp) => match resp.check() {
                 Ok(_) => return Ok(()),
-                Err(e) => (
-                    matches!(e.query_details(), Some(QueryError::TransactionConflict)),
-                    StoreError::Query(e.to_string()),
-                ),
+                Err(e) => (is_conflict(&e), StoreError::Query(e.to_string())),
             },
             // A server can report the conflict for the whole request rather than its
             // statement: the write did nothing either way.
@@ -220,7 +217,7 @@ pub(crate) async fn write_on(
 
 /// Waits before the `attempt`+1-th run of something that lost a transaction conflict: a
 /// random time below a bound that doubles with each attempt (see [`write_on`]).
-pub(crate) async fn conflict_wait(attempt: u32) {
+async fn conflict_wait(attempt: u32) {
     let bound = (5u64 << (attempt.clamp(1, 16) - 1)).min(CONFLICT_MAX_WAIT_MS);
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -250,10 +247,16 @@ where
     }
 }
 
-/// Whether `e` says the transaction lost a conflict and did nothing.
-fn retryable(e: &surrealdb::Error) -> bool {
+/// Whether `e` is a statement's transaction conflict: the transaction did nothing, and may be
+/// run again.
+pub(crate) fn is_conflict(e: &surrealdb::Error) -> bool {
     matches!(e.query_details(), Some(QueryError::TransactionConflict))
-        || e.to_string().contains("can be retried")
+}
+
+/// Whether `e` says the transaction lost a conflict and did nothing: a statement's, or one the
+/// server reports for the whole request.
+fn retryable(e: &surrealdb::Error) -> bool {
+    is_conflict(e) || e.to_string().contains("can be retried")
 }
 
 /// The error that failed `resp`, if a statement failed. When one statement of a transaction

@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use surrealdb::IndexedResults;
-use surrealdb::types::{Datetime, Object, QueryError, RecordId, SurrealValue, Uuid, Value};
+use surrealdb::types::{Datetime, Object, RecordId, SurrealValue, Uuid, Value};
 
 use crate::db::{failure, obj, query_on, rows_as};
 use crate::error::{Result, StoreError};
@@ -467,16 +467,11 @@ impl KnowledgeBase {
         loop {
             let mut resp = registry.send(&c, sql, vars.clone()).await?;
             match failure(&mut resp) {
-                Some(e) if is_conflict(&e) && attempt < WRITE_ATTEMPTS => attempt += 1,
+                Some(e) if crate::db::is_conflict(&e) && attempt < WRITE_ATTEMPTS => attempt += 1,
                 failed => return Ok((resp, failed)),
             }
         }
     }
-}
-
-/// Whether `e` is a transaction conflict: the transaction did nothing, and may be retried.
-fn is_conflict(e: &surrealdb::Error) -> bool {
-    matches!(e.query_details(), Some(QueryError::TransactionConflict))
 }
 
 /// A quota as the registry stores it: the bounds set, a bound not set left out.
