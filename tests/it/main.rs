@@ -38,5 +38,6 @@ mod supervision;
 mod support;
 mod traces;
 mod ui;
+mod upgrade;
 mod versions;
 mod workspaces;

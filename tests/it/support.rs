@@ -336,7 +336,7 @@ pub async fn kbq_cli(args: &[&str]) -> std::process::Output {
         .expect("kbq runs")
 }
 
-/// A `kbq serve` process on a free loopback port and a fresh in-memory store.
+/// A `kbq serve` process on a free loopback port, on a fresh in-memory store unless told another.
 pub struct ServeProcess {
     pub child: tokio::process::Child,
     pub port: u16,
@@ -348,6 +348,15 @@ impl ServeProcess {
     /// and standard error to `stderr`, and waits until `/readyz` answers 200: ready, not only
     /// live, since the store starts behind the listener.
     pub async fn start(env: &[(&str, &str)], stderr: std::process::Stdio) -> ServeProcess {
+        Self::start_on("mem://", env, stderr).await
+    }
+
+    /// As [`start`](Self::start), on the store `store` (a URL, as `--store` takes it).
+    pub async fn start_on(
+        store: &str,
+        env: &[(&str, &str)],
+        stderr: std::process::Stdio,
+    ) -> ServeProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -361,7 +370,7 @@ impl ServeProcess {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
                 "--store",
-                "mem://",
+                store,
             ])
             .env_remove("KBQ_CONFIG")
             .env_remove("NO_COLOR")
