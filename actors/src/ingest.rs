@@ -254,8 +254,9 @@ struct Running {
     /// The bytes of its source, counted against `max_running_bytes` while it runs.
     bytes: u64,
     /// The keys its chunks' model answers are kept under, with each chunk's hash, once it
-    /// asks a model: a job that fails or is cancelled leaves them in its record, and they go
-    /// with the record (unless a source holds the chunk).
+    /// asks a model, and its confirmations' keys (with no hash): a job that fails or is
+    /// cancelled leaves them in its record, and they go with the record (unless a source
+    /// holds the chunk, or lists the confirmation).
     kept: parking_lot::Mutex<Vec<(String, String)>>,
 }
 
@@ -557,7 +558,7 @@ impl Ingestor {
         let chunks = kb.delete_chunks(source, &positions).await?;
         kb.delete_source_record(source).await?;
         phases.mark("chunks");
-        forget_answers(kb, &record, &[]).await;
+        forget_answers(kb, &record, &[], &BTreeSet::new()).await;
         drop(writing);
         // The entities that keep other sources' descriptions get theirs remade without this
         // source's. A failure here leaves the old description, not a half-retracted source.
@@ -1428,7 +1429,7 @@ impl IngestDeps {
                 true => &p.hashes,
                 false => &[],
             };
-            forget_answers(kb, old, keep).await;
+            forget_answers(kb, old, keep, &p.pairs.keys).await;
         }
         let mut hashes = p.hashes.clone();
         for (hash, failed) in hashes.iter_mut().zip(&p.failed) {
@@ -1447,6 +1448,7 @@ impl IngestDeps {
             content_hash: p.content_hash.clone(),
             chunks: hashes,
             extracted_by: self.model.clone(),
+            confirmations: p.pairs.keys.iter().cloned().collect(),
             updated_at: now_ms(),
         })
     }
@@ -1811,8 +1813,8 @@ impl IngestDeps {
                     entity_type: &entity.entity_type,
                     description: entity_description(&entity),
                 };
-                let same = self.ask_same(id, ours(name), theirs, model).await?;
-                pairs.record(name, &other, same);
+                let (same, key) = self.ask_same(id, ours(name), theirs, model).await?;
+                pairs.record(name, &other, same, &key);
                 if same == Some(true) {
                     merged = true;
                     break;
@@ -1830,23 +1832,34 @@ impl IngestDeps {
                 if kbq_ingest::compare(a, b, None, &self.config.resolve) != Decision::Doubtful {
                     continue;
                 }
-                let same = self.ask_same(id, ours(a), ours(b), model).await?;
-                pairs.record(a, b, same);
-                pairs.record(b, a, same);
+                let (same, key) = self.ask_same(id, ours(a), ours(b), model).await?;
+                pairs.record(a, b, same, &key);
+                pairs.record(b, a, same, &key);
+            }
+        }
+        // A job that fails or is cancelled leaves the confirmations it may have kept with its
+        // record, as it does its chunks' answers (no chunk hash: a source's record holds them
+        // by key).
+        if let Some(running) = self.jobs.lock().get(&id) {
+            let mut kept = running.kept.lock();
+            for key in &pairs.keys {
+                if !kept.iter().any(|(hash, k)| hash.is_empty() && k == key) {
+                    kept.push((String::new(), key.clone()));
+                }
             }
         }
         Ok(pairs)
     }
 
-    /// The model's answer to whether `a` and `b` are one entity, kept by the pair; `None`
-    /// when no answer kept the schema.
+    /// The model's answer to whether `a` and `b` are one entity (`None` when no answer kept
+    /// the schema), and the key it is kept under, by the pair.
     async fn ask_same(
         &self,
         id: Uuid,
         a: kbq_ingest::confirm::Named<'_>,
         b: kbq_ingest::confirm::Named<'_>,
         model: &str,
-    ) -> Result<Option<bool>, StoreError> {
+    ) -> Result<(Option<bool>, String), StoreError> {
         let (system, user) = kbq_ingest::confirm::messages(a, b);
         // Kept by the pair of names: the same pair is not asked again when a description
         // changes (an entity's description is remade as sources describe it).
@@ -1863,15 +1876,17 @@ impl IngestDeps {
                 kbq_ingest::confirm::json_schema(),
             )
         };
-        self.ask_kept(
-            Some(id),
-            &key,
-            request,
-            "confirmation",
-            |_| true,
-            |text| kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}"),
-        )
-        .await
+        let same = self
+            .ask_kept(
+                Some(id),
+                &key,
+                request,
+                "confirmation",
+                |_| true,
+                |text| kbq_ingest::confirm::validate(text).ok_or("not {\"same\": boolean}"),
+            )
+            .await?;
+        Ok((same, key))
     }
 
     /// The answer kept under `key`, if `fresh` takes it for this question's; else the model
@@ -2062,11 +2077,16 @@ struct Pairs {
     asked: BTreeSet<(String, String)>,
     /// The pairs the model called one entity.
     confirmed: BTreeSet<(String, String)>,
+    /// The keys the answers are kept under: the source's record lists them
+    /// (`SourceRecord::confirmations`), and they go with the last source that does.
+    keys: BTreeSet<String>,
 }
 
 impl Pairs {
-    /// Records the model's answer about (`a`, `b`): asked, and one entity when `same` says so.
-    fn record(&mut self, a: &str, b: &str, same: Option<bool>) {
+    /// Records the model's answer about (`a`, `b`), kept under `key`: asked, and one entity
+    /// when `same` says so.
+    fn record(&mut self, a: &str, b: &str, same: Option<bool>, key: &str) {
+        self.keys.insert(key.to_string());
         let pair = (a.to_string(), b.to_string());
         if same == Some(true) {
             self.confirmed.insert(pair.clone());
@@ -2607,26 +2627,38 @@ async fn claim(myself: &ActorRef<IngestMessage>, state: &mut IngestState) {
 }
 
 /// Forgets the kept answers of `old`'s chunks (as its model read them) that `keep` (the
-/// source's new chunks) and no other source hold (see `KnowledgeBase::forget_kept_answers`).
-/// The answers are a cache: a failure is logged, and leaves them kept.
-async fn forget_answers(kb: &KnowledgeBase, old: &SourceRecord, keep: &[String]) {
-    let Some(model) = &old.extracted_by else {
-        return;
-    };
+/// source's new chunks) and no other source hold, and of `old`'s confirmations that
+/// `keep_confirmations` (the new version's) and no other source's record list (see
+/// `KnowledgeBase::forget_kept_answers`). The answers are a cache: a failure is logged, and
+/// leaves them kept.
+async fn forget_answers(
+    kb: &KnowledgeBase,
+    old: &SourceRecord,
+    keep: &[String],
+    keep_confirmations: &BTreeSet<String>,
+) {
     // The keys of every prompt version so far: a version's answers are never asked for
     // again once the prompt has changed, so the kept chunks lose theirs of older versions.
-    let candidates: Vec<(String, String)> = (old.chunks.iter())
-        .filter(|hash| !hash.is_empty())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .flat_map(|hash| {
-            let newest = match keep.contains(hash) {
-                true => PROMPT_VERSION - 1,
-                false => PROMPT_VERSION,
-            };
-            (1..=newest).map(move |v| (hash.clone(), extraction_key(hash, model, v)))
-        })
-        .collect();
+    let mut candidates: Vec<(String, String)> = match &old.extracted_by {
+        None => Vec::new(),
+        Some(model) => (old.chunks.iter())
+            .filter(|hash| !hash.is_empty())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .flat_map(|hash| {
+                let newest = match keep.contains(hash) {
+                    true => PROMPT_VERSION - 1,
+                    false => PROMPT_VERSION,
+                };
+                (1..=newest).map(move |v| (hash.clone(), extraction_key(hash, model, v)))
+            })
+            .collect(),
+    };
+    candidates.extend(
+        (old.confirmations.iter())
+            .filter(|key| !keep_confirmations.contains(*key))
+            .map(|key| (String::new(), key.clone())),
+    );
     match kb.forget_kept_answers(&old.key(), &candidates).await {
         Ok(n) if n > 0 => {
             tracing::debug!(answers = n, "kept answers of retracted chunks forgotten")

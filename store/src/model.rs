@@ -380,7 +380,8 @@ pub(crate) enum JobWrite {
         input: Option<Vec<u8>>,
     },
     /// The record's view (status, progress, counts) alone, and for a job that failed or was
-    /// cancelled, the (chunk hash, key) of the model answers it may have kept.
+    /// cancelled, the (chunk hash, key) of the model answers it may have kept (an empty hash
+    /// for a confirmation's).
     View {
         id: String,
         view: Value,
@@ -404,6 +405,11 @@ pub struct SourceRecord {
     /// when no model did (the chunks were linked to the names they mention).
     #[serde(default)]
     pub extracted_by: Option<String>,
+    /// The keys of the model's kept answers on doubtful pairs that this version's
+    /// resolution asked for or read (its confirmations): they go when no source's record
+    /// lists them any more.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub confirmations: Vec<String>,
     /// Unix milliseconds of the ingest that wrote this version.
     pub updated_at: i64,
 }

@@ -73,7 +73,7 @@ impl KnowledgeBase {
                     .collect();
                 let rows: Vec<SourceRecord> = self
                     .run(
-                        "SELECT source, source_id, title, url, content_type, content_hash, chunks, extracted_by, updated_at FROM $ids",
+                        "SELECT source, source_id, title, url, content_type, content_hash, chunks, extracted_by, confirmations ?? [] AS confirmations, updated_at FROM $ids",
                         obj([("ids", Value::Array(ids.into()))]),
                     )
                     .await?;
@@ -298,10 +298,12 @@ impl KnowledgeBase {
 
     /// Forgets kept model answers of a source's chunks that no other source holds: of
     /// `candidates` (each a chunk's content hash and the key its answer is kept under), those
-    /// whose hash is in no chunk of another source's record than `own`'s. Called when `own` is
-    /// deleted or replaced, with the chunks its old version had and its new one has not, so
-    /// that what a retracted text gave the model does not outlive it. Answers how many keys
-    /// it removed (records that were not there included).
+    /// whose hash is in no chunk of another source's record than `own`'s. A candidate with an
+    /// empty hash is a confirmation's answer: it is forgotten when no other source's record
+    /// lists its key among its `confirmations`. Called when `own` is deleted or replaced, with
+    /// the chunks (and confirmations) its old version had and its new one has not, so that
+    /// what a retracted text gave the model does not outlive it. Answers how many keys it
+    /// removed (records that were not there included).
     pub async fn forget_kept_answers(
         &self,
         own: &SourceKey,
@@ -311,7 +313,8 @@ impl KnowledgeBase {
     }
 
     /// [`forget_kept_answers`](Self::forget_kept_answers), every source's record (but
-    /// `own`'s, if given) holding a chunk against forgetting its answer.
+    /// `own`'s, if given) holding a chunk, or listing a confirmation, against forgetting its
+    /// answer.
     async fn forget_answers_unheld(
         &self,
         own: Option<&SourceKey>,
@@ -335,8 +338,32 @@ impl KnowledgeBase {
             )
             .await?;
         let held: BTreeSet<&str> = held.iter().flatten().map(String::as_str).collect();
+        // A confirmation's answer (no chunk hash) is held by a record that lists its key.
+        let confirmations: Vec<Value> = (candidates.iter())
+            .filter(|(hash, _)| hash.is_empty())
+            .map(|(_, key)| key.clone().into_value())
+            .collect();
+        let listed: Vec<Vec<String>> = match confirmations.is_empty() {
+            true => Vec::new(),
+            false => {
+                self.run(
+                    &format!(
+                        "SELECT VALUE confirmations FROM {SOURCE} WHERE id != $own AND confirmations CONTAINSANY $keys"
+                    ),
+                    obj([
+                        ("own", own.map(source_record_id).into_value()),
+                        ("keys", Value::Array(confirmations.into())),
+                    ]),
+                )
+                .await?
+            }
+        };
+        let listed: BTreeSet<&str> = listed.iter().flatten().map(String::as_str).collect();
         let ids: Vec<Value> = (candidates.iter())
-            .filter(|(hash, _)| !held.contains(hash.as_str()))
+            .filter(|(hash, key)| match hash.is_empty() {
+                true => !listed.contains(key.as_str()),
+                false => !held.contains(hash.as_str()),
+            })
             .map(|(_, key)| RecordId::new(EXTRACTION, key.as_str()).into_value())
             .collect();
         let removed = ids.len() as u64;

@@ -1577,6 +1577,7 @@ async fn an_export_imported_into_an_empty_store_exports_the_same() {
         content_hash: "abc".into(),
         chunks: vec!["h0".into()],
         extracted_by: Some("model".into()),
+        confirmations: Vec::new(),
         updated_at: 1,
     }])
     .await
@@ -1680,6 +1681,56 @@ async fn an_export_imported_into_an_empty_store_exports_the_same() {
     rx.recv().await.unwrap();
     drop(rx);
     assert!(task.await.unwrap().is_err());
+}
+
+/// A confirmation's kept answer (a candidate with no chunk hash) stays while another source's
+/// record lists its key among its confirmations, and goes with the last that does.
+#[tokio::test]
+async fn a_confirmation_stays_while_another_source_lists_it() {
+    let kb = open(false).await;
+    let record = |id: &str, confirmations: &[&str]| kbq_store::sources::SourceRecord {
+        source: "notes".into(),
+        source_id: id.into(),
+        title: id.into(),
+        url: None,
+        content_type: "text/markdown".into(),
+        content_hash: format!("h-{id}"),
+        chunks: vec![format!("c-{id}")],
+        extracted_by: Some("model".into()),
+        confirmations: confirmations.iter().map(|k| k.to_string()).collect(),
+        updated_at: 1,
+    };
+    kb.put_source_records(&[record("a", &["k1", "k2"]), record("b", &["k1"])])
+        .await
+        .unwrap();
+    let a = kbq_ingest::provenance::SourceKey::new("notes", "a");
+    assert_eq!(
+        kb.source_record(&a).await.unwrap().unwrap().confirmations,
+        ["k1", "k2"]
+    );
+    for key in ["k1", "k2"] {
+        kb.cache_extraction(key, serde_json::json!({"same": false}))
+            .await
+            .unwrap();
+    }
+    let candidates = [
+        (String::new(), "k1".to_string()),
+        (String::new(), "k2".to_string()),
+    ];
+    assert_eq!(kb.forget_kept_answers(&a, &candidates).await.unwrap(), 1);
+    assert!(
+        kb.cached_extraction("k1").await.unwrap().is_some(),
+        "b lists k1"
+    );
+    assert!(kb.cached_extraction("k2").await.unwrap().is_none());
+    kb.delete_source_record(&kbq_ingest::provenance::SourceKey::new("notes", "b"))
+        .await
+        .unwrap();
+    assert_eq!(
+        kb.forget_kept_answers(&a, &candidates[..1]).await.unwrap(),
+        1
+    );
+    assert!(kb.cached_extraction("k1").await.unwrap().is_none());
 }
 
 /// Forgetting ended jobs deletes the records of those that ended before the time given,
@@ -1810,6 +1861,7 @@ async fn job_records_and_sources_written_and_read_at_once_are_each_their_own() {
         content_hash: format!("h{i}"),
         chunks: vec![format!("c{i}")],
         extracted_by: None,
+        confirmations: Vec::new(),
         updated_at: i as i64,
     };
     let written: Vec<_> = (0..20).map(source).collect();

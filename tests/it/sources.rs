@@ -761,6 +761,60 @@ async fn a_doubtful_pair_merges_only_when_the_model_confirms_it_and_is_asked_onc
     llm.stop().await;
 }
 
+/// A confirmation's kept answer goes with the last source that used it: deleting the source
+/// whose name was asked about, the same pair is asked again by the next source that names it,
+/// while a source replaced by a version that still asks keeps it.
+#[tokio::test]
+async fn a_confirmation_is_forgotten_with_the_last_source_that_used_it() {
+    let llm = ScriptedLlm::start().await;
+    let t = with_model(&llm).await;
+    let cray = "[[Seymour R. Cray]] -[designed]-> [[CDC 6600]].";
+    let one = ingest(
+        &t,
+        markdown("one", "[[Seymour Cray]] -[founded]-> [[Cray Research]]."),
+    )
+    .await;
+    assert_eq!(one["status"], "succeeded", "{one}");
+    // The model says the pair is two entities (its default): "Seymour R. Cray" is added.
+    let two = ingest(&t, markdown("two", cray)).await;
+    assert_eq!(two["status"], "succeeded", "{two}");
+    let pair = ("Seymour R. Cray".to_string(), "Seymour Cray".to_string());
+    assert_eq!(confirmations(&llm), [pair.clone()]);
+    assert_eq!(
+        entity(&t, "Seymour R. Cray").await["name"],
+        "Seymour R. Cray"
+    );
+
+    let delete = |id: &'static str| {
+        let t = &t;
+        async move {
+            let path = format!("/data/v1/ingest/sources/notes/{id}");
+            let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
+            assert_eq!(status, 200, "{done}");
+        }
+    };
+    // Only "two" used the answer: it goes with it, and the pair is asked again.
+    delete("two").await;
+    assert!(entity(&t, "Seymour R. Cray").await.is_null());
+    let three = ingest(&t, markdown("three", cray)).await;
+    assert_eq!(three["status"], "succeeded", "{three}");
+    assert_eq!(confirmations(&llm), [pair.clone(), pair.clone()]);
+
+    // "three" replaced by a version that names the pair no more: the answer goes too.
+    let other = ingest(
+        &t,
+        markdown("three", "[[Cray Research]] -[built]-> [[Cray-1]]."),
+    )
+    .await;
+    assert_eq!(other["status"], "succeeded", "{other}");
+    assert!(entity(&t, "Seymour R. Cray").await.is_null());
+    let four = ingest(&t, markdown("four", cray)).await;
+    assert_eq!(four["status"], "succeeded", "{four}");
+    assert_eq!(confirmations(&llm).len(), 3, "asked a third time");
+    t.stop().await;
+    llm.stop().await;
+}
+
 /// A name met after its acronym is in the graph is found by that acronym, which shares none
 /// of its words, and merges when the model confirms the pair.
 #[tokio::test]
