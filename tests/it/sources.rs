@@ -779,7 +779,7 @@ async fn a_confirmation_is_forgotten_with_the_last_source_that_used_it() {
     let two = ingest(&t, markdown("two", cray)).await;
     assert_eq!(two["status"], "succeeded", "{two}");
     let pair = ("Seymour R. Cray".to_string(), "Seymour Cray".to_string());
-    assert_eq!(confirmations(&llm), [pair.clone()]);
+    assert_eq!(confirmations(&llm), std::slice::from_ref(&pair));
     assert_eq!(
         entity(&t, "Seymour R. Cray").await["name"],
         "Seymour R. Cray"

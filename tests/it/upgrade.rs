@@ -76,6 +76,15 @@ impl Client {
         )
     }
 
+    /// The names `GET /admin/v1/workspaces` lists, in its order.
+    async fn workspaces(&self) -> Vec<String> {
+        let listed = self.ok(Method::GET, "/admin/v1/workspaces", None).await;
+        let names = listed["workspaces"].as_array().expect("a list");
+        (names.iter())
+            .map(|w| w["name"].as_str().expect("a name").to_string())
+            .collect()
+    }
+
     async fn ok(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let (status, answer) = self.call(OLD_KEY, method, path, body).await;
         assert!(status.is_success(), "{path}: {status} {answer}");
@@ -160,14 +169,7 @@ async fn a_store_of_the_release_before_workspaces_is_served_unchanged_as_default
     assert_eq!(sources["sources"][0]["chunks"], CHUNKS, "{sources}");
 
     // All of it is the workspace `default`, the only one.
-    let listed = c.ok(Method::GET, "/admin/v1/workspaces", None).await;
-    let names: Vec<&str> = listed["workspaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["default"], "{listed}");
+    assert_eq!(c.workspaces().await, ["default"]);
     let default = c
         .ok(Method::GET, "/admin/v1/workspaces/default", None)
         .await;
@@ -276,14 +278,7 @@ async fn a_store_of_the_release_before_workspaces_is_served_unchanged_as_default
     stop(serve).await;
     let serve = ServeProcess::start_on(&store, &env, std::process::Stdio::null()).await;
     let c = Client::of(&serve);
-    let listed = c.ok(Method::GET, "/admin/v1/workspaces", None).await;
-    let names: Vec<&str> = listed["workspaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["default", "fresh"], "{listed}");
+    assert_eq!(c.workspaces().await, ["default", "fresh"]);
     let again = c.ok(Method::GET, "/data/v1/query/graph/stats", None).await;
     assert_eq!(again["entities"], stats["entities"], "{again}");
     stop(serve).await;
