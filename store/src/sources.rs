@@ -323,42 +323,43 @@ impl KnowledgeBase {
         if candidates.is_empty() {
             return Ok(0);
         }
-        let hashes: Vec<Value> = (candidates.iter())
+        // A chunk's answer is held by a record with its hash among its chunks; a
+        // confirmation's (no chunk hash) by a record that lists its key. One read of the
+        // records that hold any.
+        #[derive(serde::Deserialize)]
+        struct Holder {
+            chunks: Vec<String>,
+            confirmations: Vec<String>,
+        }
+        let (confirmations, chunks): (Vec<_>, Vec<_>) =
+            candidates.iter().partition(|(hash, _)| hash.is_empty());
+        let hashes: Vec<Value> = (chunks.iter())
             .map(|(hash, _)| hash.clone().into_value())
             .collect();
-        let held: Vec<Vec<String>> = self
+        let keys: Vec<Value> = (confirmations.iter())
+            .map(|(_, key)| key.clone().into_value())
+            .collect();
+        let holders: Vec<Holder> = self
             .run(
                 &format!(
-                    "SELECT VALUE chunks FROM {SOURCE} WHERE id != $own AND chunks CONTAINSANY $hashes"
+                    "SELECT chunks, confirmations ?? [] AS confirmations FROM {SOURCE} WHERE id != $own AND (chunks CONTAINSANY $hashes OR confirmations CONTAINSANY $keys)"
                 ),
                 obj([
                     ("own", own.map(source_record_id).into_value()),
                     ("hashes", Value::Array(hashes.into())),
+                    ("keys", Value::Array(keys.into())),
                 ]),
             )
             .await?;
-        let held: BTreeSet<&str> = held.iter().flatten().map(String::as_str).collect();
-        // A confirmation's answer (no chunk hash) is held by a record that lists its key.
-        let confirmations: Vec<Value> = (candidates.iter())
-            .filter(|(hash, _)| hash.is_empty())
-            .map(|(_, key)| key.clone().into_value())
+        let held: BTreeSet<&str> = holders
+            .iter()
+            .flat_map(|h| &h.chunks)
+            .map(String::as_str)
             .collect();
-        let listed: Vec<Vec<String>> = match confirmations.is_empty() {
-            true => Vec::new(),
-            false => {
-                self.run(
-                    &format!(
-                        "SELECT VALUE confirmations FROM {SOURCE} WHERE id != $own AND confirmations CONTAINSANY $keys"
-                    ),
-                    obj([
-                        ("own", own.map(source_record_id).into_value()),
-                        ("keys", Value::Array(confirmations.into())),
-                    ]),
-                )
-                .await?
-            }
-        };
-        let listed: BTreeSet<&str> = listed.iter().flatten().map(String::as_str).collect();
+        let listed: BTreeSet<&str> = (holders.iter())
+            .flat_map(|h| &h.confirmations)
+            .map(String::as_str)
+            .collect();
         let ids: Vec<Value> = (candidates.iter())
             .filter(|(hash, key)| match hash.is_empty() {
                 true => !listed.contains(key.as_str()),
