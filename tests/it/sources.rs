@@ -61,6 +61,14 @@ pub(crate) async fn entity(t: &TestServer, name: &str) -> Value {
     body
 }
 
+/// `DELETE /data/v1/ingest/sources/notes/{source_id}`, which must answer 200: its answer.
+async fn delete_note(t: &TestServer, source_id: &str) -> Value {
+    let path = format!("/data/v1/ingest/sources/notes/{source_id}");
+    let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
+    assert_eq!(status, 200, "{done}");
+    done
+}
+
 /// The (target, type) pairs of `name`'s outgoing relationships, sorted.
 pub(crate) async fn outgoing(t: &TestServer, name: &str) -> Vec<(String, String)> {
     let (status, body) = t
@@ -229,25 +237,17 @@ async fn a_sources_kept_answers_go_with_it_unless_another_source_holds_the_chunk
     let shared = "[[Grace Hopper]] -[wrote]-> [[A-0]].";
     let alone = "[[Jean Bartik]] -[programmed]-> [[ENIAC]].";
     let calls = |job: &Value| job["counts"]["model_calls"].as_u64().unwrap();
-    let delete = |source_id: &'static str| {
-        let t = &t;
-        async move {
-            let path = format!("/data/v1/ingest/sources/notes/{source_id}");
-            let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
-            assert_eq!(status, 200, "{done}");
-        }
-    };
     for (source_id, text, asked) in [("a", shared, 1), ("b", shared, 0), ("c", alone, 1)] {
         let job = ingest(&t, markdown(source_id, text)).await;
         assert_eq!(job["status"], "succeeded", "{job}");
         assert_eq!(calls(&job), asked, "{source_id}: {job}");
     }
     // c alone held its chunk: deleted, its answer goes, and the text is asked about again.
-    delete("c").await;
+    delete_note(&t, "c").await;
     let again = ingest(&t, markdown("c", alone)).await;
     assert_eq!(calls(&again), 1, "{again}");
     // b holds a's chunk: a's answer stays.
-    delete("a").await;
+    delete_note(&t, "a").await;
     let again = ingest(&t, markdown("a", shared)).await;
     assert_eq!(calls(&again), 0, "{again}");
     // c replaced: its old chunk's answer goes with the old version.
@@ -260,8 +260,8 @@ async fn a_sources_kept_answers_go_with_it_unless_another_source_holds_the_chunk
     let old_text = ingest(&t, markdown("d", alone)).await;
     assert_eq!(calls(&old_text), 1, "{old_text}");
     // Deleting both holders of the shared chunk takes its answer at the last.
-    delete("a").await;
-    delete("b").await;
+    delete_note(&t, "a").await;
+    delete_note(&t, "b").await;
     let last = ingest(&t, markdown("e", shared)).await;
     assert_eq!(calls(&last), 1, "{last}");
     t.stop().await;
@@ -289,11 +289,7 @@ async fn deleting_a_source_retracts_only_what_no_other_source_or_import_supports
     .await;
     assert_eq!(two["status"], "succeeded", "{two}");
 
-    let (status, done) = t
-        .call(Method::DELETE, "/data/v1/ingest/sources/notes/one", None)
-        .await
-        .into_status_body();
-    assert_eq!(status, 200, "{done}");
+    let done = delete_note(&t, "one").await;
     assert_eq!(done["deleted"], true);
     assert_eq!(done["chunks"], 1, "{done}");
 
@@ -444,20 +440,14 @@ async fn sources_written_together_count_each_fact_once_and_keep_what_another_nam
             ("Tabulator".to_string(), "built".to_string())
         ]
     );
-    let (status, done) = t
-        .call(Method::DELETE, "/data/v1/ingest/sources/notes/naming", None)
-        .await
-        .into_status_body();
-    assert_eq!(status, 200, "{done}");
+    delete_note(&t, "naming").await;
     assert_eq!(
         outgoing(&t, "Herman Hollerith").await,
         vec![("TMC".to_string(), "founded".to_string())]
     );
     assert_eq!(entity(&t, "Tabulator").await, Value::Null);
     for i in 0..7 {
-        let path = format!("/data/v1/ingest/sources/notes/many-{i}");
-        let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
-        assert_eq!(status, 200, "{done}");
+        delete_note(&t, &format!("many-{i}")).await;
     }
     assert_eq!(
         outgoing(&t, "Shared Hub").await,
@@ -785,16 +775,8 @@ async fn a_confirmation_is_forgotten_with_the_last_source_that_used_it() {
         "Seymour R. Cray"
     );
 
-    let delete = |id: &'static str| {
-        let t = &t;
-        async move {
-            let path = format!("/data/v1/ingest/sources/notes/{id}");
-            let (status, done) = t.call(Method::DELETE, &path, None).await.into_status_body();
-            assert_eq!(status, 200, "{done}");
-        }
-    };
     // Only "two" used the answer: it goes with it, and the pair is asked again.
-    delete("two").await;
+    delete_note(&t, "two").await;
     assert!(entity(&t, "Seymour R. Cray").await.is_null());
     let three = ingest(&t, markdown("three", cray)).await;
     assert_eq!(three["status"], "succeeded", "{three}");
@@ -2029,22 +2011,15 @@ async fn an_entitys_description_is_selected_then_summarised_from_every_source() 
     assert_eq!(summaries(), 1);
     assert_eq!(description().await, summary);
     // Back to the same four: the same question, answered from the kept answer.
-    let (status, _, _) = t
-        .call(Method::DELETE, "/data/v1/ingest/sources/notes/zuse-4", None)
-        .await;
-    assert_eq!(status, 200);
+    delete_note(&t, "zuse-4").await;
     assert_eq!(summaries(), 1);
     assert_eq!(description().await, summary);
     // Three: selection again, from what remains.
-    let (status, _, _) = t
-        .call(Method::DELETE, "/data/v1/ingest/sources/notes/zuse-3", None)
-        .await;
-    assert_eq!(status, 200);
+    delete_note(&t, "zuse-3").await;
     assert_eq!(description().await, said[1]);
     // The entity's last sources gone, it goes, and its kept summary with it.
     for i in 0..3 {
-        let path = format!("/data/v1/ingest/sources/notes/zuse-{i}");
-        assert_eq!(t.call(Method::DELETE, &path, None).await.0, 200);
+        delete_note(&t, &format!("zuse-{i}")).await;
     }
     assert!(entity(&t, "Konrad Zuse").await.is_null());
     assert_eq!(kept().await, None);
