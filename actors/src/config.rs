@@ -46,6 +46,12 @@ pub struct RuntimeConfig {
     /// Threads of the runtime the lookup lane (entity lookups, traversals) runs on, apart
     /// from everything else; 0 runs it on the caller's runtime with the rest.
     pub graph_lane_threads: usize,
+    /// Threads of the runtime the large searches of the in-memory indexes run on
+    /// ([`KnowledgeBase::set_scan_lane`](kbq_store::KnowledgeBase::set_scan_lane)), at most
+    /// that many at once; 0 leaves them on tokio's blocking pool, a thread each.
+    pub scan_threads: usize,
+    /// How many nice steps below the caller's runtime those threads run.
+    pub scan_nice: u8,
     pub tool_workers: usize,
     /// Most workers of each tool; above `tool_workers`, the controller sizes each tool's pool.
     pub tool_max_workers: usize,

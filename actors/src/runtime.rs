@@ -47,10 +47,11 @@ pub struct Runtime {
     /// them.
     _lane: LaneRuntime,
     _ingest: LaneRuntime,
+    _scan: ScanLane,
 }
 
-/// A runtime of kbq's own beside the main one: the lookup lane's, or ingestion's (its threads
-/// lowered by `nice`). Dropping a tokio runtime inside another runtime's task panics, so it is
+/// A runtime of kbq's own beside the main one: the lookup lane's, the scan lane's or
+/// ingestion's (the last two's threads lowered by `nice`). Dropping a tokio runtime inside another runtime's task panics, so it is
 /// shut down in the background: its threads end once their tasks are gone.
 struct LaneRuntime(Option<tokio::runtime::Runtime>);
 
@@ -88,6 +89,31 @@ impl Drop for LaneRuntime {
     }
 }
 
+/// The scan lane's runtime, given to the knowledge base for its large searches and taken
+/// back from it when dropped, before the runtime goes: a search after that runs on tokio's
+/// blocking pool rather than on a runtime that has stopped.
+struct ScanLane {
+    kb: Arc<KnowledgeBase>,
+    _runtime: LaneRuntime,
+}
+
+impl ScanLane {
+    fn start(kb: &Arc<KnowledgeBase>, threads: usize, nice: u8) -> Result<Self, SpawnErr> {
+        let runtime = LaneRuntime::start(threads, "kbq-scan", nice, false)?;
+        kb.set_scan_lane(runtime.handle());
+        Ok(ScanLane {
+            kb: kb.clone(),
+            _runtime: runtime,
+        })
+    }
+}
+
+impl Drop for ScanLane {
+    fn drop(&mut self) {
+        self.kb.set_scan_lane(None);
+    }
+}
+
 impl Runtime {
     /// Starts the root supervisor and its children.
     pub async fn start(kb: Arc<KnowledgeBase>, config: RuntimeConfig) -> Result<Runtime, SpawnErr> {
@@ -108,6 +134,7 @@ impl Runtime {
             )
         });
         let lane = LaneRuntime::start(config.graph_lane_threads, "kbq-lookup", 0, false)?;
+        let scan = ScanLane::start(&kb, config.scan_threads, config.scan_nice)?;
         let ingest_runtime = LaneRuntime::start(
             config.ingest.threads,
             "kbq-ingest",
@@ -252,6 +279,7 @@ impl Runtime {
             root_handle,
             _lane: lane,
             _ingest: ingest_runtime,
+            _scan: scan,
         })
     }
 
@@ -328,5 +356,36 @@ mod tests {
             assert_eq!(nice, (before + 4).min(19));
         }
         assert!(!in_idle_class());
+    }
+
+    #[test]
+    fn the_scan_lane_is_the_knowledge_bases_until_it_is_dropped() {
+        let kb = KnowledgeBase::new(
+            kbq_store::StoreConfig::memory(),
+            Arc::new(kbq_store::HashingEmbedder::default()),
+        );
+        let workspace = kb.workspace_kb("other");
+        let scan = ScanLane::start(&kb, 1, 3).unwrap();
+        let lane = kb.scan_lane().expect("the lane is the knowledge base's");
+        // A workspace's knowledge base searches on its parent's lane.
+        assert!(workspace.scan_lane().is_some());
+        let name = std::thread::spawn(move || {
+            futures::executor::block_on(
+                lane.spawn(async { std::thread::current().name().map(str::to_string) }),
+            )
+        })
+        .join()
+        .unwrap()
+        .unwrap();
+        assert_eq!(name.as_deref(), Some("kbq-scan"));
+        drop(scan);
+        assert!(
+            kb.scan_lane().is_none(),
+            "taken back before its runtime stops"
+        );
+        assert!(workspace.scan_lane().is_none());
+        // No threads, no lane: the blocking pool.
+        let _none = ScanLane::start(&kb, 0, 3).unwrap();
+        assert!(kb.scan_lane().is_none());
     }
 }

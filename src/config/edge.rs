@@ -32,6 +32,11 @@ pub struct ServerConfig {
     pub shutdown_delay_ms: u64,
     /// How much lower than the rest the main runtime's threads run (Linux nice, 0 to 19).
     pub main_runtime_nice: u8,
+    /// Threads of the scan lane, the runtime the large searches of the in-memory indexes run
+    /// on (at most this many at once); 0: one per CPU.
+    pub scan_threads: usize,
+    /// How much lower than the main runtime's threads the scan lane's run (nice steps).
+    pub scan_nice: u8,
     /// No longer read: the built indexes are not remapped on huge pages (crate::huge_pages
     /// says why). Accepted so that a configuration that sets it still loads; a warning says
     /// it is ignored.
@@ -54,6 +59,8 @@ impl Default for ServerConfig {
             header_timeout_ms: 5_000,
             body_timeout_ms: 30_000,
             main_runtime_nice: 2,
+            scan_threads: 0,
+            scan_nice: 8,
             huge_pages: None,
             cors_origins: Vec::new(),
         }
@@ -101,6 +108,8 @@ impl ServerConfig {
             3_600_000,
         )?;
         within("server.main_runtime_nice", self.main_runtime_nice, 0, 19)?;
+        within("server.scan_threads", self.scan_threads, 0, 64)?;
+        within("server.scan_nice", self.scan_nice, 0, 19)?;
         for (i, origin) in self.cors_origins.iter().enumerate() {
             if !crate::cors::is_origin(origin) {
                 return bad(

@@ -287,6 +287,11 @@ impl Config {
             graph_queue_capacity: self.graph.queue_capacity,
             graph_max_workers: self.graph.max_workers,
             graph_lane_threads: self.graph.lookup_threads,
+            scan_threads: match self.server.scan_threads {
+                0 => std::thread::available_parallelism().map_or(2, |n| n.get().min(64)),
+                n => n,
+            },
+            scan_nice: self.server.scan_nice,
             tool_workers: self.agent.tool_workers,
             tool_max_workers: self.agent.tool_max_workers,
             tool_timeout: ms(self.agent.tool_timeout_ms),

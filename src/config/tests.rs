@@ -79,6 +79,14 @@ fn bad_values_name_their_key() {
             .contains("graph.lookup_threads")
     );
     let mut c = Config::default();
+    c.server.scan_threads = 65;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("server.scan_threads"), "{err}");
+    let mut c = Config::default();
+    c.server.scan_nice = 20;
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("server.scan_nice"), "{err}");
+    let mut c = Config::default();
     c.store.url = "postgres://x".into();
     assert!(c.validate().unwrap_err().to_string().contains("store.url"));
     // A pool's most workers may not be fewer than its least.

@@ -162,6 +162,9 @@ pub struct KnowledgeBase {
         Grouped<kbq_ingest::provenance::SourceKey, Option<crate::model::SourceRecord>>,
     pub(crate) job_reads: Grouped<String, Option<serde_json::Value>>,
     pub(crate) job_writes: Grouped<crate::model::JobWrite, ()>,
+    /// Where a search too large for the calling task runs (see
+    /// [`scan_lane`](Self::scan_lane)); `None`: tokio's blocking pool.
+    scan_lane: parking_lot::RwLock<Option<tokio::runtime::Handle>>,
 }
 
 /// After a failed connection attempt, requests fail fast for this long instead of each
@@ -258,6 +261,7 @@ impl KnowledgeBase {
             kept_writes: Grouped::default(),
             source_reads: Grouped::default(),
             job_reads: Grouped::default(),
+            scan_lane: parking_lot::RwLock::new(None),
             job_writes: Grouped::default(),
         })
     }
@@ -288,6 +292,26 @@ impl KnowledgeBase {
     /// [`workspace_kb`](Self::workspace_kb).
     pub(crate) fn parent(&self) -> Option<&Arc<KnowledgeBase>> {
         self.parent.as_ref()
+    }
+
+    /// Runs the searches of the in-memory indexes that are too large for the calling task (a
+    /// keyword search's common words, a scan of many vector codes, graph documents' choice
+    /// among many: milliseconds each) on `lane`, a runtime whose threads bound how many run
+    /// at once, the rest waiting in its queue; `None` puts them back on tokio's blocking
+    /// pool, a thread each. The workspaces made from this knowledge base use its lane.
+    pub fn set_scan_lane(&self, lane: Option<tokio::runtime::Handle>) {
+        *self.scan_lane.write() = lane;
+    }
+
+    /// The lane [`set_scan_lane`](Self::set_scan_lane) gave this knowledge base, or its
+    /// parent's.
+    pub fn scan_lane(&self) -> Option<tokio::runtime::Handle> {
+        self.parent
+            .as_deref()
+            .unwrap_or(self)
+            .scan_lane
+            .read()
+            .clone()
     }
 
     pub fn embedder(&self) -> &Arc<dyn Embedder> {

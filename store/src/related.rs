@@ -261,8 +261,8 @@ impl KnowledgeBase {
 
     /// The documents of `found` that can be among the best `limit` by score (see
     /// [`choose`]). On the calling task when reading their codes takes about a tenth of a
-    /// millisecond (the limit semantic search keeps), else on tokio's blocking pool: a graph-
-    /// documents request may run beside an HTTP worker (`kbq_actors::local`), and the walk
+    /// millisecond (the limit semantic search keeps), else on the scan lane or tokio's
+    /// blocking pool (`crate::search::in_memory`): a graph-documents request may run beside an HTTP worker (`kbq_actors::local`), and the walk
     /// from a hub whose entities have thousands of documents must not hold it.
     async fn choose(
         &self,
@@ -281,7 +281,7 @@ impl KnowledgeBase {
         let (vectors, text) = (vectors.clone(), text.clone());
         let names: Vec<String> = names.iter().map(|&n| n.to_string()).collect();
         let (depths, q) = (depths.to_vec(), q.to_vec());
-        in_memory(false, "graph documents", move || {
+        in_memory(self.scan_lane(), false, "graph documents", move || {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             choose(&vectors, &text, &names, found, &depths, &q, limit)
         })

@@ -65,11 +65,19 @@ pub(crate) const INLINE_CODE_BYTES: usize = 1 << 20;
 const INLINE_POSTINGS: usize = 1 << 14;
 
 /// Runs `search`, a search of an in-memory index, on the calling task when it is `small`
-/// (about a tenth of a millisecond: the limits above), else on tokio's blocking pool, so that
-/// a scan of every code or of a common word's postings (milliseconds at 100k documents)
-/// holds no async worker. Handing every search to the pool cost two thread wake-ups per
-/// search, about a tenth of a hybrid search's CPU when the searches themselves were small.
+/// (about a tenth of a millisecond: the limits above), else on `lane` when there is one (a
+/// runtime of a few threads below the others' priority: [`KnowledgeBase::set_scan_lane`]),
+/// or on tokio's blocking pool, so that a scan of every code or of a common word's postings
+/// (milliseconds at 100k documents) holds no async worker. Handing every search to the pool
+/// cost two thread wake-ups per search, about a tenth of a hybrid search's CPU when the
+/// searches themselves were small.
+///
+/// On the blocking pool each large search has a thread of its own: under a load of many at
+/// once (RAG's keyword searches of common words), the OS shares the cores among them all,
+/// and the main runtime's few threads (chats, which search little) get a share each. On a
+/// lane they take its threads' turn, and the rest wait.
 pub(crate) async fn in_memory<T: Send + 'static>(
+    lane: Option<tokio::runtime::Handle>,
     small: bool,
     what: &str,
     search: impl FnOnce() -> T + Send + 'static,
@@ -77,8 +85,13 @@ pub(crate) async fn in_memory<T: Send + 'static>(
     if small {
         return Ok(search());
     }
-    tokio::task::spawn_blocking(search)
-        .await
+    let task = match lane {
+        // Run on one of the lane's workers, which it holds until the search ends: the lane
+        // runs as many searches at once as it has threads.
+        Some(lane) => lane.spawn(async move { search() }),
+        None => tokio::task::spawn_blocking(search),
+    };
+    task.await
         .map_err(|e| StoreError::Query(format!("{what} search failed: {e}")))
 }
 
@@ -140,7 +153,13 @@ impl KnowledgeBase {
                 index.search_all(&q, limit)
             }
         };
-        let hits = in_memory(reads <= INLINE_CODE_BYTES, "vector", search).await?;
+        let hits = in_memory(
+            self.scan_lane(),
+            reads <= INLINE_CODE_BYTES,
+            "vector",
+            search,
+        )
+        .await?;
         self.documents_by_key(hits).await
     }
 
@@ -218,7 +237,13 @@ impl KnowledgeBase {
                 .read()
                 .search(&terms, limit, &|t: &DocTags| filter.accepts_tags(t))
         };
-        let hits = in_memory(reads <= INLINE_POSTINGS, "keyword", search).await?;
+        let hits = in_memory(
+            self.scan_lane(),
+            reads <= INLINE_POSTINGS,
+            "keyword",
+            search,
+        )
+        .await?;
         self.documents_by_key(hits).await
     }
 
@@ -264,20 +289,62 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_small_search_runs_on_the_calling_thread_and_a_large_one_on_the_pool() {
         let here = std::thread::current().id();
-        let small = in_memory(true, "test", || (std::thread::current().id(), 7))
+        let small = in_memory(None, true, "test", || (std::thread::current().id(), 7))
             .await
             .unwrap();
         assert_eq!(small, (here, 7));
-        let (there, answer) = in_memory(false, "test", || (std::thread::current().id(), 7))
+        let (there, answer) = in_memory(None, false, "test", || (std::thread::current().id(), 7))
             .await
             .unwrap();
         assert_ne!(there, here);
         assert_eq!(answer, 7);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_search_runs_on_the_lane_and_no_more_at_once_than_its_threads() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let lane = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("test-scan")
+            .build()
+            .unwrap();
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let searches = (0..4).map(|i| {
+            let (running, most) = (running.clone(), most.clone());
+            in_memory(Some(lane.handle().clone()), false, "test", move || {
+                let now = running.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(now, SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                running.fetch_sub(1, SeqCst);
+                (std::thread::current().name().map(str::to_string), i)
+            })
+        });
+        let answers = futures::future::try_join_all(searches).await.unwrap();
+        for (i, (thread, answer)) in answers.into_iter().enumerate() {
+            assert_eq!(thread.as_deref(), Some("test-scan"));
+            assert_eq!(answer, i);
+        }
+        assert_eq!(most.load(SeqCst), 1, "one thread, one search at a time");
+        // A small search stays on the calling task, lane or not.
+        let here = std::thread::current().id();
+        let small = in_memory(Some(lane.handle().clone()), true, "test", || {
+            std::thread::current().id()
+        });
+        assert_eq!(small.await.unwrap(), here);
+        // A search that panics there is an error, and the lane goes on.
+        let failed = in_memory(Some(lane.handle().clone()), false, "keyword", || -> u32 {
+            panic!("boom")
+        });
+        let message = failed.await.unwrap_err().to_string();
+        assert!(message.contains("keyword search failed"), "{message}");
+        let after = in_memory(Some(lane.handle().clone()), false, "test", || 7);
+        assert_eq!(after.await.unwrap(), 7);
+        lane.shutdown_background();
+    }
+
     #[tokio::test]
     async fn a_search_that_panics_on_the_pool_is_an_error() {
-        let failed = in_memory(false, "vector", || -> u32 { panic!("boom") }).await;
+        let failed = in_memory(None, false, "vector", || -> u32 { panic!("boom") }).await;
         let message = failed.unwrap_err().to_string();
         assert!(message.contains("vector search failed"), "{message}");
     }
