@@ -3,7 +3,9 @@
 //! another thread meanwhile: how long one waits while the import writes the index.
 //!
 //! `cargo bench -p kbq-store --bench traversal` (release). Scale with BENCH_ENTITIES and
-//! BENCH_RELATIONSHIPS (defaults 100000 and 300000). Prints a Markdown report.
+//! BENCH_RELATIONSHIPS (defaults 100000 and 300000), or give BENCH_DATA, an import file
+//! (`scripts/debian-kb`'s, say), to walk its graph instead; the starts are 2,000 of its
+//! entities drawn at random, hubs and leaves as they come. Prints a Markdown report.
 
 #[allow(dead_code)] // each bench uses part of it
 mod common;
@@ -38,18 +40,47 @@ async fn main() {
         KnowledgeBase::open(StoreConfig::memory(), Arc::new(HashingEmbedder::default())).await,
     );
 
-    let records = generate::generate(Spec {
-        entities,
-        relationships,
-        document_ratio: 1.0,
-        seed: 42,
-    });
-    let records: Vec<(usize, Record)> = records.into_iter().enumerate().collect();
+    let data = std::env::var("BENCH_DATA").ok();
+    let records: Vec<(usize, Record)> = match &data {
+        Some(path) => {
+            let file =
+                std::fs::File::open(path).unwrap_or_else(|e| panic!("BENCH_DATA {path}: {e}"));
+            let parsed = import::parse(std::io::BufReader::new(file));
+            assert!(
+                parsed.failures.is_empty(),
+                "BENCH_DATA {path}: {:?}",
+                parsed.failures.first()
+            );
+            parsed.records
+        }
+        None => generate::generate(Spec {
+            entities,
+            relationships,
+            document_ratio: 1.0,
+            seed: 42,
+        })
+        .into_iter()
+        .enumerate()
+        .collect(),
+    };
+    let names: Vec<String> = records
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Record::Entity(e) => Some(e.name.clone()),
+            _ => None,
+        })
+        .collect();
+    let relationships_read = records
+        .iter()
+        .filter(|(_, r)| matches!(r, Record::Relationship(_)))
+        .count();
+    let (entities, relationships) = (names.len(), relationships_read);
+    let probe_start = names.first().cloned().expect("an entity to walk from");
     let timer = Timer(parking_lot::Mutex::new(Vec::new()));
     let done = Arc::new(AtomicBool::new(false));
     let probe = std::thread::spawn({
         let (kb, done) = (kb.clone(), done.clone());
-        move || probe_traversals(&kb, &done)
+        move || probe_traversals(&kb, &probe_start, &done)
     });
     let started = Instant::now();
     let report = import::import_records(&kb, records, &timer)
@@ -81,7 +112,7 @@ async fn main() {
 
     let mut rng = Rng::new(7);
     let starts: Vec<String> = (0..2000)
-        .map(|_| generate::entity_name(rng.below(entities)))
+        .map(|_| names[rng.below(entities)].clone())
         .collect();
     let mut rows = String::new();
     for (depth, limit, db_samples) in [(2u32, 50usize, 300usize), (5, 200, 60)] {
@@ -111,10 +142,13 @@ async fn main() {
         }
         let mut fast = Vec::with_capacity(starts.len());
         let mut found = 0usize;
+        let mut slowest = (Duration::ZERO, "");
         for s in &starts {
             let t = Instant::now();
             let walk = kb.traverse(&query(s)).await.unwrap();
-            fast.push(t.elapsed());
+            let took = t.elapsed();
+            fast.push(took);
+            slowest = slowest.max((took, s.as_str()));
             found += walk.entities.len();
         }
         let mut slow = Vec::with_capacity(db_samples);
@@ -130,11 +164,13 @@ async fn main() {
         }
         let (b, f, s) = (stats(bare), stats(fast), stats(slow));
         rows.push_str(&format!(
-            "| depth {depth} / limit {limit} | {} | {} | {} | {} | {} | {} | {} | {:.0}x | {:.1} |\n",
+            "| depth {depth} / limit {limit} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {:.0}x | {:.1} |\n",
             us(b.p50),
             us(f.p50),
             us(f.p99),
             us(f.mean),
+            us(slowest.0),
+            slowest.1,
             us(s.p50),
             us(s.p99),
             us(s.mean),
@@ -144,14 +180,18 @@ async fn main() {
     }
 
     println!("## Graph traversal: in-memory index vs SurrealDB path\n");
+    let graph = match &data {
+        Some(path) => format!("The graph of {path}"),
+        None => "Generated graph (seed 42)".to_string(),
+    };
     println!(
-        "Generated graph: {entities} entities, {relationships} relationships, {} documents (seed 42), embedded `mem://` SurrealDB 3.3.5, release build, direction both.\n",
+        "{graph}: {entities} entities, {relationships} relationships, {} documents, embedded `mem://` SurrealDB 3.3.5, release build, direction both.\n",
         report.documents
     );
     println!(
-        "| query | bare walk p50 | index p50 | index p99 | index mean | SurrealDB p50 | SurrealDB p99 | SurrealDB mean | speed-up (mean) | entities per answer |"
+        "| query | bare walk p50 | index p50 | index p99 | index mean | index slowest (its start) | SurrealDB p50 | SurrealDB p99 | SurrealDB mean | speed-up (mean) | entities per answer |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     print!("{rows}");
     println!("\n### Import of the same graph\n");
     println!("Total: {:.1} s.\n", import_total.as_secs_f64());
@@ -164,11 +204,15 @@ async fn main() {
     print!("{phase_rows}");
 }
 
-/// Traverses from the first generated entity every millisecond until `done`: when each
+/// Traverses from `start` (the first entity) every millisecond until `done`: when each
 /// started and how long it took.
-fn probe_traversals(kb: &KnowledgeBase, done: &AtomicBool) -> Vec<(Instant, Duration)> {
+fn probe_traversals(
+    kb: &KnowledgeBase,
+    start: &str,
+    done: &AtomicBool,
+) -> Vec<(Instant, Duration)> {
     let query = TraversalQuery {
-        start: generate::entity_name(0),
+        start: start.to_string(),
         relationship_types: None,
         direction: Direction::Both,
         depth: 1,
