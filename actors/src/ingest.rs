@@ -2572,7 +2572,12 @@ impl Actor for IngestActor {
             let deps = state.deps.clone();
             let me = myself.clone();
             let job = async move {
-                deps.run(id).await;
+                let failed = async {
+                    let _ = deps
+                        .finish(id, JobStatus::Failed, Some(STOPPED_BY_A_FAULT.to_string()))
+                        .await;
+                };
+                run_to_an_end(id, deps.clone().run(id), failed).await;
                 let _ = me.cast(IngestMessage::Ended(id));
             };
             // On the ingestion runtime, below the main runtime's priority: a job's parsing,
@@ -2587,6 +2592,37 @@ impl Actor for IngestActor {
                 .insert(id, (tokio_util::task::AbortOnDropHandle::new(task), bytes));
         }
         Ok(())
+    }
+}
+
+/// The error of a job stopped by a fault of kbq's own (a panic) rather than by its input.
+const STOPPED_BY_A_FAULT: &str =
+    "the job stopped on a fault of kbq's own (logged as an error); submit the source again";
+
+/// Runs the job `id` (`run`); if it panics, logs it and runs `failed`, which records the job
+/// as failed, so that a fault in kbq still ends the job: its watchers (`kbq ingest`, a
+/// client following its events) see it fail instead of waiting for ever, and its place
+/// among the jobs running is given back. Whatever the job had written stays as a job
+/// stopped half way leaves it (docs/ingest.md, "Failures"). Answers whether `run` ended of
+/// itself.
+async fn run_to_an_end(
+    id: Uuid,
+    run: impl std::future::Future<Output = ()>,
+    failed: impl std::future::Future<Output = ()>,
+) -> bool {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+        Ok(()) => true,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(job = %id, panic = %what, "ingest job stopped by a panic; recorded as failed");
+            failed.await;
+            false
+        }
     }
 }
 
@@ -2671,6 +2707,19 @@ async fn forget_answers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_job_that_panics_is_recorded_as_failed_and_ends() {
+        let recorded = std::sync::atomic::AtomicBool::new(false);
+        let failed = async { recorded.store(true, std::sync::atomic::Ordering::SeqCst) };
+        let ended = run_to_an_end(Uuid::nil(), async { panic!("a fault") }, failed).await;
+        assert!(!ended);
+        assert!(recorded.load(std::sync::atomic::Ordering::SeqCst));
+        let recorded = std::sync::atomic::AtomicBool::new(false);
+        let failed = async { recorded.store(true, std::sync::atomic::Ordering::SeqCst) };
+        assert!(run_to_an_end(Uuid::nil(), async {}, failed).await);
+        assert!(!recorded.load(std::sync::atomic::Ordering::SeqCst));
+    }
 
     #[test]
     fn a_job_records_input_is_kept_apart_and_an_older_records_hex_is_read() {
