@@ -145,9 +145,7 @@ async fn sigterm_fails_readiness_then_drains_and_exits_cleanly() {
             .status(),
         200
     );
-    let pid = serve.child.id().unwrap() as i32;
-    // SAFETY: kill(2) sends a signal to the child this test started; no memory is touched.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    crate::support::terminate(&serve.child);
     let not_ready = eventually(Duration::from_secs(5), || async {
         probe
             .get(format!("{base}/readyz"))
@@ -159,10 +157,7 @@ async fn sigterm_fails_readiness_then_drains_and_exits_cleanly() {
     assert!(not_ready, "/readyz did not fail after SIGTERM");
     let livez = probe.get(format!("{base}/livez")).send().await.unwrap();
     assert_eq!(livez.status(), 200, "serving on through the delay");
-    let out = tokio::time::timeout(Duration::from_secs(30), serve.child.wait_with_output())
-        .await
-        .expect("kbq did not exit after SIGTERM")
-        .unwrap();
+    let out = crate::support::exited(serve.child).await;
     let logs = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}\n{logs}", out.status);
     assert!(logs.contains("stopping"), "{logs}");

@@ -389,6 +389,22 @@ impl ServeProcess {
     }
 }
 
+/// Sends SIGTERM to `child`, a kbq this test started, as a service manager stops it.
+#[cfg(unix)]
+pub fn terminate(child: &tokio::process::Child) {
+    let pid = child.id().expect("kbq is running") as i32;
+    // SAFETY: kill(2) sends a signal to the child this test started; no memory is touched.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+/// The output of `child` once it has exited after [`terminate`]; at most 30 s.
+pub async fn exited(child: tokio::process::Child) -> std::process::Output {
+    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("kbq did not exit after SIGTERM")
+        .unwrap()
+}
+
 /// Waits until the `kbq serve` on `port` answers `/readyz` with 200: ready, not only live,
 /// since the store starts behind the listener.
 pub async fn wait_ready(port: u16) {

@@ -468,7 +468,7 @@ async fn a_requests_trace_reaches_an_otlp_receiver_over_grpc() {
         std::process::Stdio::piped(),
     )
     .await;
-    let (mut child, port) = (serve.child, serve.port);
+    let (child, port) = (serve.child, serve.port);
     let trace_id = "0af7651916cd43dd8448eb211c80319c";
     let caller_span = "b7ad6b7169203331";
     let res = reqwest::Client::new()
@@ -486,13 +486,8 @@ async fn a_requests_trace_reaches_an_otlp_receiver_over_grpc() {
         "nothing is sent before the batch's time or the exit"
     );
     // SIGTERM: the node drains and flushes its last batch.
-    let pid = child.id().unwrap() as i32;
-    // SAFETY: kill(2) sends a signal to the child this test started; no memory is touched.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("the node stops")
-        .unwrap();
+    crate::support::terminate(&child);
+    let status = crate::support::exited(child).await.status;
     assert!(status.success(), "{status}");
     let spans = receiver.spans();
     let request: Vec<&Received> = spans

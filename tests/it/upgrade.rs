@@ -115,13 +115,8 @@ fn holds_all(actual: &Value, expected: &Value, at: &str) {
 
 #[cfg(unix)]
 async fn stop(serve: ServeProcess) {
-    let pid = serve.child.id().unwrap() as i32;
-    // SAFETY: kill(2) sends a signal to the child this test started; no memory is touched.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let out = tokio::time::timeout(Duration::from_secs(30), serve.child.wait_with_output())
-        .await
-        .expect("kbq did not exit after SIGTERM")
-        .unwrap();
+    crate::support::terminate(&serve.child);
+    let out = crate::support::exited(serve.child).await;
     assert!(out.status.success(), "{:?}", out.status);
 }
 
