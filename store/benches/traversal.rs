@@ -42,17 +42,7 @@ async fn main() {
 
     let data = std::env::var("BENCH_DATA").ok();
     let records: Vec<(usize, Record)> = match &data {
-        Some(path) => {
-            let file =
-                std::fs::File::open(path).unwrap_or_else(|e| panic!("BENCH_DATA {path}: {e}"));
-            let parsed = import::parse(std::io::BufReader::new(file));
-            assert!(
-                parsed.failures.is_empty(),
-                "BENCH_DATA {path}: {:?}",
-                parsed.failures.first()
-            );
-            parsed.records
-        }
+        Some(path) => common::records_of_file(path),
         None => generate::generate(Spec {
             entities,
             relationships,

@@ -110,22 +110,10 @@ async fn main() {
     let data = std::env::var("BENCH_DATA").ok();
     let (records, docs) = match &data {
         Some(path) => {
-            let file =
-                std::fs::File::open(path).unwrap_or_else(|e| panic!("BENCH_DATA {path}: {e}"));
-            let parsed = import::parse(std::io::BufReader::new(file));
-            assert!(
-                parsed.failures.is_empty(),
-                "BENCH_DATA {path}: {:?}",
-                parsed.failures.first()
-            );
-            let records: Vec<_> = parsed.records.into_iter().map(|(_, r)| r).collect();
-            let docs: Vec<NewDocument> = records
-                .iter()
-                .filter_map(|r| match r {
-                    kbq_store::Record::Document(d) => Some(d.clone()),
-                    _ => None,
-                })
+            let records: Vec<_> = (common::records_of_file(path).into_iter())
+                .map(|(_, r)| r)
                 .collect();
+            let docs = common::documents_of(&records);
             (records, docs)
         }
         None => common::generated_documents(documents),

@@ -39,14 +39,32 @@ pub fn generated_documents(n: usize) -> (Vec<kbq_store::Record>, Vec<kbq_store::
         document_ratio: 1.0,
         seed: 42,
     });
-    let docs = records
+    let docs = documents_of(&records);
+    (records, docs)
+}
+
+/// The documents among `records`.
+pub fn documents_of(records: &[kbq_store::Record]) -> Vec<kbq_store::NewDocument> {
+    records
         .iter()
         .filter_map(|r| match r {
             kbq_store::Record::Document(d) => Some(d.clone()),
             _ => None,
         })
-        .collect();
-    (records, docs)
+        .collect()
+}
+
+/// The records of the import file at `path` (BENCH_DATA), each with its line number; a
+/// line that does not parse stops the benchmark.
+pub fn records_of_file(path: &str) -> Vec<(usize, kbq_store::Record)> {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("BENCH_DATA {path}: {e}"));
+    let parsed = kbq_store::import::parse(std::io::BufReader::new(file));
+    assert!(
+        parsed.failures.is_empty(),
+        "BENCH_DATA {path}: {:?}",
+        parsed.failures.first()
+    );
+    parsed.records
 }
 
 /// Writes `items` into `table`, 100 rows per INSERT, each row numbered `n` (its index) and
