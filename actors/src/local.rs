@@ -15,7 +15,7 @@
 //!   (`KnowledgeBase::answers_documents_in_memory`: the graph index, the documents held by an
 //!   embedded store, the built-in embedder). Bounded work: the walk collects at most 200
 //!   entities, and a walk that links more than a tenth of a millisecond of codes chooses its
-//!   documents on tokio's blocking pool (`kbq_store::related`).
+//!   documents on the scan lane (`KnowledgeBase::set_scan_lane`, `kbq_store::related`).
 //!
 //! Each lane has an actor of its own on a thread, so a thread's lookups never wait in a
 //! mailbox behind its documents requests: the thread's scheduler alternates between them.

@@ -327,7 +327,8 @@ impl KnowledgeBase {
     /// graph index, the documents held (an embedded store), and the start entity's text
     /// embedded in process ([`Embedder::is_local`]). Its only waits are then the connection
     /// made at start-up and, for a walk that links more codes than a tenth of a millisecond
-    /// reads, tokio's blocking pool (`kbq_store::related`).
+    /// reads, the scan lane ([`set_scan_lane`](Self::set_scan_lane); without one, tokio's
+    /// blocking pool; `kbq_store::related`).
     pub fn answers_documents_in_memory(&self) -> bool {
         self.uses_index() && self.documents.is_some() && self.embedder.is_local()
     }

@@ -262,8 +262,9 @@ impl KnowledgeBase {
     /// The documents of `found` that can be among the best `limit` by score (see
     /// [`choose`]). On the calling task when reading their codes takes about a tenth of a
     /// millisecond (the limit semantic search keeps), else on the scan lane or tokio's
-    /// blocking pool (`crate::search::in_memory`): a graph-documents request may run beside an HTTP worker (`kbq_actors::local`), and the walk
-    /// from a hub whose entities have thousands of documents must not hold it.
+    /// blocking pool (`crate::search::in_memory`): a graph-documents request may run beside
+    /// an HTTP worker (`kbq_actors::local`), and the walk from a hub whose entities have
+    /// thousands of documents must not hold it.
     async fn choose(
         &self,
         names: &[&str],
