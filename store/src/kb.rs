@@ -261,8 +261,8 @@ impl KnowledgeBase {
             kept_writes: Grouped::default(),
             source_reads: Grouped::default(),
             job_reads: Grouped::default(),
-            scan_lane: parking_lot::RwLock::new(None),
             job_writes: Grouped::default(),
+            scan_lane: parking_lot::RwLock::new(None),
         })
     }
 

@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::graph::{Direction, NameList, TraversalQuery};
 use crate::kb::KnowledgeBase;
 use crate::model::Document;
-use crate::search::{DocumentHit, INLINE_CODE_BYTES, in_memory};
+use crate::search::{DocumentHit, INLINE_CODE_BYTES};
 use crate::text::TextIndex;
 use crate::vectors::{Linked, VectorIndex, VectorKey};
 
@@ -262,7 +262,7 @@ impl KnowledgeBase {
     /// The documents of `found` that can be among the best `limit` by score (see
     /// [`choose`]). On the calling task when reading their codes takes about a tenth of a
     /// millisecond (the limit semantic search keeps), else on the scan lane or tokio's
-    /// blocking pool (`crate::search::in_memory`): a graph-documents request may run beside
+    /// blocking pool (`KnowledgeBase::in_memory`): a graph-documents request may run beside
     /// an HTTP worker (`kbq_actors::local`), and the walk from a hub whose entities have
     /// thousands of documents must not hold it.
     async fn choose(
@@ -282,7 +282,7 @@ impl KnowledgeBase {
         let (vectors, text) = (vectors.clone(), text.clone());
         let names: Vec<String> = names.iter().map(|&n| n.to_string()).collect();
         let (depths, q) = (depths.to_vec(), q.to_vec());
-        in_memory(self.scan_lane(), false, "graph documents", move || {
+        self.in_memory(false, "graph documents", move || {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             choose(&vectors, &text, &names, found, &depths, &q, limit)
         })

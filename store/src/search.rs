@@ -59,32 +59,28 @@ impl DocumentFilter {
     }
 }
 
-/// Most bytes of codes a vector search may read on the calling task (see [`in_memory`]).
+/// Most bytes of codes a vector search may read on the calling task (see
+/// [`KnowledgeBase::in_memory`]).
 pub(crate) const INLINE_CODE_BYTES: usize = 1 << 20;
-/// Most postings a keyword search may read on the calling task (see [`in_memory`]).
+/// Most postings a keyword search may read on the calling task (see
+/// [`KnowledgeBase::in_memory`]).
 const INLINE_POSTINGS: usize = 1 << 14;
 
-/// Runs `search`, a search of an in-memory index, on the calling task when it is `small`
-/// (about a tenth of a millisecond: the limits above), else on `lane` when there is one (a
-/// runtime of a few threads below the others' priority: [`KnowledgeBase::set_scan_lane`]),
-/// or on tokio's blocking pool, so that a scan of every code or of a common word's postings
-/// (milliseconds at 100k documents) holds no async worker. Handing every search to the pool
-/// cost two thread wake-ups per search, about a tenth of a hybrid search's CPU when the
-/// searches themselves were small.
+/// Runs `search`, a search of an in-memory index, off the calling task: on `lane` when there
+/// is one (a runtime of a few threads below the others' priority:
+/// [`KnowledgeBase::set_scan_lane`]), else on tokio's blocking pool, so that a scan of every
+/// code or of a common word's postings (milliseconds at 100k documents) holds no async
+/// worker (see [`KnowledgeBase::in_memory`]).
 ///
 /// On the blocking pool each large search has a thread of its own: under a load of many at
 /// once (RAG's keyword searches of common words), the OS shares the cores among them all,
 /// and the main runtime's few threads (chats, which search little) get a share each. On a
 /// lane they take its threads' turn, and the rest wait.
-pub(crate) async fn in_memory<T: Send + 'static>(
+pub(crate) async fn off_task<T: Send + 'static>(
     lane: Option<tokio::runtime::Handle>,
-    small: bool,
     what: &str,
     search: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T> {
-    if small {
-        return Ok(search());
-    }
     let task = match lane {
         // Run on one of the lane's workers, which it holds until the search ends: the lane
         // runs as many searches at once as it has threads.
@@ -96,6 +92,23 @@ pub(crate) async fn in_memory<T: Send + 'static>(
 }
 
 impl KnowledgeBase {
+    /// Runs `search`, a search of an in-memory index, on the calling task when it is `small`
+    /// (about a tenth of a millisecond: the limits above), else [`off_task`] on this
+    /// knowledge base's scan lane. Handing every search off the task cost two thread
+    /// wake-ups per search, about a tenth of a hybrid search's CPU when the searches
+    /// themselves were small.
+    pub(crate) async fn in_memory<T: Send + 'static>(
+        &self,
+        small: bool,
+        what: &str,
+        search: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        if small {
+            return Ok(search());
+        }
+        off_task(self.scan_lane(), what, search).await
+    }
+
     /// The `limit` documents nearest to `text` by cosine similarity, nearest first.
     pub async fn semantic_search(&self, text: &str, limit: usize) -> Result<Vec<DocumentHit>> {
         self.nearest(text, limit, &DocumentFilter::default(), false)
@@ -153,13 +166,9 @@ impl KnowledgeBase {
                 index.search_all(&q, limit)
             }
         };
-        let hits = in_memory(
-            self.scan_lane(),
-            reads <= INLINE_CODE_BYTES,
-            "vector",
-            search,
-        )
-        .await?;
+        let hits = self
+            .in_memory(reads <= INLINE_CODE_BYTES, "vector", search)
+            .await?;
         self.documents_by_key(hits).await
     }
 
@@ -237,13 +246,9 @@ impl KnowledgeBase {
                 .read()
                 .search(&terms, limit, &|t: &DocTags| filter.accepts_tags(t))
         };
-        let hits = in_memory(
-            self.scan_lane(),
-            reads <= INLINE_POSTINGS,
-            "keyword",
-            search,
-        )
-        .await?;
+        let hits = self
+            .in_memory(reads <= INLINE_POSTINGS, "keyword", search)
+            .await?;
         self.documents_by_key(hits).await
     }
 
@@ -286,14 +291,24 @@ impl KnowledgeBase {
 mod tests {
     use super::*;
 
+    fn kb() -> Arc<KnowledgeBase> {
+        KnowledgeBase::new(
+            crate::StoreConfig::memory(),
+            Arc::new(crate::HashingEmbedder::default()),
+        )
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn a_small_search_runs_on_the_calling_thread_and_a_large_one_on_the_pool() {
+        let kb = kb();
         let here = std::thread::current().id();
-        let small = in_memory(None, true, "test", || (std::thread::current().id(), 7))
+        let small = kb
+            .in_memory(true, "test", || (std::thread::current().id(), 7))
             .await
             .unwrap();
         assert_eq!(small, (here, 7));
-        let (there, answer) = in_memory(None, false, "test", || (std::thread::current().id(), 7))
+        let (there, answer) = kb
+            .in_memory(false, "test", || (std::thread::current().id(), 7))
             .await
             .unwrap();
         assert_ne!(there, here);
@@ -311,7 +326,7 @@ mod tests {
         let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let searches = (0..4).map(|i| {
             let (running, most) = (running.clone(), most.clone());
-            in_memory(Some(lane.handle().clone()), false, "test", move || {
+            off_task(Some(lane.handle().clone()), "test", move || {
                 let now = running.fetch_add(1, SeqCst) + 1;
                 most.fetch_max(now, SeqCst);
                 std::thread::sleep(std::time::Duration::from_millis(20));
@@ -325,26 +340,31 @@ mod tests {
             assert_eq!(answer, i);
         }
         assert_eq!(most.load(SeqCst), 1, "one thread, one search at a time");
-        // A small search stays on the calling task, lane or not.
+        // A small search stays on the calling task, lane or not; a large one goes to the
+        // knowledge base's lane.
+        let kb = kb();
+        kb.set_scan_lane(Some(lane.handle().clone()));
         let here = std::thread::current().id();
-        let small = in_memory(Some(lane.handle().clone()), true, "test", || {
-            std::thread::current().id()
-        });
+        let small = kb.in_memory(true, "test", || std::thread::current().id());
         assert_eq!(small.await.unwrap(), here);
+        let large = kb.in_memory(false, "test", || {
+            std::thread::current().name().map(str::to_string)
+        });
+        assert_eq!(large.await.unwrap().as_deref(), Some("test-scan"));
         // A search that panics there is an error, and the lane goes on.
-        let failed = in_memory(Some(lane.handle().clone()), false, "keyword", || -> u32 {
+        let failed = off_task(Some(lane.handle().clone()), "keyword", || -> u32 {
             panic!("boom")
         });
         let message = failed.await.unwrap_err().to_string();
         assert!(message.contains("keyword search failed"), "{message}");
-        let after = in_memory(Some(lane.handle().clone()), false, "test", || 7);
+        let after = off_task(Some(lane.handle().clone()), "test", || 7);
         assert_eq!(after.await.unwrap(), 7);
         lane.shutdown_background();
     }
 
     #[tokio::test]
     async fn a_search_that_panics_on_the_pool_is_an_error() {
-        let failed = in_memory(None, false, "vector", || -> u32 { panic!("boom") }).await;
+        let failed = off_task(None, "vector", || -> u32 { panic!("boom") }).await;
         let message = failed.unwrap_err().to_string();
         assert!(message.contains("vector search failed"), "{message}");
     }
