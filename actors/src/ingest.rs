@@ -2614,11 +2614,7 @@ async fn run_to_an_end(
     match std::panic::AssertUnwindSafe(run).catch_unwind().await {
         Ok(()) => true,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+            let what = kbq_ingest::panic_message(&*panic).unwrap_or_default();
             tracing::error!(job = %id, panic = %what, "ingest job stopped by a panic; recorded as failed");
             failed.await;
             false

@@ -51,8 +51,9 @@ pub struct Runtime {
 }
 
 /// A runtime of kbq's own beside the main one: the lookup lane's, the scan lane's or
-/// ingestion's (the last two's threads lowered by `nice`). Dropping a tokio runtime inside another runtime's task panics, so it is
-/// shut down in the background: its threads end once their tasks are gone.
+/// ingestion's (the last two's threads lowered by `nice`). Dropping a tokio runtime inside
+/// another runtime's task panics, so it is shut down in the background: its threads end
+/// once their tasks are gone.
 struct LaneRuntime(Option<tokio::runtime::Runtime>);
 
 impl LaneRuntime {

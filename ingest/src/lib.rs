@@ -50,3 +50,9 @@ pub use resolve::{
     Decision, ResolveConfig, acronyms, compare, compare_keys, decide, may_be_acronym, name_key,
     similarity,
 };
+
+/// The text of a caught panic's payload (what `panic!` was given), when it has one.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+    (payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+}

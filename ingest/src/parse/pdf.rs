@@ -22,11 +22,7 @@ use super::{Builder, ParseError, Parsed};
 pub(super) fn parse(bytes: &[u8]) -> Result<Parsed, ParseError> {
     // Nothing outside the closure is touched after a panic but the bytes, which are only read.
     let (title, text) = catch_unwind(AssertUnwindSafe(|| extract(bytes))).map_err(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown failure".to_owned());
+        let message = crate::panic_message(&*panic).unwrap_or_else(|| "unknown failure".to_owned());
         ParseError::Pdf {
             reason: format!("the PDF reader failed: {message}"),
         }
