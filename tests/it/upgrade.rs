@@ -67,13 +67,8 @@ impl Client {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        let (status, _, body) = crate::support::read(request.send().await.unwrap()).await;
+        (status, body)
     }
 
     /// The names `GET /admin/v1/workspaces` lists, in its order.
